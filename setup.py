@@ -1,0 +1,63 @@
+"""Build of the C core, pyprof._cprof (metadata lives in pyproject.toml).
+
+zlib is required. libunwind is linked when its headers are found, and the
+feature list (`pyprof --version`) says so. PYPROF_SANITIZE=1 builds with
+AddressSanitizer + UBSan (used by `make asan`).
+"""
+import os
+import sys
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def header_exists(name):
+    dirs = ["/usr/include", "/usr/local/include"]
+    dirs += [os.path.join("/usr/include", d) for d in os.listdir("/usr/include")
+             if d.endswith("-linux-gnu")] if os.path.isdir("/usr/include") else []
+    return any(os.path.exists(os.path.join(d, name)) for d in dirs)
+
+
+sources = [os.path.join("src", "_cprof", f) for f in (
+    "module.c", "clock.c", "table.c", "stack.c", "tracer.c",
+    "capture.c", "unwind.c")]
+
+define_macros = []
+libraries = ["z"]
+if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
+    define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
+    libraries.append("unwind")
+
+extra_compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
+                      "-Wno-cast-function-type", "-O2", "-fno-strict-aliasing"]
+extra_link_args = []
+if os.environ.get("PYPROF_SANITIZE") == "1":
+    flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+             "-fno-omit-frame-pointer", "-g", "-O1"]
+    extra_compile_args += flags
+    extra_link_args += flags
+if os.environ.get("PYPROF_WERROR") == "1":
+    extra_compile_args.append("-Werror")
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        # distutils adds -g -O3 -Wall from Python's own build; keep ours last.
+        super().build_extensions()
+
+
+if not os.path.exists(os.path.join("src", "_cprof", "module.c")):
+    sys.exit("pyprof: run setup.py from the repository root")
+
+setup(
+    ext_modules=[Extension(
+        "pyprof._cprof",
+        sources=sources,
+        depends=[os.path.join("src", "_cprof", f) for f in os.listdir(os.path.join("src", "_cprof"))
+                 if f.endswith(".h")],
+        define_macros=define_macros,
+        libraries=libraries,
+        extra_compile_args=extra_compile_args,
+        extra_link_args=extra_link_args,
+    )],
+    cmdclass={"build_ext": BuildExt},
+)

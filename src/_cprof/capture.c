@@ -1,0 +1,412 @@
+/* capture.c — snapshot of the profiler into a blob, and the .cprof writer.
+ *
+ * Runs with the GIL held (snapshot) and never inside a signal handler. The
+ * writer uses only C and zlib, so a periodic flush can run from inside an
+ * event callback without calling Python. Files are written to a temporary
+ * name in the same directory and renamed, so readers see either the previous
+ * complete file or the new one, never a half-written one.
+ */
+#include "capture.h"
+
+#include "clock.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+typedef struct {
+    unsigned char *p;
+    size_t n, cap;
+    int oom;
+} buf;
+
+static void put(buf *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n > b->cap) {
+        size_t ncap = b->cap ? b->cap : 4096;
+        while (ncap < b->n + n)
+            ncap *= 2;
+        unsigned char *np = realloc(b->p, ncap);
+        if (np == NULL) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+/* Little-endian writers (the build targets little-endian hosts; checked at init). */
+static void put_u16(buf *b, uint16_t v) { put(b, &v, 2); }
+static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_i64(buf *b, int64_t v) { put(b, &v, 8); }
+
+static size_t record_begin(buf *b, uint16_t type)
+{
+    put_u16(b, type);
+    put_u16(b, 0);
+    put_u32(b, 0);
+    return b->n;
+}
+
+static void record_end(buf *b, size_t start)
+{
+    if (b->oom)
+        return;
+    uint32_t len = (uint32_t)(b->n - start);
+    memcpy(b->p + start - 4, &len, 4);
+}
+
+/* String table: a dict str -> index plus the strings in order. */
+typedef struct {
+    PyObject *index;
+    PyObject *list;
+} strtab;
+
+static uint32_t intern_str(strtab *s, PyObject *str)
+{
+    if (str == NULL || !PyUnicode_Check(str))
+        return 0;               /* "" is always interned first */
+    PyObject *i = PyDict_GetItemWithError(s->index, str);
+    if (i)
+        return (uint32_t)PyLong_AsUnsignedLong(i);
+    if (PyErr_Occurred())
+        return UINT32_MAX;
+    Py_ssize_t n = PyList_GET_SIZE(s->list);
+    PyObject *ni = PyLong_FromSsize_t(n);
+    if (ni == NULL || PyDict_SetItem(s->index, str, ni) < 0 || PyList_Append(s->list, str) < 0) {
+        Py_XDECREF(ni);
+        return UINT32_MAX;
+    }
+    Py_DECREF(ni);
+    return (uint32_t)n;
+}
+
+typedef struct {
+    int scale;                  /* ticks -> ns with ns_per_tick */
+    double ns_per_tick;
+} tconv;
+
+static inline int64_t conv(const tconv *c, int64_t ticks)
+{
+    if (!c->scale)
+        return ticks;
+    return (int64_t)llround((double)ticks * c->ns_per_tick);
+}
+
+static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_unit,
+                          uint64_t events, int include_open)
+{
+    char s[1024];
+    int64_t now_wall = pp_clock_realtime_ns();
+    int64_t dur = p->enable_count ? pp_clock_monotonic_ns() - p->start_mono_ns : 0;
+    int n = snprintf(s, sizeof s,
+        "{\"format\":[%d,%d],\"clock\":\"%s\",\"time_unit\":%.17g,\"ns_per_tick\":%.17g,"
+        "\"clock_read_ns\":%.6g,\"user_timer\":%s,\"timeunit\":%.17g,"
+        "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
+        "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"enabled\":%s,"
+        "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d}",
+        PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
+        tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
+        p->timer ? "true" : "false", p->timeunit,
+        (long long)p->start_wall_ns, (long long)now_wall, (long long)dur,
+        (unsigned long long)events, p->subcalls ? "true" : "false",
+        p->builtins ? "true" : "false", p->enabled ? "true" : "false",
+        include_open ? "true" : "false",
+        PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
+        PP_USE_MONITORING ? "sys.monitoring" : "PyEval_SetProfile", p->tool_id);
+    if (n < 0 || (size_t)n >= sizeof s) {
+        b->oom = 1;
+        return;
+    }
+    size_t r = record_begin(b, PP_REC_INFO);
+    put(b, s, (size_t)n);
+    record_end(b, r);
+}
+
+static int put_functions(buf *b, pp_profiler *p)
+{
+    strtab st = {PyDict_New(), PyList_New(0)};
+    int rc = -1;
+    if (st.index == NULL || st.list == NULL)
+        goto done;
+    PyObject *empty = PyUnicode_FromString("");
+    uint32_t e = empty ? intern_str(&st, empty) : UINT32_MAX;
+    PyObject *tilde = PyUnicode_FromString("~");
+    uint32_t tl = tilde ? intern_str(&st, tilde) : UINT32_MAX;
+    Py_XDECREF(empty);
+    Py_XDECREF(tilde);
+    if (e == UINT32_MAX || tl == UINT32_MAX)
+        goto done;
+
+    buf fb = {0};
+    put_u32(&fb, p->nfun);
+    for (uint32_t fid = 0; fid < p->nfun; fid++) {
+        uint32_t file, line, name, qual, kind = p->fkind[fid];
+        if (kind == PP_KIND_PYTHON) {
+            PyCodeObject *co = (PyCodeObject *)p->fobj[fid];
+            file = intern_str(&st, co->co_filename);
+            name = intern_str(&st, co->co_name);
+            qual = intern_str(&st, co->co_qualname);
+            line = (uint32_t)co->co_firstlineno;
+        }
+        else {
+            file = tl;
+            line = 0;
+            name = qual = intern_str(&st, p->fobj[fid]);
+        }
+        if (file == UINT32_MAX || name == UINT32_MAX || qual == UINT32_MAX) {
+            free(fb.p);
+            goto done;
+        }
+        uint32_t row[6] = {fid, file, line, name, qual, kind};
+        put(&fb, row, sizeof row);
+    }
+
+    size_t r = record_begin(b, PP_REC_STRINGS);
+    Py_ssize_t ns = PyList_GET_SIZE(st.list);
+    put_u32(b, (uint32_t)ns);
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        Py_ssize_t len;
+        const char *u = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(st.list, i), &len);
+        if (u == NULL) {
+            /* Unencodable (lone surrogates): keep the slot, lose the text. */
+            PyErr_Clear();
+            u = "?";
+            len = 1;
+        }
+        put_u32(b, (uint32_t)len);
+        put(b, u, (size_t)len);
+    }
+    record_end(b, r);
+    r = record_begin(b, PP_REC_FUNCTIONS);
+    if (fb.oom)
+        b->oom = 1;
+    else
+        put(b, fb.p, fb.n);
+    record_end(b, r);
+    free(fb.p);
+    rc = 0;
+done:
+    Py_XDECREF(st.index);
+    Py_XDECREF(st.list);
+    return rc;
+}
+
+static void put_thread_stats(buf *fs, buf *es, const pp_thread *ts, const pp_tables *t,
+                             const tconv *tc, uint32_t *nfs, uint32_t *nes)
+{
+    for (uint32_t i = 0; i < t->nf; i++) {
+        const pp_fslot *s = &t->f[i];
+        put_u32(fs, ts->index);
+        put_u32(fs, s->fid);
+        put_u64(fs, s->calls);
+        put_u64(fs, s->rec_calls);
+        put_i64(fs, conv(tc, s->tt));
+        put_i64(fs, conv(tc, s->it));
+        (*nfs)++;
+    }
+    for (uint32_t i = 0; i < t->ne; i++) {
+        const pp_eslot *s = &t->e[i];
+        put_u32(es, ts->index);
+        put_u32(es, t->f[s->caller].fid);
+        put_u32(es, t->f[s->callee].fid);
+        put_u32(es, 0);
+        put_u64(es, s->calls);
+        put_u64(es, s->rec_calls);
+        put_i64(es, conv(tc, s->tt));
+        put_i64(es, conv(tc, s->it));
+        (*nes)++;
+    }
+}
+
+PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
+{
+    tconv tc = {0, 1.0};
+    double time_unit = 1e-9;
+    if (p->timer == NULL) {
+        tc.scale = 1;
+        tc.ns_per_tick = pp_clock_ns_per_tick();
+    }
+    else if (p->timeunit > 0.0) {
+        time_unit = p->timeunit;
+    }
+    int64_t now = include_open ? pp_tracer_now(p) : 0;
+
+    buf b = {0}, fs = {0}, es = {0};
+    uint32_t nfs = 0, nes = 0;
+    uint64_t events = 0;
+    put_u32(&fs, 0);
+    put_u32(&es, 0);
+    buf th = {0};
+    put_u32(&th, p->nthreads);
+    for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+        events += ts->events;
+        put_u32(&th, ts->index);
+        put_u32(&th, 0);
+        put_u64(&th, ts->ident);
+        put_u64(&th, ts->native_id);
+        put_u64(&th, ts->events);
+        if (include_open && ts->st.depth) {
+            /* End open calls on copies, leaving the live state untouched. */
+            pp_tables t;
+            pp_stack st = {0};
+            if (pp_tables_copy(&t, &ts->t) < 0) {
+                b.oom = 1;
+                break;
+            }
+            st.f = malloc(ts->st.depth * sizeof(pp_frame));
+            if (st.f == NULL) {
+                pp_tables_free(&t);
+                b.oom = 1;
+                break;
+            }
+            memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
+            st.depth = st.cap = ts->st.depth;
+            pp_tracer_stop_all((pp_thread *)ts, &t, &st, now);
+            put_thread_stats(&fs, &es, ts, &t, &tc, &nfs, &nes);
+            pp_tables_free(&t);
+            pp_stack_free(&st);
+        }
+        else {
+            put_thread_stats(&fs, &es, ts, &ts->t, &tc, &nfs, &nes);
+        }
+    }
+    if (!fs.oom)
+        memcpy(fs.p, &nfs, 4);
+    if (!es.oom)
+        memcpy(es.p, &nes, 4);
+
+    put_json_info(&b, p, &tc, time_unit, events, include_open);
+    if (p->meta && PyBytes_Check(p->meta)) {
+        size_t r = record_begin(&b, PP_REC_META);
+        put(&b, PyBytes_AS_STRING(p->meta), (size_t)PyBytes_GET_SIZE(p->meta));
+        record_end(&b, r);
+    }
+    PyObject *result = NULL;
+    if (put_functions(&b, p) < 0)
+        goto done;
+    size_t r = record_begin(&b, PP_REC_THREADS);
+    put(&b, th.p, th.n);
+    record_end(&b, r);
+    r = record_begin(&b, PP_REC_FSTATS);
+    put(&b, fs.p, fs.n);
+    record_end(&b, r);
+    r = record_begin(&b, PP_REC_EDGES);
+    put(&b, es.p, es.n);
+    record_end(&b, r);
+    r = record_begin(&b, PP_REC_END);
+    record_end(&b, r);
+    if (b.oom || fs.oom || es.oom || th.oom)
+        PyErr_NoMemory();
+    else
+        result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
+done:
+    free(b.p);
+    free(fs.p);
+    free(es.p);
+    free(th.p);
+    return result;
+}
+
+int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,
+                          char *err, size_t errlen)
+{
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 32);
+    if (tmp == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s", strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    unsigned char hdr[28];
+    memcpy(hdr, "\x89" "CPROF\r\n", 8);
+    uint16_t major = PP_FORMAT_MAJOR, minor = PP_FORMAT_MINOR;
+    uint32_t flags = final ? 1u : 0u;
+    uint64_t len = n;
+    uint32_t crc = (uint32_t)crc32(0L, (const Bytef *)blob, (uInt)0);
+    /* crc32 takes uInt lengths: feed large blobs in pieces. */
+    for (size_t off = 0; off < n;) {
+        size_t chunk = n - off > (1u << 30) ? (1u << 30) : n - off;
+        crc = (uint32_t)crc32(crc, (const Bytef *)blob + off, (uInt)chunk);
+        off += chunk;
+    }
+    memcpy(hdr + 8, &major, 2);
+    memcpy(hdr + 10, &minor, 2);
+    memcpy(hdr + 12, &flags, 4);
+    memcpy(hdr + 16, &len, 8);
+    memcpy(hdr + 24, &crc, 4);
+    int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
+
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    unsigned char out[65536];
+    if (ok && deflateInit(&zs, 6) != Z_OK)
+        ok = 0;
+    if (ok) {
+        size_t off = 0;
+        int flush;
+        do {
+            size_t chunk = n - off > (1u << 20) ? (1u << 20) : n - off;
+            zs.next_in = (Bytef *)blob + off;
+            zs.avail_in = (uInt)chunk;
+            off += chunk;
+            flush = off == n ? Z_FINISH : Z_NO_FLUSH;
+            do {
+                zs.next_out = out;
+                zs.avail_out = sizeof out;
+                if (deflate(&zs, flush) == Z_STREAM_ERROR) {
+                    ok = 0;
+                    break;
+                }
+                size_t have = sizeof out - zs.avail_out;
+                if (have && fwrite(out, 1, have, f) != have)
+                    ok = 0;
+            } while (ok && zs.avail_out == 0);
+        } while (ok && flush != Z_FINISH);
+        deflateEnd(&zs);
+    }
+    int saved = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        saved = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        saved = errno;
+    }
+    if (!ok) {
+        snprintf(err, errlen, "%s", saved ? strerror(saved) : "write failed");
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
+int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen)
+{
+    PyObject *blob = pp_capture_snapshot(p, 1);
+    if (blob == NULL) {
+        snprintf(err, errlen, "snapshot failed (out of memory)");
+        return -1;
+    }
+    int rc = pp_capture_write_blob(path, PyBytes_AS_STRING(blob), (size_t)PyBytes_GET_SIZE(blob),
+                                   final, err, errlen);
+    Py_DECREF(blob);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* capture.h — the .cprof capture format, written by the C core.
+ *
+ * File  = header (28 bytes) + one zlib stream of the blob.
+ * Header: magic "\x89CPROF\r\n", u16 major, u16 minor, u32 flags (bit 0: final
+ *         write, else a periodic flush), u64 blob length, u32 crc32 of blob.
+ * Blob  = records: u16 type, u16 zero, u32 payload length, payload. Readers
+ *         skip unknown types (later issues add lines, stacks, memory, steps)
+ *         and require the END record (so a truncated blob is detected).
+ * All integers little-endian. Times are integers in INFO.time_unit seconds.
+ * Record layouts are documented in docs/capture-format.md.
+ */
+#ifndef PP_CAPTURE_H
+#define PP_CAPTURE_H
+
+#include "tracer.h"
+
+#define PP_FORMAT_MAJOR 1
+#define PP_FORMAT_MINOR 0
+
+enum {
+    PP_REC_INFO = 1,            /* JSON object written by the C core */
+    PP_REC_META = 2,            /* JSON object given by the Python side */
+    PP_REC_STRINGS = 3,         /* u32 n, n x (u32 len, utf-8 bytes) */
+    PP_REC_FUNCTIONS = 4,       /* u32 n, n x <6I fid file line name qualname kind> */
+    PP_REC_THREADS = 5,         /* u32 n, n x <IIQQQ index pad ident native_id events> */
+    PP_REC_FSTATS = 6,          /* u32 n, n x <IIQQqq thread fid calls rec_calls tt it> */
+    PP_REC_EDGES = 7,           /* u32 n, n x <IIIIQQqq thread caller callee pad calls rec_calls tt it> */
+    PP_REC_END = 0xFFFF,
+};
+
+/* Snapshot of the profiler as a blob (bytes). Calls still open are counted as
+ * ending now when include_open is set (periodic flushes). GIL held. */
+PyObject *pp_capture_snapshot(pp_profiler *p, int include_open);
+/* Snapshot and write atomically (temporary file + rename). -1 with err set. */
+int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);
+/* Write a blob to a file atomically. -1 with err set. No Python API used. */
+int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,
+                          char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,63 @@
+/* frames.h — the only place that knows CPython's per-version structures.
+ *
+ * Owns: small inline accessors over frames, thread states and exception state
+ * whose spelling differs between 3.11, 3.12 and 3.13. Nothing else in pyprof
+ * reads interpreter internals. Everything here needs the GIL unless marked.
+ */
+#ifndef PP_FRAMES_H
+#define PP_FRAMES_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <frameobject.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "pyprof supports CPython 3.11 and newer"
+#endif
+
+#define PP_USE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
+
+/* Borrowed code object of a frame given to a legacy profile hook. */
+static inline PyCodeObject *pp_frame_code_borrowed(PyFrameObject *frame)
+{
+    PyCodeObject *code = PyFrame_GetCode(frame);   /* new reference */
+    Py_DECREF(code);                                /* the frame keeps it alive */
+    return code;
+}
+
+/* Pending exception, saved around work that may clear or set one. */
+typedef struct {
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *exc;
+#else
+    PyObject *type, *value, *tb;
+#endif
+} pp_err_state;
+
+static inline void pp_err_save(pp_err_state *s)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    s->exc = PyErr_GetRaisedException();
+#else
+    PyErr_Fetch(&s->type, &s->value, &s->tb);
+#endif
+}
+
+static inline void pp_err_restore(pp_err_state *s)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(s->exc);
+#else
+    PyErr_Restore(s->type, s->value, s->tb);
+#endif
+}
+
+#if !PP_USE_MONITORING
+/* 3.11: the profile object installed on a thread state, to remove only ours. */
+static inline PyObject *pp_tstate_profileobj(PyThreadState *ts)
+{
+    return ts->c_profileobj;
+}
+#endif
+
+#endif

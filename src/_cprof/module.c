@@ -1,0 +1,329 @@
+/* module.c — pyprof._cprof: the Python-visible Profiler type and module
+ * functions. Argument parsing and object lifetime only: the engines live in
+ * tracer.c (events), capture.c (snapshots, files), clock.c and unwind.c.
+ * Never touches interpreter internals (frames.h does).
+ */
+#include "capture.h"
+#include "clock.h"
+#include "tracer.h"
+#include "unwind.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", NULL};
+    PyObject *timer = NULL;
+    double timeunit = 0.0;
+    int subcalls = 1, builtins = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp:Profiler", kwlist,
+                                     &timer, &timeunit, &subcalls, &builtins))
+        return -1;
+    if (self->enabled) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot re-initialise an enabled profiler");
+        return -1;
+    }
+    if (timer == Py_None)
+        timer = NULL;
+    Py_XINCREF(timer);
+    Py_XSETREF(self->timer, timer);
+    self->timeunit = timeunit;
+    self->subcalls = subcalls;
+    self->builtins = builtins;
+    return 0;
+}
+
+static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args; (void)kw;
+    pp_profiler *self = (pp_profiler *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->subcalls = self->builtins = 1;
+    self->tool_id = -1;
+    self->threads_tail = &self->threads;
+    if (pp_index_init(&self->reg, 1024) < 0) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void profiler_dealloc(pp_profiler *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->enabled) {
+        /* Unreachable while hooks hold it on 3.12+; on 3.11 the hook holds a
+         * borrowed pointer, so remove it before the memory goes away. */
+        if (pp_tracer_disable(self) < 0)
+            PyErr_WriteUnraisable((PyObject *)self);
+    }
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    Py_CLEAR(self->timer);
+    pp_tracer_free(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->timer);
+    Py_VISIT(self->prev_thread_hook);
+    return 0;
+}
+
+static int profiler_clear_refs(pp_profiler *self)
+{
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->prev_thread_hook);
+    return 0;
+}
+
+static PyObject *profiler_enable(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"subcalls", "builtins", NULL};
+    int subcalls = -1, builtins = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pp:enable", kwlist, &subcalls, &builtins))
+        return NULL;
+    if (!self->enabled) {
+        if (subcalls >= 0)
+            self->subcalls = subcalls;
+        if (builtins >= 0)
+            self->builtins = builtins;
+    }
+    if (pp_tracer_enable(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_disable(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    if (pp_tracer_disable(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    pp_tracer_clear(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_snapshot(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    return pp_capture_snapshot(self, 1);
+}
+
+static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *l = PyList_New(self->nfun);
+    if (l == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < self->nfun; i++)
+        PyList_SET_ITEM(l, i, Py_NewRef(self->fobj[i]));
+    return l;
+}
+
+static PyObject *profiler_set_capture(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"meta", "flush_path", "flush_interval", NULL};
+    PyObject *meta = Py_None, *path = Py_None;
+    double interval = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOd:set_capture", kwlist, &meta, &path, &interval))
+        return NULL;
+    if (meta != Py_None && !PyBytes_Check(meta)) {
+        PyErr_SetString(PyExc_TypeError, "meta must be bytes (JSON) or None");
+        return NULL;
+    }
+    if (interval < 0.0) {
+        PyErr_SetString(PyExc_ValueError, "flush_interval must be >= 0");
+        return NULL;
+    }
+    char *p = NULL;
+    if (path != Py_None) {
+        PyObject *enc = NULL;
+        if (!PyUnicode_FSConverter(path, &enc))
+            return NULL;
+        p = strdup(PyBytes_AS_STRING(enc));
+        Py_DECREF(enc);
+        if (p == NULL)
+            return PyErr_NoMemory();
+    }
+    Py_XSETREF(self->meta, meta == Py_None ? NULL : Py_NewRef(meta));
+    free(self->flush_path);
+    self->flush_path = p;
+    self->flush_interval_ns = p ? (int64_t)(interval * 1e9) : 0;
+    self->flush_failed = 0;
+    if (self->flush_interval_ns)
+        self->next_flush_ns = pp_clock_monotonic_ns() + self->flush_interval_ns;
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "final", NULL};
+    PyObject *path;
+    int final = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p:write_capture", kwlist,
+                                     PyUnicode_FSConverter, &path, &final))
+        return NULL;
+    char err[256];
+    int rc = pp_capture_write(self, PyBytes_AS_STRING(path), final, err, sizeof err);
+    if (rc < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_OSError, "cannot write %s: %s", PyBytes_AS_STRING(path), err);
+    Py_DECREF(path);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_get_enabled(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->enabled);
+}
+
+static PyObject *profiler_get_tool_id(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(self->tool_id);
+}
+
+static PyMethodDef profiler_methods[] = {
+    {"enable", (PyCFunction)(void (*)(void))profiler_enable, METH_VARARGS | METH_KEYWORDS,
+     "enable(subcalls=True, builtins=True)\nStart collecting profiling information."},
+    {"disable", (PyCFunction)profiler_disable, METH_NOARGS,
+     "disable()\nStop collecting; calls still open end now."},
+    {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
+    {"snapshot", (PyCFunction)profiler_snapshot, METH_NOARGS,
+     "snapshot() -> bytes\nThe collected data as a capture blob (see pyprof.session)."},
+    {"_function_objects", (PyCFunction)profiler_function_objects, METH_NOARGS,
+     "Code objects (Python functions) or names (C functions), indexed by function id."},
+    {"set_capture", (PyCFunction)(void (*)(void))profiler_set_capture, METH_VARARGS | METH_KEYWORDS,
+     "set_capture(meta=None, flush_path=None, flush_interval=0.0)\n"
+     "JSON metadata for captures, and a file flushed every flush_interval seconds."},
+    {"write_capture", (PyCFunction)(void (*)(void))profiler_write_capture, METH_VARARGS | METH_KEYWORDS,
+     "write_capture(path, final=True)\nWrite a .cprof capture file atomically."},
+    {NULL},
+};
+
+static PyGetSetDef profiler_getset[] = {
+    {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
+    {"tool_id", (getter)profiler_get_tool_id, NULL,
+     "sys.monitoring tool id in use (3.12+), -1 when none.", NULL},
+    {NULL},
+};
+
+PyTypeObject pp_profiler_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyprof._cprof.Profiler",
+    .tp_basicsize = sizeof(pp_profiler),
+    .tp_dealloc = (destructor)profiler_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Profiler(timer=None, timeunit=0.0, subcalls=True, builtins=True)\n\n"
+              "The C core of pyprof.Profile: deterministic function profiling.",
+    .tp_traverse = (traverseproc)profiler_traverse,
+    .tp_clear = (inquiry)profiler_clear_refs,
+    .tp_weaklistoffset = offsetof(pp_profiler, weakreflist),
+    .tp_methods = profiler_methods,
+    .tp_getset = profiler_getset,
+    .tp_init = (initproc)profiler_init,
+    .tp_new = profiler_new,
+};
+
+static PyObject *mod_clock_info(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    return Py_BuildValue("{s:s,s:d,s:d}", "name", pp_clock_name(),
+                         "ns_per_tick", pp_clock_ns_per_tick(),
+                         "read_ns", pp_clock_read_cost_ns());
+}
+
+static PyObject *mod_write_blob(PyObject *m, PyObject *args, PyObject *kw)
+{
+    (void)m;
+    static char *kwlist[] = {"path", "blob", "final", NULL};
+    PyObject *path;
+    Py_buffer blob;
+    int final = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&y*|p:write_blob", kwlist,
+                                     PyUnicode_FSConverter, &path, &blob, &final))
+        return NULL;
+    char err[256];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pp_capture_write_blob(PyBytes_AS_STRING(path), blob.buf, (size_t)blob.len, final,
+                               err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        PyErr_Format(PyExc_OSError, "cannot write %s: %s", PyBytes_AS_STRING(path), err);
+    PyBuffer_Release(&blob);
+    Py_DECREF(path);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    return PyLong_FromLong(pp_unwind_self_depth());
+}
+
+static PyMethodDef module_methods[] = {
+    {"clock_info", mod_clock_info, METH_NOARGS,
+     "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
+    {"write_blob", (PyCFunction)(void (*)(void))mod_write_blob, METH_VARARGS | METH_KEYWORDS,
+     "write_blob(path, blob, final=True)\nWrite a capture blob as a .cprof file atomically."},
+    {"native_stack_depth", mod_native_depth, METH_NOARGS,
+     "Frames on this thread's native stack via libunwind, -1 when built without it."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "pyprof._cprof",
+    "pyprof's C core: event hooks, per-thread tables and the capture writer.",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__cprof(void)
+{
+    const uint16_t probe = 1;
+    if (*(const unsigned char *)&probe != 1) {
+        PyErr_SetString(PyExc_ImportError, "pyprof: big-endian hosts are not supported yet");
+        return NULL;
+    }
+    if (PyType_Ready(&pp_profiler_type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    if (pp_tracer_module_init(m) < 0)
+        goto fail;
+    if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0)
+        goto fail;
+    PyObject *features = Py_BuildValue("(s" "s" ")", "zlib",
+                                       pp_unwind_available() ? "libunwind" : "");
+    if (features && !pp_unwind_available()) {
+        Py_SETREF(features, Py_BuildValue("(s)", "zlib"));
+    }
+    if (features == NULL || PyModule_AddObject(m, "FEATURES", features) < 0) {
+        Py_XDECREF(features);
+        goto fail;
+    }
+    if (PyModule_AddObject(m, "FORMAT_VERSION",
+                           Py_BuildValue("(ii)", PP_FORMAT_MAJOR, PP_FORMAT_MINOR)) < 0)
+        goto fail;
+    if (PyModule_AddStringConstant(m, "HOOK", PP_USE_MONITORING ? "sys.monitoring"
+                                                                 : "PyEval_SetProfile") < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

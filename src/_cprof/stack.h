@@ -1,0 +1,37 @@
+/* stack.h — per-thread shadow call stack.
+ *
+ * Owns: the frames of calls in progress on one thread (key, slots, start time,
+ * time spent in callees). Generators and coroutines leave the stack when they
+ * yield and enter again when resumed (as cProfile), so suspended time is never
+ * charged to them. GIL held; never from a signal handler (push may grow).
+ */
+#ifndef PP_STACK_H
+#define PP_STACK_H
+
+#include <stdint.h>
+
+typedef struct {
+    uint64_t key;
+    uint32_t fslot;
+    uint32_t eslot;             /* PP_NONE at the bottom or without subcalls */
+    int64_t t0;
+    int64_t subt;               /* ticks spent in callees that have ended */
+} pp_frame;
+
+typedef struct {
+    pp_frame *f;
+    uint32_t depth;
+    uint32_t cap;
+} pp_stack;
+
+int pp_stack_grow(pp_stack *s);                 /* -1 on OOM */
+void pp_stack_free(pp_stack *s);
+
+static inline pp_frame *pp_stack_push(pp_stack *s)
+{
+    if (__builtin_expect(s->depth == s->cap, 0) && pp_stack_grow(s) < 0)
+        return 0;
+    return &s->f[s->depth++];
+}
+
+#endif

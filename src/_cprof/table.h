@@ -1,0 +1,130 @@
+/* table.h — per-thread aggregation tables.
+ *
+ * Owns: an open-addressing index (u64 key -> u32 slot), the dense function and
+ * edge slot arrays of one thread, and the cProfile accounting rule applied when
+ * a call ends. Pure C: no Python API, so it can be copied for snapshots and
+ * tested alone. Called with the GIL held (one writer per thread's tables);
+ * never from a signal handler (it may allocate when growing).
+ */
+#ifndef PP_TABLE_H
+#define PP_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PP_NONE UINT32_MAX
+
+typedef struct {
+    uint64_t key;               /* 0 = empty */
+    uint32_t val;
+    uint32_t pad;
+} pp_ient;
+
+typedef struct {
+    pp_ient *e;
+    uint32_t mask;              /* capacity - 1 (capacity is a power of two) */
+    uint32_t count;
+} pp_index;
+
+/* Per (thread, function). tt: inclusive time of outermost activations only;
+ * it: self time of every activation. Units: clock ticks until snapshot. */
+typedef struct {
+    uint64_t key;
+    uint32_t fid;               /* profile-wide function id */
+    uint32_t rec_level;         /* activations currently open in this thread */
+    uint64_t calls;
+    uint64_t rec_calls;         /* calls that ended while another activation was open */
+    int64_t tt;
+    int64_t it;
+} pp_fslot;
+
+/* Per (thread, caller slot, callee slot): the same counters, per edge. */
+typedef struct {
+    uint32_t caller;
+    uint32_t callee;
+    uint32_t rec_level;
+    uint32_t pad;
+    uint64_t calls;
+    uint64_t rec_calls;
+    int64_t tt;
+    int64_t it;
+} pp_eslot;
+
+typedef struct {
+    pp_index fidx;
+    pp_fslot *f;
+    uint32_t nf, capf;
+    pp_index eidx;
+    pp_eslot *e;
+    uint32_t ne, cape;
+} pp_tables;
+
+int pp_index_init(pp_index *ix, uint32_t capacity);
+void pp_index_free(pp_index *ix);
+int pp_index_put(pp_index *ix, uint64_t key, uint32_t val);   /* -1 on OOM */
+int pp_index_copy(pp_index *dst, const pp_index *src);
+
+static inline uint32_t pp_hash64(uint64_t key, uint32_t mask)
+{
+    key ^= key >> 29;
+    key *= 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(key >> 32) & mask;
+}
+
+static inline uint32_t pp_index_get(const pp_index *ix, uint64_t key)
+{
+    uint32_t i = pp_hash64(key, ix->mask);
+    for (;;) {
+        const pp_ient *p = &ix->e[i];
+        if (p->key == key)
+            return p->val;
+        if (p->key == 0)
+            return PP_NONE;
+        i = (i + 1) & ix->mask;
+    }
+}
+
+int pp_tables_init(pp_tables *t);
+void pp_tables_free(pp_tables *t);
+void pp_tables_clear(pp_tables *t);
+int pp_tables_copy(pp_tables *dst, const pp_tables *src);
+/* Slow paths: add a slot (the caller has checked it is absent). */
+uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid);
+uint32_t pp_tables_add_edge(pp_tables *t, uint32_t caller, uint32_t callee);
+
+static inline uint64_t pp_edge_key(uint32_t caller, uint32_t callee)
+{
+    return ((uint64_t)caller + 1) << 32 | callee;   /* never 0 */
+}
+
+static inline uint32_t pp_tables_edge(pp_tables *t, uint32_t caller, uint32_t callee)
+{
+    uint32_t e = pp_index_get(&t->eidx, pp_edge_key(caller, callee));
+    if (e == PP_NONE)
+        e = pp_tables_add_edge(t, caller, callee);
+    return e;
+}
+
+/* cProfile's rule when an activation ends after `tt` ticks, `it` of them its
+ * own: inclusive time counts only at the outermost level of recursion. */
+static inline void pp_account_function(pp_fslot *s, int64_t tt, int64_t it)
+{
+    if (--s->rec_level == 0)
+        s->tt += tt;
+    else
+        s->rec_calls++;
+    s->it += it;
+    s->calls++;
+}
+
+static inline void pp_account_edge(pp_eslot *s, int64_t tt, int64_t it)
+{
+    if (--s->rec_level == 0)
+        s->tt += tt;
+    else
+        s->rec_calls++;
+    s->it += it;
+    s->calls++;
+}
+
+#endif

@@ -1,0 +1,779 @@
+/* tracer.c — deterministic function profiling (see tracer.h).
+ *
+ * Event path, per call: find this thread's record (one TLS compare), find the
+ * function slot (one probe in an open-addressing index), find the edge slot,
+ * push a frame, read the clock last. Per return: read the clock first, pop,
+ * account. Everything runs with the GIL held: on 3.12+ inside sys.monitoring
+ * callbacks (CPython has already disabled monitoring for the callback's own
+ * work), on 3.11 inside the legacy profile hook.
+ *
+ * Danger points:
+ * - a pending exception may be set when an enter event fires (gen.throw):
+ *   anything that may touch the error indicator (user timer, first-time name
+ *   formatting) saves and restores it;
+ * - the user timer is Python code: it must not disable the profiler
+ *   (in_timer guard, as 3.13's cProfile) and its errors are unraisable;
+ * - thread records outlive their threads (their data is kept); TLS points at
+ *   a record only while its generation matches the profiler's.
+ */
+#include "tracer.h"
+
+#include "capture.h"
+#include "clock.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* One thread record cached per OS thread for the active profiler. */
+static __thread struct {
+    uint64_t gen;
+    pp_thread *ts;
+} pp_tls __attribute__((tls_model("initial-exec")));
+
+static uint64_t pp_gen_counter;
+static pp_profiler *pp_active;   /* at most one enabled profiler per process */
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---------------------------------------------------------------- clock */
+
+static int64_t user_timer_now(pp_profiler *p)
+{
+    pp_err_state es;
+    pp_err_save(&es);
+    p->in_timer = 1;
+    PyObject *o = PyObject_CallNoArgs(p->timer);
+    p->in_timer = 0;
+    int64_t v = 0;
+    if (o == NULL) {
+        PyErr_WriteUnraisable(p->timer);
+    }
+    else {
+        if (p->timeunit > 0.0) {
+            v = PyLong_AsLongLong(o);
+        }
+        else {
+            double d = PyFloat_AsDouble(o);
+            /* cProfile converts seconds to integer nanoseconds, rounding down. */
+            v = (int64_t)(d * 1e9);
+            if ((double)v > d * 1e9)
+                v--;
+        }
+        Py_DECREF(o);
+        if (PyErr_Occurred()) {
+            PyErr_WriteUnraisable(p->timer);
+            v = 0;
+        }
+    }
+    pp_err_restore(&es);
+    return v;
+}
+
+static inline int64_t now_ticks(pp_profiler *p)
+{
+    if (LIKELY(p->timer == NULL))
+        return pp_clock_now();
+    return user_timer_now(p);
+}
+
+int64_t pp_tracer_now(pp_profiler *p)
+{
+    return now_ticks(p);
+}
+
+/* ------------------------------------------------------ thread records */
+
+static pp_thread *attach_thread(pp_profiler *p)
+{
+    unsigned long ident = PyThread_get_thread_ident();
+    pp_thread *ts;
+    /* A record from an earlier enable of this profiler is reused; one made in
+     * this enable belongs to a thread that has ended (its ident reused). */
+    for (ts = p->threads; ts; ts = ts->next)
+        if (ts->ident == ident && ts->attach_gen != p->gen)
+            break;
+    if (ts == NULL) {
+        ts = calloc(1, sizeof *ts);
+        if (ts == NULL || pp_tables_init(&ts->t) < 0) {
+            free(ts);
+            p->oom = 1;
+            return NULL;
+        }
+        ts->ident = ident;
+        ts->native_id = PyThread_get_thread_native_id();
+        ts->index = p->nthreads++;
+        *p->threads_tail = ts;
+        p->threads_tail = &ts->next;
+    }
+    ts->attach_gen = p->gen;
+    pp_tls.gen = p->gen;
+    pp_tls.ts = ts;
+    return ts;
+}
+
+static inline pp_thread *current_thread(pp_profiler *p)
+{
+    if (LIKELY(pp_tls.gen == p->gen))
+        return pp_tls.ts;
+    return attach_thread(p);
+}
+
+/* ------------------------------------------------------------ registry */
+
+/* Name of a C function exactly as cProfile's normalizeUserObj builds it. */
+static PyObject *builtin_name(PyObject *callable)
+{
+    if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        return PyObject_Repr(callable);
+    PyCFunctionObject *fn = (PyCFunctionObject *)callable;
+    if (fn->m_self == NULL) {
+        PyObject *mod = fn->m_module, *modname = NULL;
+        if (mod && PyUnicode_Check(mod)) {
+            modname = Py_NewRef(mod);
+        }
+        else if (mod && PyModule_Check(mod)) {
+            modname = PyModule_GetNameObject(mod);
+            if (modname == NULL)
+                PyErr_Clear();
+        }
+        if (modname) {
+            PyObject *r = NULL;
+            if (PyUnicode_CompareWithASCIIString(modname, "builtins") != 0)
+                r = PyUnicode_FromFormat("<%U.%s>", modname, fn->m_ml->ml_name);
+            Py_DECREF(modname);
+            if (r)
+                return r;
+        }
+        return PyUnicode_FromFormat("<%s>", fn->m_ml->ml_name);
+    }
+    PyObject *name = PyUnicode_FromString(fn->m_ml->ml_name);
+    if (name) {
+        PyObject *mo = _PyType_Lookup(Py_TYPE(fn->m_self), name);
+        Py_DECREF(name);
+        if (mo) {
+            Py_INCREF(mo);
+            PyObject *r = PyObject_Repr(mo);
+            Py_DECREF(mo);
+            if (r)
+                return r;
+        }
+    }
+    PyErr_Clear();
+    if (fn->m_module && PyUnicode_Check(fn->m_module))
+        return PyUnicode_FromFormat("<built-in method %S.%s>", fn->m_module, fn->m_ml->ml_name);
+    return PyUnicode_FromFormat("<built-in method %s>", fn->m_ml->ml_name);
+}
+
+static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj, int kind)
+{
+    uint32_t fid = pp_index_get(&p->reg, key);
+    if (fid != PP_NONE)
+        return fid;
+    if (p->nfun == p->capfun) {
+        uint32_t ncap = p->capfun ? p->capfun * 2 : 256;
+        PyObject **no = realloc(p->fobj, ncap * sizeof(PyObject *));
+        if (no == NULL)
+            return PP_NONE;
+        p->fobj = no;
+        uint8_t *nk = realloc(p->fkind, ncap);
+        if (nk == NULL)
+            return PP_NONE;
+        p->fkind = nk;
+        p->capfun = ncap;
+    }
+    PyObject *named;
+    if (kind == PP_KIND_PYTHON) {
+        named = Py_NewRef(obj);
+    }
+    else {
+        pp_err_state es;
+        pp_err_save(&es);
+        named = builtin_name(obj);
+        if (named == NULL)
+            PyErr_Clear();
+        pp_err_restore(&es);
+        if (named == NULL)
+            return PP_NONE;
+    }
+    fid = p->nfun;
+    if (pp_index_put(&p->reg, key, fid) < 0) {
+        Py_DECREF(named);
+        return PP_NONE;
+    }
+    p->fobj[fid] = named;
+    p->fkind[fid] = (uint8_t)kind;
+    p->nfun++;
+    return fid;
+}
+
+static uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
+                                  PyObject *obj, int kind)
+{
+    uint32_t fid = register_function(p, key, obj, kind);
+    if (fid == PP_NONE)
+        return PP_NONE;
+    return pp_tables_add_function(&ts->t, key, fid);
+}
+
+/* ------------------------------------------------------ enter / leave */
+
+static void maybe_flush(pp_profiler *p);
+
+static inline void enter(pp_profiler *p, uint64_t key, PyObject *obj, int kind)
+{
+    pp_thread *ts = current_thread(p);
+    if (UNLIKELY(ts == NULL))
+        return;
+    ts->events++;
+    pp_tables *t = &ts->t;
+    uint32_t fs = pp_index_get(&t->fidx, key);
+    if (UNLIKELY(fs == PP_NONE)) {
+        fs = add_function_slot(p, ts, key, obj, kind);
+        if (fs == PP_NONE) {
+            p->oom = 1;
+            return;
+        }
+    }
+    pp_stack *st = &ts->st;
+    uint32_t es = PP_NONE;
+    if (p->subcalls && st->depth) {
+        es = pp_tables_edge(t, st->f[st->depth - 1].fslot, fs);
+        if (UNLIKELY(es == PP_NONE)) {
+            p->oom = 1;
+            return;
+        }
+    }
+    pp_frame *f = pp_stack_push(st);
+    if (UNLIKELY(f == NULL)) {
+        p->oom = 1;
+        return;
+    }
+    t->f[fs].rec_level++;
+    if (es != PP_NONE)
+        t->e[es].rec_level++;
+    f->key = key;
+    f->fslot = fs;
+    f->eslot = es;
+    f->subt = 0;
+    f->t0 = now_ticks(p);       /* last: our bookkeeping is not the callee's time */
+}
+
+static inline void stop_top(pp_tables *t, pp_stack *st, int64_t now)
+{
+    pp_frame *f = &st->f[--st->depth];
+    int64_t tt = now - f->t0;
+    int64_t it = tt - f->subt;
+    if (st->depth)
+        st->f[st->depth - 1].subt += tt;
+    pp_account_function(&t->f[f->fslot], tt, it);
+    if (f->eslot != PP_NONE)
+        pp_account_edge(&t->e[f->eslot], tt, it);
+}
+
+void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now)
+{
+    (void)ts;
+    while (st->depth)
+        stop_top(t, st, now);
+}
+
+/* A return whose key is not on top: a frame below lost its return event (or
+ * the returning frame began before enable). End the frames above a match
+ * close to the top; otherwise ignore the event. */
+static int unwind_to(pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
+{
+    uint32_t limit = st->depth < 16 ? st->depth : 16;
+    for (uint32_t i = 1; i <= limit; i++) {
+        if (st->f[st->depth - i].key == key) {
+            while (st->f[st->depth - 1].key != key)
+                stop_top(t, st, now);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static inline void leave(pp_profiler *p, uint64_t key)
+{
+    int64_t now = now_ticks(p);   /* first: our bookkeeping is not the callee's time */
+    pp_thread *ts = current_thread(p);
+    if (UNLIKELY(ts == NULL))
+        return;
+    ts->events++;
+    pp_stack *st = &ts->st;
+    if (st->depth == 0)
+        return;
+    if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(&ts->t, st, key, now))
+        return;
+    stop_top(&ts->t, st, now);
+    if (UNLIKELY(p->flush_interval_ns) && (ts->events & 1023) == 0)
+        maybe_flush(p);
+}
+
+/* Key of a C callable as cProfile keys it (its PyMethodDef), or 0 to ignore. */
+static inline uint64_t cfunc_key(PyObject *callable, PyObject *self_arg, PyObject *missing)
+{
+    if (PyCFunction_Check(callable))
+        return (uint64_t)(uintptr_t)((PyCFunctionObject *)callable)->m_ml;
+    if (Py_IS_TYPE(callable, &PyMethodDescr_Type) && self_arg != missing && self_arg != NULL) {
+        PyMethodDescrObject *d = (PyMethodDescrObject *)callable;
+        if (PyObject_TypeCheck(self_arg, PyDescr_TYPE(d)))
+            return (uint64_t)(uintptr_t)d->d_method;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------ periodic flush */
+
+static void maybe_flush(pp_profiler *p)
+{
+    int64_t mono = pp_clock_monotonic_ns();
+    if (mono < p->next_flush_ns)
+        return;
+    p->next_flush_ns = mono + p->flush_interval_ns;
+    char err[256];
+    pp_err_state es;
+    pp_err_save(&es);
+    if (pp_capture_write(p, p->flush_path, 0, err, sizeof err) < 0 && !p->flush_failed) {
+        p->flush_failed = 1;
+        fprintf(stderr, "pyprof: periodic flush to %s failed: %s\n", p->flush_path, err);
+    }
+    PyErr_Clear();
+    pp_err_restore(&es);
+}
+
+/* ------------------------------------------------ 3.12+: sys.monitoring */
+#if PP_USE_MONITORING
+
+/* Event bits, identical in 3.12 and 3.13 (internal in 3.12). */
+enum {
+    EV_PY_START = 1 << 0, EV_PY_RESUME = 1 << 1, EV_PY_RETURN = 1 << 2,
+    EV_PY_YIELD = 1 << 3, EV_CALL = 1 << 4, EV_PY_UNWIND = 1 << 12,
+    EV_PY_THROW = 1 << 13, EV_C_RETURN = 1 << 15, EV_C_RAISE = 1 << 16,
+};
+
+static PyObject *mon_missing;   /* sys.monitoring.MISSING, compared by pointer */
+
+/* A callable with the cheapest calling convention CPython offers. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    pp_profiler *prof;          /* strong */
+} pp_callback;
+
+static void callback_dealloc(pp_callback *cb)
+{
+    Py_XDECREF((PyObject *)cb->prof);
+    PyObject_Free(cb);
+}
+
+static PyTypeObject pp_callback_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyprof._cprof._MonitoringCallback",
+    .tp_basicsize = sizeof(pp_callback),
+    .tp_dealloc = (destructor)callback_dealloc,
+    .tp_vectorcall_offset = offsetof(pp_callback, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "sys.monitoring callback of a pyprof profiler",
+};
+
+static PyObject *cb_py_enter(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled))
+        enter(p, (uint64_t)(uintptr_t)args[0], args[0], PP_KIND_PYTHON);
+    Py_RETURN_NONE;
+}
+
+static PyObject *cb_py_leave(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled))
+        leave(p, (uint64_t)(uintptr_t)args[0]);
+    Py_RETURN_NONE;
+}
+
+static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    PyObject *callable = args[2];
+    if (Py_IS_TYPE(callable, &PyFunction_Type) || !p->enabled)
+        Py_RETURN_NONE;
+    PyObject *arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL;
+    uint64_t key = cfunc_key(callable, arg0, mon_missing);
+    if (key)
+        enter(p, key, callable, PP_KIND_BUILTIN);
+    Py_RETURN_NONE;
+}
+
+static PyObject *cb_c_leave(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    if (!p->enabled)
+        Py_RETURN_NONE;
+    PyObject *arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL;
+    uint64_t key = cfunc_key(args[2], arg0, mon_missing);
+    if (key)
+        leave(p, key);
+    Py_RETURN_NONE;
+}
+
+static PyObject *monitoring_module(void)
+{
+    PyObject *mon = PySys_GetObject("monitoring");    /* borrowed */
+    if (mon == NULL)
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: sys.monitoring is unavailable");
+    return mon;
+}
+
+static PyObject *new_callback(pp_profiler *p, vectorcallfunc fn)
+{
+    pp_callback *cb = PyObject_New(pp_callback, &pp_callback_type);
+    if (cb == NULL)
+        return NULL;
+    cb->vectorcall = fn;
+    cb->prof = (pp_profiler *)Py_NewRef((PyObject *)p);
+    return (PyObject *)cb;
+}
+
+/* Tool ids to try: the profiler's own first, then the free general ones,
+ * then the debugger's and coverage's last so those tools can still start. */
+static const int tool_order[] = {2, 3, 4, 5, 1, 0};
+
+static int claim_tool_id(PyObject *mon)
+{
+    for (size_t i = 0; i < sizeof tool_order / sizeof tool_order[0]; i++) {
+        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "i", tool_order[i]);
+        if (holder == NULL)
+            return -1;
+        int free_id = holder == Py_None;
+        Py_DECREF(holder);
+        if (!free_id)
+            continue;
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", tool_order[i], "pyprof");
+        if (r) {
+            Py_DECREF(r);
+            return tool_order[i];
+        }
+        PyErr_Clear();
+    }
+    /* All taken: name the holders. */
+    PyObject *names = PyList_New(0);
+    for (int id = 0; names && id < 6; id++) {
+        PyObject *h = PyObject_CallMethod(mon, "get_tool", "i", id);
+        PyObject *s = h ? PyUnicode_FromFormat("%d=%R", id, h) : NULL;
+        Py_XDECREF(h);
+        if (s == NULL || PyList_Append(names, s) < 0) {
+            Py_XDECREF(s);
+            Py_CLEAR(names);
+            break;
+        }
+        Py_DECREF(s);
+    }
+    if (names) {
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *joined = sep ? PyUnicode_Join(sep, names) : NULL;
+        if (joined)
+            PyErr_Format(PyExc_RuntimeError,
+                         "pyprof: no free sys.monitoring tool id (held by: %U)", joined);
+        Py_XDECREF(joined);
+        Py_XDECREF(sep);
+        Py_DECREF(names);
+    }
+    return -1;
+}
+
+static const struct { int event; vectorcallfunc fn; int c_only; } mon_events[] = {
+    {EV_PY_START, cb_py_enter, 0},  {EV_PY_RESUME, cb_py_enter, 0}, {EV_PY_THROW, cb_py_enter, 0},
+    {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_leave, 0},  {EV_PY_UNWIND, cb_py_leave, 0},
+    {EV_CALL, cb_call, 1},          {EV_C_RETURN, cb_c_leave, 1},   {EV_C_RAISE, cb_c_leave, 1},
+};
+#define N_MON_EVENTS (sizeof mon_events / sizeof mon_events[0])
+
+static int unregister_monitoring(pp_profiler *p, PyObject *mon)
+{
+    int rc = 0;
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", p->tool_id, 0);
+    rc |= r == NULL;
+    Py_XDECREF(r);
+    for (size_t i = 0; i < N_MON_EVENTS; i++) {
+        r = PyObject_CallMethod(mon, "register_callback", "iiO", p->tool_id,
+                                mon_events[i].event, Py_None);
+        rc |= r == NULL;
+        Py_XDECREF(r);
+    }
+    r = PyObject_CallMethod(mon, "free_tool_id", "i", p->tool_id);
+    rc |= r == NULL;
+    Py_XDECREF(r);
+    p->tool_id = -1;
+    return rc ? -1 : 0;
+}
+
+static int install_hooks(pp_profiler *p)
+{
+    PyObject *mon = monitoring_module();
+    if (mon == NULL)
+        return -1;
+    if (mon_missing == NULL) {
+        mon_missing = PyObject_GetAttrString(mon, "MISSING");
+        if (mon_missing == NULL)
+            return -1;
+    }
+    int id = claim_tool_id(mon);
+    if (id < 0)
+        return -1;
+    p->tool_id = id;
+    int mask = 0;
+    for (size_t i = 0; i < N_MON_EVENTS; i++) {
+        if (mon_events[i].c_only && !p->builtins)
+            continue;
+        PyObject *cb = new_callback(p, mon_events[i].fn);
+        PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "iiO", id,
+                                               mon_events[i].event, cb) : NULL;
+        Py_XDECREF(cb);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+        mask |= mon_events[i].event;
+    }
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", id, mask);
+    if (r == NULL)
+        goto fail;
+    Py_DECREF(r);
+    return 0;
+fail:;
+    pp_err_state es;
+    pp_err_save(&es);
+    unregister_monitoring(p, mon);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    return -1;
+}
+
+static int remove_hooks(pp_profiler *p)
+{
+    if (p->tool_id < 0)
+        return 0;
+    PyObject *mon = monitoring_module();
+    if (mon == NULL)
+        return -1;
+    return unregister_monitoring(p, mon);
+}
+
+/* ------------------------------------------------ 3.11: legacy profile hook */
+#else
+
+static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    pp_profiler *p = (pp_profiler *)obj;
+    if (UNLIKELY(!p->enabled))
+        return 0;
+    switch (what) {
+    case PyTrace_CALL: {
+        PyCodeObject *code = pp_frame_code_borrowed(frame);
+        enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, PP_KIND_PYTHON);
+        break;
+    }
+    case PyTrace_RETURN:
+        leave(p, (uint64_t)(uintptr_t)pp_frame_code_borrowed(frame));
+        break;
+    case PyTrace_C_CALL:
+        if (p->builtins && PyCFunction_Check(arg))
+            enter(p, (uint64_t)(uintptr_t)((PyCFunctionObject *)arg)->m_ml, arg, PP_KIND_BUILTIN);
+        break;
+    case PyTrace_C_RETURN:
+    case PyTrace_C_EXCEPTION:
+        if (p->builtins && PyCFunction_Check(arg))
+            leave(p, (uint64_t)(uintptr_t)((PyCFunctionObject *)arg)->m_ml);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* threading.setprofile() target: installs the C hook on a new thread at its
+ * first event, then handles that event. */
+static PyObject *thread_bootstrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    pp_profiler *p = (pp_profiler *)self;
+    if (nargs != 3 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_thread_bootstrap(frame, event, arg)");
+        return NULL;
+    }
+    if (!p->enabled) {
+        PyEval_SetProfile(NULL, NULL);
+        Py_RETURN_NONE;
+    }
+    PyEval_SetProfile(legacy_callback, self);
+    static const char *names[] = {"call", "exception", "line", "return",
+                                  "c_call", "c_exception", "c_return"};
+    for (int what = 0; what < 7; what++)
+        if (PyUnicode_CompareWithASCIIString(args[1], names[what]) == 0)
+            legacy_callback(self, (PyFrameObject *)args[0], what, args[2]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef bootstrap_def = {
+    "_thread_bootstrap", (PyCFunction)(void (*)(void))thread_bootstrap, METH_FASTCALL,
+    "Installs pyprof's C profile hook on a thread started while profiling."};
+
+static int set_threading_hook(PyObject *hook, PyObject **prev)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    if (threading == NULL)
+        return -1;
+    if (prev) {
+        *prev = PyObject_GetAttrString(threading, "_profile_hook");
+        if (*prev == NULL)
+            PyErr_Clear();
+    }
+    PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook ? hook : Py_None);
+    Py_DECREF(threading);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
+static int install_hooks(pp_profiler *p)
+{
+    PyObject *boot = PyCFunction_New(&bootstrap_def, (PyObject *)p);
+    if (boot == NULL)
+        return -1;
+    Py_CLEAR(p->prev_thread_hook);
+    int rc = set_threading_hook(boot, &p->prev_thread_hook);
+    Py_DECREF(boot);
+    if (rc < 0)
+        return -1;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts)) {
+        if (_PyEval_SetProfile(ts, legacy_callback, (PyObject *)p) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int remove_hooks(pp_profiler *p)
+{
+    int rc = 0;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts)) {
+        if (pp_tstate_profileobj(ts) == (PyObject *)p && _PyEval_SetProfile(ts, NULL, NULL) < 0)
+            rc = -1;
+    }
+    PyObject *prev = p->prev_thread_hook;
+    p->prev_thread_hook = NULL;
+    if (set_threading_hook(prev, NULL) < 0)
+        rc = -1;
+    Py_XDECREF(prev);
+    return rc;
+}
+
+#endif
+
+/* ------------------------------------------------------ enable / disable */
+
+int pp_tracer_enable(pp_profiler *p)
+{
+    if (p->enabled)
+        return 0;
+    if (pp_active != NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Another profiling tool is already active: a pyprof profiler is enabled; "
+                        "disable it first");
+        return -1;
+    }
+    p->gen = ++pp_gen_counter;
+    if (p->enable_count++ == 0) {
+        p->start_wall_ns = pp_clock_realtime_ns();
+        p->start_mono_ns = pp_clock_monotonic_ns();
+    }
+    if (p->flush_interval_ns)
+        p->next_flush_ns = pp_clock_monotonic_ns() + p->flush_interval_ns;
+    pp_active = p;
+    p->enabled = 1;
+    if (install_hooks(p) < 0) {
+        p->enabled = 0;
+        pp_active = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int pp_tracer_disable(pp_profiler *p)
+{
+    if (p->in_timer) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot disable profiler in external timer");
+        return -1;
+    }
+    if (!p->enabled)
+        return 0;
+    p->enabled = 0;
+    if (pp_active == p)
+        pp_active = NULL;
+    int rc = remove_hooks(p);
+    /* Calls still open end now, as cProfile's flush_unmatched does. */
+    int64_t now = now_ticks(p);
+    for (pp_thread *ts = p->threads; ts; ts = ts->next)
+        pp_tracer_stop_all(ts, &ts->t, &ts->st, now);
+    if (rc == 0 && p->oom) {
+        p->oom = 0;
+        PyErr_SetString(PyExc_MemoryError, "pyprof: out of memory while profiling");
+        return -1;
+    }
+    return rc;
+}
+
+void pp_tracer_clear(pp_profiler *p)
+{
+    for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+        pp_tables_clear(&ts->t);
+        ts->st.depth = 0;
+        ts->events = 0;
+    }
+}
+
+void pp_tracer_free(pp_profiler *p)
+{
+    pp_thread *ts = p->threads;
+    while (ts) {
+        pp_thread *next = ts->next;
+        pp_tables_free(&ts->t);
+        pp_stack_free(&ts->st);
+        free(ts);
+        ts = next;
+    }
+    p->threads = NULL;
+    p->threads_tail = &p->threads;
+    p->nthreads = 0;
+    for (uint32_t i = 0; i < p->nfun; i++)
+        Py_DECREF(p->fobj[i]);
+    free(p->fobj);
+    free(p->fkind);
+    p->fobj = NULL;
+    p->fkind = NULL;
+    p->nfun = p->capfun = 0;
+    pp_index_free(&p->reg);
+    Py_CLEAR(p->prev_thread_hook);
+    Py_CLEAR(p->meta);
+    free(p->flush_path);
+    p->flush_path = NULL;
+}
+
+int pp_tracer_module_init(PyObject *module)
+{
+    (void)module;
+    pp_clock_init();
+#if PP_USE_MONITORING
+    if (PyType_Ready(&pp_callback_type) < 0)
+        return -1;
+#endif
+    return 0;
+}

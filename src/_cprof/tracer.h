@@ -1,0 +1,76 @@
+/* tracer.h — the deterministic function profiler.
+ *
+ * Owns: the Profiler object's state, the per-thread records (tables + shadow
+ * stack) and the interpreter hooks: sys.monitoring callbacks on 3.12+ and the
+ * legacy C profile hook on 3.11 (see DESIGN.md section 3). The registry maps a
+ * key (code object or PyMethodDef pointer) to a profile-wide function id and
+ * holds a strong reference to what names it.
+ * Never: Python-level code on the event path (the user timer excepted, as in
+ * cProfile); formatting per event; work for events it does not need.
+ */
+#ifndef PP_TRACER_H
+#define PP_TRACER_H
+
+#include "frames.h"
+#include "stack.h"
+#include "table.h"
+
+enum { PP_KIND_PYTHON = 0, PP_KIND_BUILTIN = 1 };
+
+typedef struct pp_thread {
+    struct pp_thread *next;
+    uint32_t index;             /* order of first event, 0-based */
+    uint64_t attach_gen;
+    unsigned long ident;        /* threading.get_ident() */
+    unsigned long native_id;    /* kernel thread id */
+    uint64_t events;
+    pp_tables t;
+    pp_stack st;
+} pp_thread;
+
+typedef struct pp_profiler {
+    PyObject_HEAD
+    int subcalls;
+    int builtins;
+    PyObject *timer;            /* user timer or NULL for the internal clock */
+    double timeunit;            /* cProfile's timeunit (0: timer returns float seconds) */
+    int enabled;
+    int in_timer;
+    int oom;
+    uint64_t gen;               /* fresh per enable; matches pp_tls.gen */
+    pp_thread *threads;
+    pp_thread **threads_tail;
+    uint32_t nthreads;
+    /* registry: key -> fid, and what names each fid */
+    pp_index reg;
+    PyObject **fobj;            /* code object (python) or str name (builtin) */
+    uint8_t *fkind;
+    uint32_t nfun, capfun;
+    /* hooks */
+    int tool_id;                /* sys.monitoring tool id, -1 when none */
+    PyObject *prev_thread_hook; /* 3.11: threading's profile hook before ours */
+    /* capture */
+    int64_t start_wall_ns;
+    int64_t start_mono_ns;
+    uint64_t enable_count;
+    PyObject *meta;             /* bytes: JSON written with every capture */
+    char *flush_path;
+    int64_t flush_interval_ns;  /* 0 = no periodic flush */
+    int64_t next_flush_ns;
+    int flush_failed;
+    PyObject *weakreflist;
+} pp_profiler;
+
+extern PyTypeObject pp_profiler_type;
+
+int pp_tracer_module_init(PyObject *module);
+int pp_tracer_enable(pp_profiler *p);
+int pp_tracer_disable(pp_profiler *p);
+void pp_tracer_clear(pp_profiler *p);
+void pp_tracer_free(pp_profiler *p);
+/* Ticks of the profiler's clock now (internal clock or user timer). */
+int64_t pp_tracer_now(pp_profiler *p);
+/* End the calls still open on `ts` at `now` (used by disable and snapshots). */
+void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now);
+
+#endif
