@@ -1,0 +1,21 @@
+"""pyprof: where do the time and the memory go?
+
+Deterministic function profiling with cProfile's interface and a C core:
+
+    import pyprof
+    with pyprof.Profile() as p:
+        work()
+    p.print_stats("cumulative")
+    p.dump("work.cprof")            # capture file; "work.prof" writes pstats
+
+    session = pyprof.Session.load("work.cprof")
+
+Command line: ``python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]``.
+"""
+from ._version import __version__
+from .errors import PyprofError
+from .profiler import Profile, run, runctx
+from .session import Counters, Function, Session, Thread, load
+
+__all__ = ["Profile", "run", "runctx", "Session", "Function", "Counters", "Thread", "load",
+           "PyprofError", "__version__"]

@@ -108,7 +108,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
 {
     char s[1024];
     int64_t now_wall = pp_clock_realtime_ns();
-    int64_t dur = p->enable_count ? pp_clock_monotonic_ns() - p->start_mono_ns : 0;
+    int64_t dur = p->enabled_ns + (p->enabled ? pp_clock_monotonic_ns() - p->enabled_since_ns : 0);
     int n = snprintf(s, sizeof s,
         "{\"format\":[%d,%d],\"clock\":\"%s\",\"time_unit\":%.17g,\"ns_per_tick\":%.17g,"
         "\"clock_read_ns\":%.6g,\"user_timer\":%s,\"timeunit\":%.17g,"

@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
@@ -112,10 +113,13 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *profiler_snapshot(pp_profiler *self, PyObject *unused)
+static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *kw)
 {
-    (void)unused;
-    return pp_capture_snapshot(self, 1);
+    static char *kwlist[] = {"include_open", NULL};
+    int include_open = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:snapshot", kwlist, &include_open))
+        return NULL;
+    return pp_capture_snapshot(self, include_open);
 }
 
 static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
@@ -129,19 +133,25 @@ static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
     return l;
 }
 
-static PyObject *profiler_set_capture(pp_profiler *self, PyObject *args, PyObject *kw)
+static PyObject *profiler_set_meta(pp_profiler *self, PyObject *meta)
 {
-    static char *kwlist[] = {"meta", "flush_path", "flush_interval", NULL};
-    PyObject *meta = Py_None, *path = Py_None;
-    double interval = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOd:set_capture", kwlist, &meta, &path, &interval))
-        return NULL;
     if (meta != Py_None && !PyBytes_Check(meta)) {
         PyErr_SetString(PyExc_TypeError, "meta must be bytes (JSON) or None");
         return NULL;
     }
+    Py_XSETREF(self->meta, meta == Py_None ? NULL : Py_NewRef(meta));
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_set_flush(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "interval", NULL};
+    PyObject *path = Py_None;
+    double interval = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Od:set_flush", kwlist, &path, &interval))
+        return NULL;
     if (interval < 0.0) {
-        PyErr_SetString(PyExc_ValueError, "flush_interval must be >= 0");
+        PyErr_SetString(PyExc_ValueError, "flush interval must be >= 0");
         return NULL;
     }
     char *p = NULL;
@@ -154,11 +164,11 @@ static PyObject *profiler_set_capture(pp_profiler *self, PyObject *args, PyObjec
         if (p == NULL)
             return PyErr_NoMemory();
     }
-    Py_XSETREF(self->meta, meta == Py_None ? NULL : Py_NewRef(meta));
     free(self->flush_path);
     self->flush_path = p;
     self->flush_interval_ns = p ? (int64_t)(interval * 1e9) : 0;
     self->flush_failed = 0;
+    self->owner_pid = getpid();
     if (self->flush_interval_ns)
         self->next_flush_ns = pp_clock_monotonic_ns() + self->flush_interval_ns;
     Py_RETURN_NONE;
@@ -200,13 +210,16 @@ static PyMethodDef profiler_methods[] = {
     {"disable", (PyCFunction)profiler_disable, METH_NOARGS,
      "disable()\nStop collecting; calls still open end now."},
     {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
-    {"snapshot", (PyCFunction)profiler_snapshot, METH_NOARGS,
-     "snapshot() -> bytes\nThe collected data as a capture blob (see pyprof.session)."},
+    {"snapshot", (PyCFunction)(void (*)(void))profiler_snapshot, METH_VARARGS | METH_KEYWORDS,
+     "snapshot(include_open=True) -> bytes\nThe collected data as a capture blob "
+     "(see pyprof.session); calls still open count as ending now unless include_open is false."},
     {"_function_objects", (PyCFunction)profiler_function_objects, METH_NOARGS,
      "Code objects (Python functions) or names (C functions), indexed by function id."},
-    {"set_capture", (PyCFunction)(void (*)(void))profiler_set_capture, METH_VARARGS | METH_KEYWORDS,
-     "set_capture(meta=None, flush_path=None, flush_interval=0.0)\n"
-     "JSON metadata for captures, and a file flushed every flush_interval seconds."},
+    {"set_meta", (PyCFunction)profiler_set_meta, METH_O,
+     "set_meta(json_bytes)\nMetadata written with every capture (the META record)."},
+    {"set_flush", (PyCFunction)(void (*)(void))profiler_set_flush, METH_VARARGS | METH_KEYWORDS,
+     "set_flush(path=None, interval=0.0)\n"
+     "While enabled, write a capture to path every interval seconds (0: never)."},
     {"write_capture", (PyCFunction)(void (*)(void))profiler_write_capture, METH_VARARGS | METH_KEYWORDS,
      "write_capture(path, final=True)\nWrite a .cprof capture file atomically."},
     {NULL},

@@ -23,6 +23,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One thread record cached per OS thread for the active profiler. */
 static __thread struct {
@@ -329,7 +330,7 @@ static inline uint64_t cfunc_key(PyObject *callable, PyObject *self_arg, PyObjec
 static void maybe_flush(pp_profiler *p)
 {
     int64_t mono = pp_clock_monotonic_ns();
-    if (mono < p->next_flush_ns)
+    if (mono < p->next_flush_ns || (long)getpid() != p->owner_pid)
         return;
     p->next_flush_ns = mono + p->flush_interval_ns;
     char err[256];
@@ -695,8 +696,9 @@ int pp_tracer_enable(pp_profiler *p)
         p->start_wall_ns = pp_clock_realtime_ns();
         p->start_mono_ns = pp_clock_monotonic_ns();
     }
+    p->enabled_since_ns = pp_clock_monotonic_ns();
     if (p->flush_interval_ns)
-        p->next_flush_ns = pp_clock_monotonic_ns() + p->flush_interval_ns;
+        p->next_flush_ns = p->enabled_since_ns + p->flush_interval_ns;
     pp_active = p;
     p->enabled = 1;
     if (install_hooks(p) < 0) {
@@ -718,6 +720,7 @@ int pp_tracer_disable(pp_profiler *p)
     p->enabled = 0;
     if (pp_active == p)
         pp_active = NULL;
+    p->enabled_ns += pp_clock_monotonic_ns() - p->enabled_since_ns;
     int rc = remove_hooks(p);
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     int64_t now = now_ticks(p);

@@ -52,12 +52,15 @@ typedef struct pp_profiler {
     /* capture */
     int64_t start_wall_ns;
     int64_t start_mono_ns;
+    int64_t enabled_ns;         /* time spent enabled, over all enable/disable pairs */
+    int64_t enabled_since_ns;
     uint64_t enable_count;
     PyObject *meta;             /* bytes: JSON written with every capture */
     char *flush_path;
     int64_t flush_interval_ns;  /* 0 = no periodic flush */
     int64_t next_flush_ns;
     int flush_failed;
+    long owner_pid;             /* a forked child never flushes over the parent's file */
     PyObject *weakreflist;
 } pp_profiler;
 

@@ -1,0 +1,310 @@
+"""pyprof's command line.
+
+    python -m pyprof [run] [-o FILE] [-s SORT] [--flush-interval S] [-m module | -c code | script] [args...]
+    pyprof convert FILE.cprof -o OUT [--format pstats|cprof]
+    pyprof --version
+
+`run` (the default) is a drop-in for ``python -m cProfile``: the program runs as
+if started directly (sys.argv, __main__, sys.path[0], pickling of __main__
+objects, multiprocessing) and pyprof exits with its status. Results are written
+on every exit path: normal end, sys.exit, uncaught exception, Ctrl-C, SIGTERM.
+Bad input gives one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pstats
+import signal
+import sys
+import tempfile
+import traceback
+import types
+
+from . import _cprof
+from ._version import __version__
+from .errors import PyprofError
+from .export import FORMATS, export, format_for_path
+
+EXIT_USAGE = 2
+SUBCOMMANDS = ("run", "convert")
+SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit status 2."""
+
+    def error(self, message):
+        raise PyprofError(f"{message} (see '{self.prog} --help')")
+
+
+def version_text() -> str:
+    features = ", ".join(f for f in _cprof.FEATURES if f)
+    clock = _cprof.clock_info()["name"]
+    return (f"pyprof {__version__} (CPython {sys.version.split()[0]}, hook {_cprof.HOOK}, "
+            f"clock {clock}; features: {features})")
+
+
+# ------------------------------------------------------------------ run
+def _run_parser() -> _Parser:
+    p = _Parser(
+        prog="pyprof",
+        usage="python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]",
+        description="Profile a Python program (a drop-in for python -m cProfile). "
+                    "Other commands: 'pyprof convert FILE.cprof -o OUT'.")
+    p.add_argument("-o", "--outfile", metavar="FILE",
+                   help="write the profile to FILE: a .cprof capture, else pstats "
+                        "(default: print a table to stdout)")
+    p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
+                   help="sort key of the printed table, as pstats: "
+                        + ", ".join(SORT_KEYS) + " (default: cumulative)")
+    p.add_argument("-m", dest="module", action="store_true",
+                   help="profile a library module run as a script (like python -m)")
+    p.add_argument("-c", dest="code", action="store_true",
+                   help="profile the program passed as a string (like python -c)")
+    p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="with a .cprof outfile, rewrite it every SECONDS while the program "
+                        "runs so a crash leaves the last flush (0: only at the end; default 10)")
+    p.add_argument("--version", action="version", version=version_text())
+    return p
+
+
+_VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval"}
+
+
+def _split_argv(argv):
+    """pyprof's options end at the first positional argument (the target)."""
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return argv[:i], argv[i + 1:]
+        if not a.startswith("-") or a == "-":
+            break
+        i += 2 if a in _VALUE_OPTS else 1
+    return argv[:i], argv[i:]
+
+
+class _Target:
+    """What to run, prepared before profiling starts so errors come first."""
+
+    def __init__(self, opts, rest):
+        if not rest:
+            what = "module name" if opts.module else "code" if opts.code else "script"
+            raise PyprofError(f"no {what} given (see 'pyprof --help')")
+        target, args = rest[0], rest[1:]
+        self.globals = {"__name__": "__main__", "__builtins__": __builtins__,
+                        "__doc__": None, "__package__": None, "__spec__": None}
+        if opts.code:
+            self.argv = ["-c"] + args
+            self.path0 = ""
+            self.code = self._compile(target, "<string>")
+        elif opts.module:
+            self._prepare_module(target, args)
+        else:
+            self._prepare_script(target, args)
+
+    @staticmethod
+    def _compile(source, filename):
+        try:
+            return compile(source, filename, "exec", dont_inherit=True)
+        except SyntaxError as e:
+            # The program's own error: shown as Python shows it, exit status 1.
+            traceback.print_exception(type(e), e, None)
+            raise SystemExit(1)
+
+    def _prepare_script(self, script, args):
+        path = os.path.abspath(script)
+        if not os.path.exists(script):
+            raise PyprofError(f"cannot find script '{script}': No such file or directory")
+        if os.path.isdir(script):
+            main = os.path.join(script, "__main__.py")
+            if not os.path.isfile(main):
+                raise PyprofError(f"cannot find '__main__' module in '{script}'")
+            self.path0 = path
+            path = os.path.abspath(main)
+        else:
+            self.path0 = os.path.dirname(path)
+        try:
+            with open(path, "rb") as f:
+                source = f.read()
+        except OSError as e:
+            raise PyprofError(f"cannot read script '{script}': {e.strerror}") from None
+        self.argv = [script] + args
+        self.globals["__file__"] = path
+        self.globals["__cached__"] = None
+        self.code = self._compile(source, path)
+
+    def _prepare_module(self, name, args):
+        import runpy
+        try:
+            mod_name, spec, code = runpy._get_module_details(name)
+        except ImportError as e:
+            raise PyprofError(f"{e}") from None
+        except Exception as e:            # errors raised while importing packages
+            raise PyprofError(f"cannot run module '{name}': {type(e).__name__}: {e}") from None
+        self.argv = [spec.origin or name] + args
+        self.path0 = os.getcwd()
+        self.globals.update(__file__=spec.origin, __cached__=spec.cached, __spec__=spec,
+                            __loader__=spec.loader, __package__=spec.parent)
+        self.code = code
+
+    def install(self):
+        """Make the program's world: its __main__ module, argv and path."""
+        main = types.ModuleType("__main__")
+        main.__dict__.update(self.globals)
+        sys.modules["__main__"] = main
+        sys.argv[:] = self.argv
+        if sys.path:
+            sys.path[0] = self.path0
+        else:
+            sys.path.append(self.path0)
+        return main.__dict__
+
+
+def _check_writable(path):
+    """Fail before the program starts if the output cannot be written."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        raise PyprofError(f"cannot write {path}: it is a directory")
+    directory = os.path.dirname(path)
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise PyprofError(f"cannot write {path}: Permission denied")
+
+
+class _Runner:
+    """Runs the target under a Profile and writes the results exactly once."""
+
+    def __init__(self, opts, target):
+        from .profiler import Profile
+        self.opts = opts
+        self.target = target
+        self.pid = os.getpid()
+        self.out = sys.stdout
+        self.written = False
+        flush_to = None
+        if opts.outfile and format_for_path(opts.outfile) == "cprof" and opts.flush_interval > 0:
+            flush_to = os.path.abspath(opts.outfile)
+        self.prof = Profile(flush_to=flush_to, flush_interval=opts.flush_interval)
+        self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
+
+    def finish(self):
+        """Stop profiling and write or print the results (once, in this process)."""
+        if self.written or os.getpid() != self.pid:
+            return
+        self.written = True
+        self.prof.disable()
+        if self.outfile:
+            self.prof.dump(self.outfile)
+        else:
+            out = self.out if not getattr(self.out, "closed", False) else sys.__stdout__
+            saved = sys.stdout
+            sys.stdout = out
+            try:
+                self.prof.print_stats(self.opts.sort)
+                out.flush()
+            finally:
+                sys.stdout = saved
+
+    def _on_sigterm(self, signum, frame):
+        # Write, then die by the same signal so the exit status is unchanged.
+        self.prof.disable()
+        try:
+            self.finish()
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    def run(self) -> int:
+        globs = self.target.install()
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            self.prof.enable()
+            try:
+                exec(self.target.code, globs)
+            finally:
+                self.prof.disable()
+        except SystemExit:
+            self.finish()
+            raise
+        except KeyboardInterrupt:
+            self.finish()
+            _print_program_exception()
+            # Die by SIGINT like Python does for an uncaught KeyboardInterrupt.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+            return 130
+        except BaseException:
+            self.finish()
+            _print_program_exception()
+            return 1
+        self.finish()
+        return 0
+
+
+def _print_program_exception():
+    """Show the program's traceback without pyprof's own frames."""
+    etype, value, tb = sys.exc_info()
+    while tb is not None and os.path.dirname(
+            os.path.abspath(tb.tb_frame.f_code.co_filename)) == _PKG_DIR:
+        tb = tb.tb_next
+    if value is not None:
+        value.__traceback__ = tb     # excepthook prints the exception's own traceback
+    sys.excepthook(etype, value, tb)
+
+
+def cmd_run(argv) -> int:
+    mine, rest = _split_argv(argv)
+    opts = _run_parser().parse_args(mine)
+    if opts.module and opts.code:
+        raise PyprofError("-m and -c cannot be used together")
+    if opts.sort not in SORT_KEYS:
+        raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
+    if opts.flush_interval < 0:
+        raise PyprofError("--flush-interval must be >= 0")
+    if opts.outfile:
+        _check_writable(opts.outfile)
+    target = _Target(opts, rest)
+    return _Runner(opts, target).run()
+
+
+# ------------------------------------------------------------------ convert
+def cmd_convert(argv) -> int:
+    p = _Parser(prog="pyprof convert",
+                description="Convert a .cprof capture file to another format.")
+    p.add_argument("input", help="a .cprof capture file")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
+    p.add_argument("-f", "--format", choices=sorted(FORMATS),
+                   help="output format (default: from the output suffix, else pstats)")
+    opts = p.parse_args(argv)
+    from .session import Session
+    session = Session.load(opts.input)
+    fmt = opts.format or format_for_path(opts.output)
+    _check_writable(opts.output)
+    export(session, fmt, opts.output)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv and argv[0] == "convert":
+            return cmd_convert(argv[1:])
+        if argv and argv[0] == "run":
+            argv = argv[1:]
+        return cmd_run(argv)
+    except PyprofError as e:
+        print(f"pyprof: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 1

@@ -1,0 +1,67 @@
+"""pstats export: the marshal'd dict cProfile writes, read by pstats, snakeviz,
+gprof2dot, pyprof2calltree and tuna.
+
+    {(file, line, name): (cc, nc, tt, ct, {caller_key: (nc, cc, tt, ct)})}
+
+cc = primitive calls, nc = all calls, tt = self seconds, ct = inclusive seconds.
+Caller tuples are in the order cProfile writes them: (nc, cc, tt, ct).
+Functions that share a key (two lambdas on one line) are summed, where cProfile
+keeps only the last one.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import tempfile
+
+from ..errors import PyprofError
+
+
+def to_dict(session, threads=None) -> dict:
+    funcs = session.functions
+    sec = session.seconds
+    stats: dict = {}
+    for fid, c in session.function_totals(threads).items():
+        key = funcs[fid].pstats_key
+        prev = stats.get(key)
+        cc, nc, tt, ct = c.primitive_calls, c.calls, sec(c.own), sec(c.total)
+        if prev:
+            cc, nc, tt, ct = prev[0] + cc, prev[1] + nc, prev[2] + tt, prev[3] + ct
+            stats[key] = (cc, nc, tt, ct, prev[4])
+        else:
+            stats[key] = (cc, nc, tt, ct, {})
+    for (a, b), c in session.edge_totals(threads).items():
+        callers = stats[funcs[b].pstats_key][4]
+        ckey = funcs[a].pstats_key
+        nc, cc, tt, ct = c.calls, c.primitive_calls, sec(c.own), sec(c.total)
+        prev = callers.get(ckey)
+        if prev:
+            nc, cc, tt, ct = prev[0] + nc, prev[1] + cc, prev[2] + tt, prev[3] + ct
+        callers[ckey] = (nc, cc, tt, ct)
+    return stats
+
+
+def write(session, path) -> None:
+    stats = to_dict(session)
+    if not stats:
+        raise PyprofError("nothing was profiled: no function calls were recorded")
+    write_dict(stats, path)
+
+
+def write_dict(stats: dict, path) -> None:
+    """marshal `stats` to `path` through a temporary file and a rename."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".pyprof-", dir=directory)
+        with os.fdopen(fd, "wb") as f:
+            marshal.dump(stats, f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # as open() would create it
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None

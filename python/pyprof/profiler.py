@@ -1,0 +1,188 @@
+"""pyprof.Profile: a drop-in for cProfile.Profile backed by pyprof's C core.
+
+Same constructor, methods and ``.stats`` as cProfile.Profile; on top of them,
+:meth:`Profile.session` gives the full data model and :meth:`Profile.dump`
+writes a .cprof capture (or pstats, by file suffix).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections import namedtuple
+
+from . import _cprof
+from ._version import __version__
+from .errors import PyprofError
+from .export import format_for_path
+from .export import pstats as pstats_export
+from .session import Session
+
+# The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry).
+profiler_entry = namedtuple(
+    "profiler_entry", "code callcount reccallcount totaltime inlinetime calls")
+profiler_subentry = namedtuple(
+    "profiler_subentry", "code callcount reccallcount totaltime inlinetime")
+
+
+class Profile(_cprof.Profiler):
+    """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *, flush_to=None,
+    flush_interval=10.0)
+
+    Deterministic function profiler with cProfile's interface. ``timer`` and
+    ``timeunit`` behave as cProfile's (a callable returning float seconds, or an
+    integer scaled by ``timeunit``); by default pyprof's own clock is used.
+    ``flush_to``: a .cprof path rewritten every ``flush_interval`` seconds while
+    enabled, so a crash or ``os._exit`` leaves the last flush readable.
+    """
+
+    def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
+                 flush_to=None, flush_interval=10.0):
+        super().__init__(timer, timeunit, subcalls, builtins)
+        self._thread_names = {}
+        self.meta = {}
+        self.stats = {}
+        if flush_to is not None:
+            self._refresh_meta()
+            self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
+
+    # -------------------------------------------------------- cProfile API
+    def print_stats(self, sort=-1):
+        import pstats
+        if not isinstance(sort, tuple):
+            sort = (sort,)
+        pstats.Stats(self).strip_dirs().sort_stats(*sort).print_stats()
+
+    def dump_stats(self, file):
+        """Write pstats (marshal) to `file`, as cProfile does."""
+        self.create_stats()
+        pstats_export.write_dict(self.stats, file)
+
+    def create_stats(self):
+        self.disable()
+        self.snapshot_stats()
+
+    def snapshot_stats(self):
+        self.stats = pstats_export.to_dict(self.session())
+
+    def getstats(self):
+        """Entries shaped like cProfile's: code is a code object, or a name for C functions."""
+        session = self._session(include_open=False)
+        objs = self._function_objects()
+        sec = session.seconds
+        with_subcalls = session.info.get("subcalls", True)
+        subs = {}
+        for (a, b), c in session.edge_totals().items():
+            subs.setdefault(a, []).append(profiler_subentry(
+                objs[b], c.calls, c.rec_calls, sec(c.total), sec(c.own)))
+        return [profiler_entry(objs[fid], c.calls, c.rec_calls, sec(c.total), sec(c.own),
+                               subs.get(fid, []) if with_subcalls else None)
+                for fid, c in session.function_totals().items()]
+
+    def run(self, cmd):
+        import __main__
+        dict_ = __main__.__dict__
+        return self.runctx(cmd, dict_, dict_)
+
+    def runctx(self, cmd, globals, locals):
+        self.enable()
+        try:
+            exec(cmd, globals, locals)
+        finally:
+            self.disable()
+        return self
+
+    def runcall(self, func, /, *args, **kw):
+        self.enable()
+        try:
+            return func(*args, **kw)
+        finally:
+            self.disable()
+
+    def __enter__(self):
+        self.enable()
+        return self
+
+    def __exit__(self, *exc_info):
+        self.disable()
+
+    # -------------------------------------------------------- pyprof API
+    def session(self) -> Session:
+        """Everything collected so far as a Session (calls still open count as ending now)."""
+        return self._session(include_open=True)
+
+    def dump(self, path):
+        """Disable, then write `path`: a .cprof capture, or pstats for other suffixes."""
+        self.disable()
+        if format_for_path(path) == "cprof":
+            self._refresh_meta()
+            try:
+                self.write_capture(os.fspath(path))
+            except OSError as e:
+                raise PyprofError(str(e)) from None
+        else:
+            self.dump_stats(path)
+
+    # -------------------------------------------------------- internals
+    def _session(self, include_open):
+        self._refresh_meta()
+        return Session.from_blob(self.snapshot(include_open))
+
+    def _refresh_meta(self):
+        for t in threading.enumerate():
+            if t.ident is not None:
+                self._thread_names[str(t.ident)] = t.name
+        meta = {
+            "pyprof_version": __version__,
+            "argv": list(sys.argv),
+            "executable": sys.executable,
+            "python": sys.version.split()[0],
+            "implementation": sys.implementation.name,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "cwd": _safe_cwd(),
+            "modes": ["function"],
+            "written_at": time.time(),
+            "thread_names": dict(self._thread_names),
+        }
+        meta.update(self.meta)
+        self.set_meta(json.dumps(meta, default=str).encode())
+
+
+def _safe_cwd():
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""
+
+
+def run(statement, filename=None, sort=-1):
+    """Profile `statement` in __main__'s namespace, as cProfile.run."""
+    prof = Profile()
+    try:
+        prof.run(statement)
+    except SystemExit:
+        pass
+    finally:
+        _show(prof, filename, sort)
+
+
+def runctx(statement, globals, locals, filename=None, sort=-1):
+    """Profile `statement` in the given namespaces, as cProfile.runctx."""
+    prof = Profile()
+    try:
+        prof.runctx(statement, globals, locals)
+    except SystemExit:
+        pass
+    finally:
+        _show(prof, filename, sort)
+
+
+def _show(prof, filename, sort):
+    if filename is not None:
+        prof.dump(filename)
+    else:
+        prof.print_stats(sort)

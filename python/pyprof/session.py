@@ -1,0 +1,294 @@
+"""The data model: one Session per capture, read from a .cprof file or a live profiler.
+
+A Session holds what the C core captured, keyed the way the core keys it:
+
+- ``functions``: function id -> :class:`Function` (where it is and what it is called);
+- ``threads``: thread index -> :class:`Thread`;
+- ``fstats``: (thread index, function id) -> :class:`Counters`;
+- ``edges``: (thread index, caller id, callee id) -> :class:`Counters`;
+- ``info``: what the core says about the capture (clock, time unit, events...);
+- ``meta``: what the Python side added (command line, pid, host, thread names...).
+
+Times are kept as the integers the core wrote, in ``time_unit`` seconds each, so a
+Session round-trips through the file without loss; :meth:`Session.seconds`
+converts. Every view and export reads a Session and nothing else.
+
+The file format is described in docs/capture-format.md and src/_cprof/capture.h.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from .errors import PyprofError
+
+MAGIC = b"\x89CPROF\r\n"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+_HEADER = struct.Struct("<8sHHIQI")
+
+REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
+REC_THREADS, REC_FSTATS, REC_EDGES, REC_END = 5, 6, 7, 0xFFFF
+_REC = struct.Struct("<HHI")
+_FUNC = struct.Struct("<6I")
+_THREAD = struct.Struct("<IIQQQ")
+_FSTAT = struct.Struct("<IIQQqq")
+_EDGE = struct.Struct("<IIIIQQqq")
+
+KINDS = ("python", "builtin")
+
+
+@dataclass(frozen=True)
+class Function:
+    """A profiled function. ``kind`` is "python" or "builtin" (a C function or method)."""
+
+    fid: int
+    filename: str
+    line: int
+    name: str
+    qualname: str
+    kind: str
+
+    @property
+    def pstats_key(self):
+        """The key cProfile/pstats uses: (file, first line, name), or ('~', 0, name) for C."""
+        if self.kind == "python":
+            return (self.filename, self.line, self.name)
+        return ("~", 0, self.name)
+
+
+@dataclass
+class Counters:
+    """Call counters of a function or an edge, in raw time units.
+
+    ``calls``: activations that ended; ``rec_calls``: those that ended while
+    another activation of the same function (or edge) was still open;
+    ``total``: inclusive time of outermost activations; ``own``: self time.
+    """
+
+    calls: int = 0
+    rec_calls: int = 0
+    total: int = 0
+    own: int = 0
+
+    @property
+    def primitive_calls(self):
+        return self.calls - self.rec_calls
+
+    def add(self, other: "Counters") -> None:
+        self.calls += other.calls
+        self.rec_calls += other.rec_calls
+        self.total += other.total
+        self.own += other.own
+
+
+@dataclass
+class Thread:
+    index: int
+    ident: int
+    native_id: int
+    events: int
+    name: str = ""
+
+
+@dataclass
+class Session:
+    info: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    functions: dict = field(default_factory=dict)
+    threads: dict = field(default_factory=dict)
+    fstats: dict = field(default_factory=dict)
+    edges: dict = field(default_factory=dict)
+    final: bool = True
+
+    # ------------------------------------------------------------ reading
+    @classmethod
+    def load(cls, path) -> "Session":
+        """Read a .cprof file. Raises PyprofError with one clear line on any problem."""
+        path = os.fspath(path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise PyprofError(f"cannot read {path}: {e.strerror or e}") from None
+        return cls.from_file_bytes(data, path)
+
+    @classmethod
+    def from_file_bytes(cls, data: bytes, name: str = "<bytes>") -> "Session":
+        if len(data) < _HEADER.size or not data.startswith(MAGIC):
+            hint = ""
+            if data[:1] in (b"\xfb", b"{"):
+                hint = " (it looks like a pstats file: read it with pstats.Stats)"
+            elif not data:
+                hint = " (the file is empty)"
+            raise PyprofError(f"{name} is not a pyprof capture file{hint}")
+        _, major, minor, flags, length, crc = _HEADER.unpack_from(data)
+        if major > FORMAT_MAJOR:
+            raise PyprofError(
+                f"{name} was written by a newer pyprof (capture format {major}.{minor}); "
+                f"this pyprof reads format {FORMAT_MAJOR}.x: upgrade pyprof")
+        try:
+            d = zlib.decompressobj()
+            blob = d.decompress(data[_HEADER.size:], length + 1)
+            if not d.eof:
+                raise zlib.error("compressed stream ends early")
+        except zlib.error as e:
+            raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
+        if len(blob) != length or zlib.crc32(blob) != crc:
+            raise PyprofError(f"{name} is truncated or corrupt (checksum mismatch)")
+        session = cls.from_blob(blob, name)
+        session.final = bool(flags & 1)
+        return session
+
+    @classmethod
+    def from_blob(cls, blob: bytes, name: str = "<snapshot>") -> "Session":
+        """Parse the record stream the C core produces (Profiler.snapshot())."""
+        s = cls()
+        strings: list[str] = []
+        mv = memoryview(blob)
+        off, end_seen = 0, False
+        try:
+            while off < len(blob):
+                rtype, _, rlen = _REC.unpack_from(blob, off)
+                off += _REC.size
+                payload = mv[off:off + rlen]
+                if len(payload) != rlen:
+                    raise ValueError("record runs past the end")
+                off += rlen
+                if rtype == REC_END:
+                    end_seen = True
+                    break
+                if rtype == REC_INFO:
+                    s.info = json.loads(bytes(payload))
+                elif rtype == REC_META:
+                    s.meta = json.loads(bytes(payload))
+                elif rtype == REC_STRINGS:
+                    strings = _parse_strings(payload)
+                elif rtype == REC_FUNCTIONS:
+                    s.functions = {
+                        fid: Function(fid, strings[fl], line, strings[nm], strings[qn], KINDS[kind])
+                        for fid, fl, line, nm, qn, kind in _rows(_FUNC, payload)}
+                elif rtype == REC_THREADS:
+                    s.threads = {i: Thread(i, ident, nid, ev)
+                                 for i, _, ident, nid, ev in _rows(_THREAD, payload)}
+                elif rtype == REC_FSTATS:
+                    for t, fid, c, rc, tt, it in _rows(_FSTAT, payload):
+                        s.fstats[(t, fid)] = Counters(c, rc, tt, it)
+                elif rtype == REC_EDGES:
+                    for t, a, b, _, c, rc, tt, it in _rows(_EDGE, payload):
+                        s.edges[(t, a, b)] = Counters(c, rc, tt, it)
+                # Unknown record types come from newer minor versions: skip them.
+        except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
+            raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
+        if not end_seen:
+            raise PyprofError(f"{name} is truncated or corrupt (no end record)")
+        names = s.meta.get("thread_names", {})
+        for t in s.threads.values():
+            t.name = names.get(str(t.ident)) or f"Thread-{t.ident}"
+        return s
+
+    # ------------------------------------------------------------ writing
+    def to_blob(self) -> bytes:
+        """The record stream of this Session (the inverse of from_blob)."""
+        strings: dict[str, int] = {"": 0, "~": 1}
+
+        def sid(text):
+            return strings.setdefault(text, len(strings))
+
+        funcs = b"".join(
+            _FUNC.pack(f.fid, sid(f.filename), f.line, sid(f.name), sid(f.qualname),
+                       KINDS.index(f.kind))
+            for f in self.functions.values())
+        out = [_record(REC_INFO, json.dumps(self.info).encode())]
+        if self.meta:
+            out.append(_record(REC_META, json.dumps(self.meta).encode()))
+        out.append(_record(REC_STRINGS, struct.pack("<I", len(strings)) + b"".join(
+            struct.pack("<I", len(b)) + b for b in
+            (t.encode("utf-8", "surrogatepass") for t in strings))))
+        out.append(_record(REC_FUNCTIONS, struct.pack("<I", len(self.functions)) + funcs))
+        out.append(_record(REC_THREADS, struct.pack("<I", len(self.threads)) + b"".join(
+            _THREAD.pack(t.index, 0, t.ident, t.native_id, t.events)
+            for t in self.threads.values())))
+        out.append(_record(REC_FSTATS, struct.pack("<I", len(self.fstats)) + b"".join(
+            _FSTAT.pack(t, fid, c.calls, c.rec_calls, c.total, c.own)
+            for (t, fid), c in self.fstats.items())))
+        out.append(_record(REC_EDGES, struct.pack("<I", len(self.edges)) + b"".join(
+            _EDGE.pack(t, a, b, 0, c.calls, c.rec_calls, c.total, c.own)
+            for (t, a, b), c in self.edges.items())))
+        out.append(_record(REC_END, b""))
+        return b"".join(out)
+
+    def save(self, path) -> None:
+        """Write this Session as a .cprof file (atomically)."""
+        from . import _cprof
+        try:
+            _cprof.write_blob(os.fspath(path), self.to_blob(), self.final)
+        except OSError as e:
+            raise PyprofError(str(e)) from None
+
+    # ------------------------------------------------------------ queries
+    @property
+    def time_unit(self) -> float:
+        """Seconds per raw time unit (1e-9 for the built-in clocks)."""
+        return self.info.get("time_unit", 1e-9)
+
+    def seconds(self, raw: int) -> float:
+        """Raw time units to seconds, exactly as cProfile converts them."""
+        unit = self.time_unit
+        if unit == 1e-9:
+            return raw / 1e9
+        return raw * unit
+
+    def function_totals(self, threads=None) -> dict:
+        """function id -> Counters summed over threads (or the given thread indices)."""
+        out: dict[int, Counters] = {}
+        for (t, fid), c in self.fstats.items():
+            if threads is None or t in threads:
+                out.setdefault(fid, Counters()).add(c)
+        return out
+
+    def edge_totals(self, threads=None) -> dict:
+        """(caller id, callee id) -> Counters summed over threads."""
+        out: dict[tuple, Counters] = {}
+        for (t, a, b), c in self.edges.items():
+            if threads is None or t in threads:
+                out.setdefault((a, b), Counters()).add(c)
+        return out
+
+    @property
+    def events(self) -> int:
+        return self.info.get("events", 0)
+
+
+def _rows(st: struct.Struct, payload):
+    (n,) = struct.unpack_from("<I", payload)
+    body = payload[4:4 + n * st.size]
+    if len(body) != n * st.size:
+        raise ValueError("table shorter than its count")
+    return st.iter_unpack(body)
+
+
+def _parse_strings(payload) -> list:
+    (n,) = struct.unpack_from("<I", payload)
+    out, off = [], 4
+    raw = bytes(payload)
+    for _ in range(n):
+        (ln,) = struct.unpack_from("<I", raw, off)
+        off += 4
+        if off + ln > len(raw):
+            raise ValueError("string runs past its record")
+        out.append(raw[off:off + ln].decode("utf-8", "surrogatepass"))
+        off += ln
+    return out
+
+
+def _record(rtype: int, payload: bytes) -> bytes:
+    return _REC.pack(rtype, 0, len(payload)) + payload
+
+
+def load(path) -> Session:
+    """Read a .cprof capture file (see Session.load)."""
+    return Session.load(path)
