@@ -122,35 +122,13 @@ static inline pp_thread *current_thread(pp_profiler *p)
 
 /* ------------------------------------------------------------ registry */
 
-/* Name of a C function exactly as cProfile's normalizeUserObj builds it. */
-static PyObject *builtin_name(PyObject *callable)
+/* Name of a C method as cProfile's normalizeUserObj names a bound one:
+ * repr(type(self).<name>) (which may be a Python override), else a fallback. */
+static PyObject *bound_method_name(PyObject *self, const char *ml_name, PyObject *module)
 {
-    if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
-        return PyObject_Repr(callable);
-    PyCFunctionObject *fn = (PyCFunctionObject *)callable;
-    if (fn->m_self == NULL) {
-        PyObject *mod = fn->m_module, *modname = NULL;
-        if (mod && PyUnicode_Check(mod)) {
-            modname = Py_NewRef(mod);
-        }
-        else if (mod && PyModule_Check(mod)) {
-            modname = PyModule_GetNameObject(mod);
-            if (modname == NULL)
-                PyErr_Clear();
-        }
-        if (modname) {
-            PyObject *r = NULL;
-            if (PyUnicode_CompareWithASCIIString(modname, "builtins") != 0)
-                r = PyUnicode_FromFormat("<%U.%s>", modname, fn->m_ml->ml_name);
-            Py_DECREF(modname);
-            if (r)
-                return r;
-        }
-        return PyUnicode_FromFormat("<%s>", fn->m_ml->ml_name);
-    }
-    PyObject *name = PyUnicode_FromString(fn->m_ml->ml_name);
+    PyObject *name = PyUnicode_FromString(ml_name);
     if (name) {
-        PyObject *mo = _PyType_Lookup(Py_TYPE(fn->m_self), name);
+        PyObject *mo = _PyType_Lookup(Py_TYPE(self), name);
         Py_DECREF(name);
         if (mo) {
             Py_INCREF(mo);
@@ -161,12 +139,43 @@ static PyObject *builtin_name(PyObject *callable)
         }
     }
     PyErr_Clear();
-    if (fn->m_module && PyUnicode_Check(fn->m_module))
-        return PyUnicode_FromFormat("<built-in method %S.%s>", fn->m_module, fn->m_ml->ml_name);
-    return PyUnicode_FromFormat("<built-in method %s>", fn->m_ml->ml_name);
+    if (module && PyUnicode_Check(module))
+        return PyUnicode_FromFormat("<built-in method %S.%s>", module, ml_name);
+    return PyUnicode_FromFormat("<built-in method %s>", ml_name);
 }
 
-static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj, int kind)
+/* Name of a C function exactly as cProfile names it. For a method descriptor
+ * called with `self_arg`, cProfile first binds it (no module), then names it. */
+static PyObject *builtin_name(PyObject *callable, PyObject *self_arg)
+{
+    if (Py_IS_TYPE(callable, &PyMethodDescr_Type))
+        return bound_method_name(self_arg, ((PyMethodDescrObject *)callable)->d_method->ml_name,
+                                 NULL);
+    PyCFunctionObject *fn = (PyCFunctionObject *)callable;
+    if (fn->m_self != NULL)
+        return bound_method_name(fn->m_self, fn->m_ml->ml_name, fn->m_module);
+    PyObject *mod = fn->m_module, *modname = NULL;
+    if (mod && PyUnicode_Check(mod)) {
+        modname = Py_NewRef(mod);
+    }
+    else if (mod && PyModule_Check(mod)) {
+        modname = PyModule_GetNameObject(mod);
+        if (modname == NULL)
+            PyErr_Clear();
+    }
+    if (modname) {
+        PyObject *r = NULL;
+        if (PyUnicode_CompareWithASCIIString(modname, "builtins") != 0)
+            r = PyUnicode_FromFormat("<%U.%s>", modname, fn->m_ml->ml_name);
+        Py_DECREF(modname);
+        if (r)
+            return r;
+    }
+    return PyUnicode_FromFormat("<%s>", fn->m_ml->ml_name);
+}
+
+static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
+                                  PyObject *self_arg, int kind)
 {
     uint32_t fid = pp_index_get(&p->reg, key);
     if (fid != PP_NONE)
@@ -190,7 +199,7 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj, i
     else {
         pp_err_state es;
         pp_err_save(&es);
-        named = builtin_name(obj);
+        named = builtin_name(obj, self_arg);
         if (named == NULL)
             PyErr_Clear();
         pp_err_restore(&es);
@@ -209,9 +218,9 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj, i
 }
 
 static uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
-                                  PyObject *obj, int kind)
+                                  PyObject *obj, PyObject *self_arg, int kind)
 {
-    uint32_t fid = register_function(p, key, obj, kind);
+    uint32_t fid = register_function(p, key, obj, self_arg, kind);
     if (fid == PP_NONE)
         return PP_NONE;
     return pp_tables_add_function(&ts->t, key, fid);
@@ -221,7 +230,9 @@ static uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
 
 static void maybe_flush(pp_profiler *p);
 
-static inline void enter(pp_profiler *p, uint64_t key, PyObject *obj, int kind)
+/* obj: the code object, or the C callable (self_arg: its bound self, if a descriptor) */
+static inline void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg,
+                         int kind)
 {
     pp_thread *ts = current_thread(p);
     if (UNLIKELY(ts == NULL))
@@ -230,7 +241,7 @@ static inline void enter(pp_profiler *p, uint64_t key, PyObject *obj, int kind)
     pp_tables *t = &ts->t;
     uint32_t fs = pp_index_get(&t->fidx, key);
     if (UNLIKELY(fs == PP_NONE)) {
-        fs = add_function_slot(p, ts, key, obj, kind);
+        fs = add_function_slot(p, ts, key, obj, self_arg, kind);
         if (fs == PP_NONE) {
             p->oom = 1;
             return;
@@ -385,7 +396,7 @@ static PyObject *cb_py_enter(PyObject *self, PyObject *const *args, size_t nargs
     (void)nargsf; (void)kw;
     pp_profiler *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled))
-        enter(p, (uint64_t)(uintptr_t)args[0], args[0], PP_KIND_PYTHON);
+        enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
     Py_RETURN_NONE;
 }
 
@@ -408,7 +419,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     PyObject *arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL;
     uint64_t key = cfunc_key(callable, arg0, mon_missing);
     if (key)
-        enter(p, key, callable, PP_KIND_BUILTIN);
+        enter(p, key, callable, arg0, PP_KIND_BUILTIN);
     Py_RETURN_NONE;
 }
 
@@ -578,7 +589,7 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     switch (what) {
     case PyTrace_CALL: {
         PyCodeObject *code = pp_frame_code_borrowed(frame);
-        enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, PP_KIND_PYTHON);
+        enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
         break;
     }
     case PyTrace_RETURN:
@@ -586,7 +597,8 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
         break;
     case PyTrace_C_CALL:
         if (p->builtins && PyCFunction_Check(arg))
-            enter(p, (uint64_t)(uintptr_t)((PyCFunctionObject *)arg)->m_ml, arg, PP_KIND_BUILTIN);
+            enter(p, (uint64_t)(uintptr_t)((PyCFunctionObject *)arg)->m_ml, arg, NULL,
+                  PP_KIND_BUILTIN);
         break;
     case PyTrace_C_RETURN:
     case PyTrace_C_EXCEPTION:

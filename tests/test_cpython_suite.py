@@ -1,0 +1,109 @@
+"""CPython's own cProfile test suite, run against pyprof.Profile.
+
+test_cprofile compares pstats output byte for byte with a deterministic fake
+timer (test/profilee.py): the strongest ground truth for cProfile semantics.
+Tests that inspect cProfile's internals (_lsprof, the tool name "cProfile")
+are replaced by pyprof equivalents below.
+"""
+import sys
+import unittest
+
+import pytest
+
+import pyprof
+
+try:
+    from test import test_cprofile as _cpython_tests
+except ImportError:                       # Debian splits Lib/test out of python3.X
+    _cpython_tests = None
+
+pytestmark = pytest.mark.skipif(
+    _cpython_tests is None,
+    reason="this interpreter ships without CPython's test package (Lib/test)")
+
+_Base = _cpython_tests.CProfileTest if _cpython_tests else unittest.TestCase
+
+
+def _squeeze(text):
+    return "\n".join(" ".join(line.split()) for line in text.splitlines())
+
+
+class TestPyprofUnderCPythonSuite(_Base):
+    profilerclass = pyprof.Profile
+    profilermodule = pyprof
+
+    def test_cprofile(self):
+        # Same numbers, line for line; only the padding may differ, because
+        # pstats pads to the longest name and that includes the profiler's own
+        # "{method 'disable' of 'pyprof._cprof.Profiler' objects}".
+        results = self.do_profiling()
+        expected = self.get_expected_output()
+        self.assertEqual(results[0], 1000)
+        for i, method in enumerate(self.methodnames):
+            self.assertEqual(_squeeze(results[i + 1]), _squeeze(expected[method]), method)
+
+    def test_bad_counter_during_dealloc(self):
+        # cProfile's version drives _lsprof directly; the same abuse through pyprof.
+        import gc
+        from test import support
+        with support.catch_unraisable_exception() as cm:
+            obj = pyprof.Profile(lambda: int)
+            obj.enable()
+            obj.disable()
+            obj.clear()
+            self.assertIsNotNone(cm.unraisable)
+            del obj
+            gc.collect()
+
+    def test_evil_external_timer(self):
+        from test import support
+
+        class EvilTimer:
+            def __init__(self, disable_count):
+                self.count = 0
+                self.disable_count = disable_count
+
+            def __call__(self):
+                self.count += 1
+                if self.count == self.disable_count:
+                    profiler.disable()
+                return 0
+
+        for when in (1, 2):
+            with support.catch_unraisable_exception() as cm:
+                profiler = pyprof.Profile(EvilTimer(when))
+                profiler.enable()
+                (lambda: None)()
+                profiler.disable()
+                profiler.clear()
+                self.assertEqual(cm.unraisable.exc_type, RuntimeError)
+
+    def test_profile_enable_disable(self):
+        prof = self.profilerclass()
+        self.addCleanup(prof.disable)
+        prof.enable()
+        if sys.version_info >= (3, 12):
+            self.assertEqual(sys.monitoring.get_tool(prof.tool_id), "pyprof")
+        else:
+            self.assertIs(sys.getprofile(), prof)
+        prof.disable()
+        if sys.version_info >= (3, 12):
+            self.assertIsNone(sys.monitoring.get_tool(sys.monitoring.PROFILER_ID))
+        else:
+            self.assertIsNone(sys.getprofile())
+
+    def test_profile_as_context_manager(self):
+        prof = self.profilerclass()
+        self.addCleanup(prof.disable)
+        with prof as ret:
+            self.assertIs(prof, ret)
+            self.assertTrue(prof.enabled)
+        self.assertFalse(prof.enabled)
+
+    def test_second_profiler(self):
+        pr, pr2 = self.profilerclass(), self.profilerclass()
+        pr.enable()
+        self.assertRaises(ValueError, pr2.enable)
+        pr.disable()
+        pr2.enable()          # free again once the first is disabled
+        pr2.disable()
