@@ -172,8 +172,8 @@ class Session:
                         fid: Function(fid, strings[fl], line, strings[nm], strings[qn], KINDS[kind])
                         for fid, fl, line, nm, qn, kind in _rows(_FUNC, payload)}
                 elif rtype == REC_THREADS:
-                    s.threads = {i: Thread(i, ident, nid, ev)
-                                 for i, _, ident, nid, ev in _rows(_THREAD, payload)}
+                    s.threads = {i: Thread(i, ident, nid, ev, strings[name])
+                                 for i, name, ident, nid, ev in _rows(_THREAD, payload)}
                 elif rtype == REC_FSTATS:
                     for t, fid, c, rc, tt, it in _rows(_FSTAT, payload):
                         s.fstats[(t, fid)] = Counters(c, rc, tt, it)
@@ -187,7 +187,7 @@ class Session:
             raise PyprofError(f"{name} is truncated or corrupt (no end record)")
         names = s.meta.get("thread_names", {})
         for t in s.threads.values():
-            t.name = names.get(str(t.ident)) or f"Thread-{t.ident}"
+            t.name = t.name or names.get(str(t.ident)) or f"Thread-{t.ident}"
         return s
 
     # ------------------------------------------------------------ writing
@@ -195,13 +195,16 @@ class Session:
         """The record stream of this Session (the inverse of from_blob)."""
         strings: dict[str, int] = {"": 0, "~": 1}
 
-        def sid(text):
+        def sid(text):      # strings must all be interned before STRINGS is packed
             return strings.setdefault(text, len(strings))
 
         funcs = b"".join(
             _FUNC.pack(f.fid, sid(f.filename), f.line, sid(f.name), sid(f.qualname),
                        KINDS.index(f.kind))
             for f in self.functions.values())
+        threads = struct.pack("<I", len(self.threads)) + b"".join(
+            _THREAD.pack(t.index, sid(t.name), t.ident, t.native_id, t.events)
+            for t in self.threads.values())
         out = [_record(REC_INFO, json.dumps(self.info).encode())]
         if self.meta:
             out.append(_record(REC_META, json.dumps(self.meta).encode()))
@@ -209,9 +212,7 @@ class Session:
             struct.pack("<I", len(b)) + b for b in
             (t.encode("utf-8", "surrogatepass") for t in strings))))
         out.append(_record(REC_FUNCTIONS, struct.pack("<I", len(self.functions)) + funcs))
-        out.append(_record(REC_THREADS, struct.pack("<I", len(self.threads)) + b"".join(
-            _THREAD.pack(t.index, 0, t.ident, t.native_id, t.events)
-            for t in self.threads.values())))
+        out.append(_record(REC_THREADS, threads))
         out.append(_record(REC_FSTATS, struct.pack("<I", len(self.fstats)) + b"".join(
             _FSTAT.pack(t, fid, c.calls, c.rec_calls, c.total, c.own)
             for (t, fid), c in self.fstats.items())))

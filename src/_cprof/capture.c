@@ -133,7 +133,8 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
     record_end(b, r);
 }
 
-static int put_functions(buf *b, pp_profiler *p)
+/* STRINGS, FUNCTIONS and THREADS: the records that share the string table. */
+static int put_names(buf *b, pp_profiler *p)
 {
     strtab st = {PyDict_New(), PyList_New(0)};
     int rc = -1;
@@ -171,6 +172,21 @@ static int put_functions(buf *b, pp_profiler *p)
         uint32_t row[6] = {fid, file, line, name, qual, kind};
         put(&fb, row, sizeof row);
     }
+    buf th = {0};
+    put_u32(&th, p->nthreads);
+    for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+        uint32_t name = intern_str(&st, ts->name);
+        if (name == UINT32_MAX) {
+            free(fb.p);
+            free(th.p);
+            goto done;
+        }
+        put_u32(&th, ts->index);
+        put_u32(&th, name);
+        put_u64(&th, ts->ident);
+        put_u64(&th, ts->native_id);
+        put_u64(&th, ts->events);
+    }
 
     size_t r = record_begin(b, PP_REC_STRINGS);
     Py_ssize_t ns = PyList_GET_SIZE(st.list);
@@ -189,12 +205,15 @@ static int put_functions(buf *b, pp_profiler *p)
     }
     record_end(b, r);
     r = record_begin(b, PP_REC_FUNCTIONS);
-    if (fb.oom)
+    if (fb.oom || th.oom)
         b->oom = 1;
-    else
-        put(b, fb.p, fb.n);
+    put(b, fb.p, fb.n);
+    record_end(b, r);
+    r = record_begin(b, PP_REC_THREADS);
+    put(b, th.p, th.n);
     record_end(b, r);
     free(fb.p);
+    free(th.p);
     rc = 0;
 done:
     Py_XDECREF(st.index);
@@ -247,15 +266,8 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     uint64_t events = 0;
     put_u32(&fs, 0);
     put_u32(&es, 0);
-    buf th = {0};
-    put_u32(&th, p->nthreads);
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
-        put_u32(&th, ts->index);
-        put_u32(&th, 0);
-        put_u64(&th, ts->ident);
-        put_u64(&th, ts->native_id);
-        put_u64(&th, ts->events);
         if (include_open && ts->st.depth) {
             /* End open calls on copies, leaving the live state untouched. */
             pp_tables t;
@@ -293,12 +305,9 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
         record_end(&b, r);
     }
     PyObject *result = NULL;
-    if (put_functions(&b, p) < 0)
+    if (put_names(&b, p) < 0)
         goto done;
-    size_t r = record_begin(&b, PP_REC_THREADS);
-    put(&b, th.p, th.n);
-    record_end(&b, r);
-    r = record_begin(&b, PP_REC_FSTATS);
+    size_t r = record_begin(&b, PP_REC_FSTATS);
     put(&b, fs.p, fs.n);
     record_end(&b, r);
     r = record_begin(&b, PP_REC_EDGES);
@@ -306,7 +315,7 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     record_end(&b, r);
     r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
-    if (b.oom || fs.oom || es.oom || th.oom)
+    if (b.oom || fs.oom || es.oom)
         PyErr_NoMemory();
     else
         result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
@@ -314,7 +323,6 @@ done:
     free(b.p);
     free(fs.p);
     free(es.p);
-    free(th.p);
     return result;
 }
 

@@ -22,7 +22,7 @@ enum {
     PP_REC_META = 2,            /* JSON object given by the Python side */
     PP_REC_STRINGS = 3,         /* u32 n, n x (u32 len, utf-8 bytes) */
     PP_REC_FUNCTIONS = 4,       /* u32 n, n x <6I fid file line name qualname kind> */
-    PP_REC_THREADS = 5,         /* u32 n, n x <IIQQQ index pad ident native_id events> */
+    PP_REC_THREADS = 5,         /* u32 n, n x <IIQQQ index name ident native_id events> */
     PP_REC_FSTATS = 6,          /* u32 n, n x <IIQQqq thread fid calls rec_calls tt it> */
     PP_REC_EDGES = 7,           /* u32 n, n x <IIIIQQqq thread caller callee pad calls rec_calls tt it> */
     PP_REC_END = 0xFFFF,

@@ -103,6 +103,7 @@ static pp_thread *attach_thread(pp_profiler *p)
         }
         ts->ident = ident;
         ts->native_id = PyThread_get_thread_native_id();
+        ts->name_tries = 64;
         ts->index = p->nthreads++;
         *p->threads_tail = ts;
         p->threads_tail = &ts->next;
@@ -118,6 +119,35 @@ static inline pp_thread *current_thread(pp_profiler *p)
     if (LIKELY(pp_tls.gen == p->gen))
         return pp_tls.ts;
     return attach_thread(p);
+}
+
+/* A thread's name from threading._active (a dict lookup: no Python code
+ * runs). A new thread enters _active only after its first events, so this is
+ * retried on later returns, a bounded number of times (raw _thread threads
+ * never appear there). */
+static void resolve_thread_name(pp_thread *ts)
+{
+    pp_err_state es;
+    pp_err_save(&es);
+    ts->name_tries--;
+    PyObject *mods = PyImport_GetModuleDict();                  /* borrowed */
+    PyObject *mod = mods ? PyDict_GetItemString(mods, "threading") : NULL;
+    PyObject *active = mod && PyModule_Check(mod) ?
+        PyDict_GetItemString(PyModule_GetDict(mod), "_active") : NULL;
+    if (active && PyDict_Check(active)) {
+        PyObject *key = PyLong_FromUnsignedLong(ts->ident);
+        PyObject *thread = key ? PyDict_GetItemWithError(active, key) : NULL;
+        Py_XDECREF(key);
+        PyObject *dict = thread ? PyObject_GenericGetDict(thread, NULL) : NULL;
+        PyObject *name = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "_name") : NULL;
+        if (name && PyUnicode_Check(name)) {
+            ts->name = Py_NewRef(name);
+            ts->name_tries = 0;
+        }
+        Py_XDECREF(dict);
+    }
+    PyErr_Clear();
+    pp_err_restore(&es);
 }
 
 /* ------------------------------------------------------------ registry */
@@ -319,6 +349,8 @@ static inline void leave(pp_profiler *p, uint64_t key)
     if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(&ts->t, st, key, now))
         return;
     stop_top(&ts->t, st, now);
+    if (UNLIKELY(ts->name_tries) && (ts->events < 256 || (ts->events & 15) == 0))
+        resolve_thread_name(ts);
     if (UNLIKELY(p->flush_interval_ns) && (ts->events & 1023) == 0)
         maybe_flush(p);
 }
@@ -762,6 +794,7 @@ void pp_tracer_free(pp_profiler *p)
         pp_thread *next = ts->next;
         pp_tables_free(&ts->t);
         pp_stack_free(&ts->st);
+        Py_XDECREF(ts->name);
         free(ts);
         ts = next;
     }

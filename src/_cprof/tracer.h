@@ -24,6 +24,8 @@ typedef struct pp_thread {
     unsigned long ident;        /* threading.get_ident() */
     unsigned long native_id;    /* kernel thread id */
     uint64_t events;
+    PyObject *name;             /* threading.Thread name, once known (strong) */
+    int name_tries;             /* lookups left before giving up (raw threads) */
     pp_tables t;
     pp_stack st;
 } pp_thread;
