@@ -237,11 +237,8 @@ class Session:
         return self.info.get("time_unit", 1e-9)
 
     def seconds(self, raw: int) -> float:
-        """Raw time units to seconds, exactly as cProfile converts them."""
-        unit = self.time_unit
-        if unit == 1e-9:
-            return raw / 1e9
-        return raw * unit
+        """Raw time units to seconds, exactly as cProfile converts them (raw * unit)."""
+        return raw * self.time_unit
 
     def function_totals(self, threads=None) -> dict:
         """function id -> Counters summed over threads (or the given thread indices)."""
