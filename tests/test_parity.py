@@ -125,3 +125,48 @@ def test_thread_call_counts_equal_cprofile():
         return {k: v[1] for k, v in prof.stats.items() if k[0] == workloads.__file__}
 
     assert ncalls(pyprof.Profile) == ncalls(cProfile.Profile)
+
+
+def _call(f, x):
+    return f(x)
+
+
+def _py(x):
+    return x
+
+
+def _late_builtin_program():
+    for i in range(100):
+        _call(_py, i)          # this call site sees only Python functions...
+    _call(len, [1])            # ...then, late, a C function
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="adaptive call sites exist on 3.12+ only")
+def test_adaptive_call_sites_documented_limit():
+    """Default mode stops CALL events at a site after 64 calls that all went to
+    Python functions; exact_builtins keeps them (cProfile's behaviour)."""
+    def len_calls(**kw):
+        p = pyprof.Profile(**kw)
+        p.runcall(_late_builtin_program)
+        p.create_stats()
+        return p.stats.get(("~", 0, "<built-in method builtins.len>"), (0, 0))[1]
+
+    assert len_calls(exact_builtins=True) == 1
+    assert len_calls() == 0
+    # Re-armed when the profiler is disabled: the next profiler sees the site again.
+    assert len_calls(exact_builtins=True) == 1
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="adaptive call sites exist on 3.12+ only")
+def test_site_that_calls_c_early_is_never_disabled():
+    def program():
+        _call(len, [1])
+        for i in range(200):
+            _call(_py, i)
+        _call(len, [1])
+
+    p = pyprof.Profile()
+    p.runcall(program)
+    p.create_stats()
+    assert p.stats[("~", 0, "<built-in method builtins.len>")][1] == 2
+    assert p.stats[(__file__, _py.__code__.co_firstlineno, "_py")][1] == 200

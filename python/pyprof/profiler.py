@@ -29,19 +29,22 @@ profiler_subentry = namedtuple(
 
 
 class Profile(_cprof.Profiler):
-    """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *, flush_to=None,
-    flush_interval=10.0)
+    """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
+    exact_builtins=False, flush_to=None, flush_interval=10.0)
 
     Deterministic function profiler with cProfile's interface. ``timer`` and
     ``timeunit`` behave as cProfile's (a callable returning float seconds, or an
     integer scaled by ``timeunit``); by default pyprof's own clock is used.
+    ``exact_builtins`` (3.12+): keep CALL events on at every call site, as
+    cProfile does; by default a call site whose first 64 calls all went to
+    Python functions stops reporting calls (see docs/columns.md, "Builtins").
     ``flush_to``: a .cprof path rewritten every ``flush_interval`` seconds while
     enabled, so a crash or ``os._exit`` leaves the last flush readable.
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
-                 flush_to=None, flush_interval=10.0):
-        super().__init__(timer, timeunit, subcalls, builtins)
+                 exact_builtins=False, flush_to=None, flush_interval=10.0):
+        super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins)
         self._thread_names = {}
         self.meta = {}
         self.stats = {}

@@ -113,14 +113,15 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "{\"format\":[%d,%d],\"clock\":\"%s\",\"time_unit\":%.17g,\"ns_per_tick\":%.17g,"
         "\"clock_read_ns\":%.6g,\"user_timer\":%s,\"timeunit\":%.17g,"
         "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
-        "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"enabled\":%s,"
+        "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
         "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d}",
         PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
         tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
         p->timer ? "true" : "false", p->timeunit,
         (long long)p->start_wall_ns, (long long)now_wall, (long long)dur,
         (unsigned long long)events, p->subcalls ? "true" : "false",
-        p->builtins ? "true" : "false", p->enabled ? "true" : "false",
+        p->builtins ? "true" : "false", p->exact_builtins ? "true" : "false",
+        p->enabled ? "true" : "false",
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
         PP_USE_MONITORING ? "sys.monitoring" : "PyEval_SetProfile", p->tool_id);

@@ -14,12 +14,12 @@
 
 static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", NULL};
+    static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0;
-    int subcalls = 1, builtins = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp:Profiler", kwlist,
-                                     &timer, &timeunit, &subcalls, &builtins))
+    int subcalls = 1, builtins = 1, exact_builtins = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$p:Profiler", kwlist, &timer, &timeunit,
+                                     &subcalls, &builtins, &exact_builtins))
         return -1;
     if (self->enabled) {
         PyErr_SetString(PyExc_RuntimeError, "cannot re-initialise an enabled profiler");
@@ -32,6 +32,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->timeunit = timeunit;
     self->subcalls = subcalls;
     self->builtins = builtins;
+    self->exact_builtins = exact_builtins;
     return 0;
 }
 
@@ -44,7 +45,7 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->subcalls = self->builtins = 1;
     self->tool_id = -1;
     self->threads_tail = &self->threads;
-    if (pp_index_init(&self->reg, 1024) < 0) {
+    if (pp_index_init(&self->reg, 1024) < 0 || pp_index_init(&self->sites, 1024) < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -198,6 +199,12 @@ static PyObject *profiler_get_enabled(pp_profiler *self, void *c)
     return PyBool_FromLong(self->enabled);
 }
 
+static PyObject *profiler_get_exact(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->exact_builtins);
+}
+
 static PyObject *profiler_get_tool_id(pp_profiler *self, void *c)
 {
     (void)c;
@@ -227,6 +234,9 @@ static PyMethodDef profiler_methods[] = {
 
 static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
+    {"exact_builtins", (getter)profiler_get_exact, NULL,
+     "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
+     NULL},
     {"tool_id", (getter)profiler_get_tool_id, NULL,
      "sys.monitoring tool id in use (3.12+), -1 when none.", NULL},
     {NULL},

@@ -55,6 +55,13 @@ int pp_index_put(pp_index *ix, uint64_t key, uint32_t val)
     return 0;
 }
 
+void pp_index_clear(pp_index *ix)
+{
+    if (ix->e)
+        memset(ix->e, 0, ((size_t)ix->mask + 1) * sizeof(pp_ient));
+    ix->count = 0;
+}
+
 int pp_index_copy(pp_index *dst, const pp_index *src)
 {
     dst->e = malloc(((size_t)src->mask + 1) * sizeof(pp_ient));
@@ -87,9 +94,8 @@ void pp_tables_free(pp_tables *t)
 
 void pp_tables_clear(pp_tables *t)
 {
-    memset(t->fidx.e, 0, ((size_t)t->fidx.mask + 1) * sizeof(pp_ient));
-    memset(t->eidx.e, 0, ((size_t)t->eidx.mask + 1) * sizeof(pp_ient));
-    t->fidx.count = t->eidx.count = 0;
+    pp_index_clear(&t->fidx);
+    pp_index_clear(&t->eidx);
     t->nf = t->ne = 0;
 }
 

@@ -62,6 +62,7 @@ typedef struct {
 int pp_index_init(pp_index *ix, uint32_t capacity);
 void pp_index_free(pp_index *ix);
 int pp_index_put(pp_index *ix, uint64_t key, uint32_t val);   /* -1 on OOM */
+void pp_index_clear(pp_index *ix);
 int pp_index_copy(pp_index *dst, const pp_index *src);
 
 static inline uint32_t pp_hash64(uint64_t key, uint32_t mask)
@@ -80,6 +81,20 @@ static inline uint32_t pp_index_get(const pp_index *ix, uint64_t key)
             return p->val;
         if (p->key == 0)
             return PP_NONE;
+        i = (i + 1) & ix->mask;
+    }
+}
+
+/* The entry holding `key`, or NULL. */
+static inline pp_ient *pp_index_find(pp_index *ix, uint64_t key)
+{
+    uint32_t i = pp_hash64(key, ix->mask);
+    for (;;) {
+        pp_ient *p = &ix->e[i];
+        if (p->key == key)
+            return p;
+        if (p->key == 0)
+            return 0;
         i = (i + 1) & ix->mask;
     }
 }

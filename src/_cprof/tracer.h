@@ -34,6 +34,9 @@ typedef struct pp_profiler {
     PyObject_HEAD
     int subcalls;
     int builtins;
+    int exact_builtins;         /* 3.12+: never DISABLE CALL at Python-only call sites */
+    pp_index sites;             /* 3.12+: call site -> non-C calls seen, or SITE_MIXED */
+    int sites_disabled;         /* 3.12+: some site got DISABLE: re-arm when done */
     PyObject *timer;            /* user timer or NULL for the internal clock */
     double timeunit;            /* cProfile's timeunit (0: timer returns float seconds) */
     int enabled;
