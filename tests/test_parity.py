@@ -170,3 +170,34 @@ def test_site_that_calls_c_early_is_never_disabled():
     p.create_stats()
     assert p.stats[("~", 0, "<built-in method builtins.len>")][1] == 2
     assert p.stats[(__file__, _py.__code__.co_firstlineno, "_py")][1] == 200
+
+
+def test_suspended_generators_and_coroutines_not_charged():
+    import asyncio
+    import time
+
+    def gen():
+        for i in range(3):
+            yield i
+
+    def consume():
+        for _ in gen():
+            time.sleep(0.03)             # the generator is suspended meanwhile
+
+    async def sleeper():
+        await asyncio.sleep(0.05)        # suspended: the event loop waits
+        return 1
+
+    def run():
+        consume()
+        asyncio.run(sleeper())
+
+    p = pyprof.Profile()
+    p.runcall(run)
+    p.create_stats()
+    by_name = {k[2]: v for k, v in p.stats.items()}
+    assert by_name["gen"][1] == 4                     # 3 yields + the final resume, as cProfile
+    assert by_name["gen"][3] < 0.01                   # not the 0.09 s spent sleeping outside
+    assert by_name["consume"][3] >= 0.09
+    assert by_name["sleeper"][1] == 2                 # started, then resumed once
+    assert by_name["sleeper"][3] < 0.02               # not the 0.05 s awaited

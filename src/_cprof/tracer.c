@@ -25,7 +25,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One thread record cached per OS thread for the active profiler. */
+/* One thread record cached per OS thread for the active profiler. initial-exec:
+ * a plain %fs-relative load on the event path (16 bytes of glibc's static TLS
+ * reserve for dlopen'ed modules) instead of a __tls_get_addr call. */
 static __thread struct {
     uint64_t gen;
     pp_thread *ts;
