@@ -19,6 +19,7 @@ import pstats
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 import types
 
@@ -234,7 +235,14 @@ class _Runner:
         try:
             self.prof.enable()
             try:
-                exec(self.target.code, globs)
+                try:
+                    exec(self.target.code, globs)
+                finally:
+                    # The interpreter waits for non-daemon threads at exit, after
+                    # results would be written: wait here, still profiling.
+                    for t in threading.enumerate():
+                        if t is not threading.main_thread() and not t.daemon and t.is_alive():
+                            t.join()
             finally:
                 self.prof.disable()
         except SystemExit:
