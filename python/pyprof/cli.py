@@ -13,6 +13,7 @@ Bad input gives one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import builtins
 import importlib.util
 import os
 import pstats
@@ -72,7 +73,10 @@ def _run_parser() -> _Parser:
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="with a .cprof outfile, rewrite it every SECONDS while the program "
                         "runs so a crash leaves the last flush (0: only at the end; default 10)")
-    p.add_argument("--version", action="version", version=version_text())
+    # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
+    # text to the terminal width, splitting it over two lines.
+    p.add_argument("--version", action="store_true",
+                   help="print pyprof's version, Python, hook, clock and features, then exit")
     return p
 
 
@@ -100,7 +104,9 @@ class _Target:
             what = "module name" if opts.module else "code" if opts.code else "script"
             raise PyprofError(f"no {what} given (see 'pyprof --help')")
         target, args = rest[0], rest[1:]
-        self.globals = {"__name__": "__main__", "__builtins__": __builtins__,
+        # __builtins__ is the builtins module in __main__, as in a direct run
+        # (a module's own __builtins__ is the module's dict, an implementation detail).
+        self.globals = {"__name__": "__main__", "__builtins__": builtins,
                         "__doc__": None, "__package__": None, "__spec__": None}
         if opts.code:
             self.argv = ["-c"] + args
@@ -144,6 +150,10 @@ class _Target:
 
     def _prepare_module(self, name, args):
         import runpy
+        # Find the module as `python -m` does, from the current directory (the
+        # `pyprof` console script starts with its bin directory as sys.path[0]).
+        self.path0 = os.getcwd()
+        self._set_path0()
         try:
             mod_name, spec, code = runpy._get_module_details(name)
         except ImportError as e:
@@ -151,7 +161,6 @@ class _Target:
         except Exception as e:            # errors raised while importing packages
             raise PyprofError(f"cannot run module '{name}': {type(e).__name__}: {e}") from None
         self.argv = [spec.origin or name] + args
-        self.path0 = os.getcwd()
         self.globals.update(__file__=spec.origin, __cached__=spec.cached, __spec__=spec,
                             __loader__=spec.loader, __package__=spec.parent)
         self.code = code
@@ -162,11 +171,14 @@ class _Target:
         main.__dict__.update(self.globals)
         sys.modules["__main__"] = main
         sys.argv[:] = self.argv
+        self._set_path0()
+        return main.__dict__
+
+    def _set_path0(self):
         if sys.path:
             sys.path[0] = self.path0
         else:
             sys.path.append(self.path0)
-        return main.__dict__
 
 
 def _check_writable(path):
@@ -279,6 +291,9 @@ def _print_program_exception():
 def cmd_run(argv) -> int:
     mine, rest = _split_argv(argv)
     opts = _run_parser().parse_args(mine)
+    if opts.version:
+        print(version_text())
+        return 0
     if opts.module and opts.code:
         raise PyprofError("-m and -c cannot be used together")
     if opts.sort not in SORT_KEYS:
