@@ -1,0 +1,142 @@
+/* floorhook.c — the do-nothing hook, for the benchmarks' "floor" configuration.
+ *
+ * Installs the same interpreter mechanism pyprof uses, with callbacks that do
+ * nothing, so the harness can show how far pyprof is from the cheapest any
+ * deterministic profiler built on that mechanism can be:
+ *   3.12+: sys.monitoring C vectorcall callbacks returning None, for the events
+ *          given as a mask (pyprof's set: PY_* plus CALL/C_RETURN/C_RAISE);
+ *   3.11:  PyEval_SetProfile with a C function returning 0, on every thread.
+ * Built by benchmarks/run.py, never part of the pyprof package.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+#if PY_VERSION_HEX >= 0x030C0000
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+} noop_cb;
+
+static PyObject *noop_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)self; (void)args; (void)nargsf; (void)kw;
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject noop_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "floorhook.Noop",
+    .tp_basicsize = sizeof(noop_cb),
+    .tp_vectorcall_offset = offsetof(noop_cb, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+};
+
+static int tool_id = -1;
+
+static PyObject *install(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long mask = PyLong_AsLong(arg);
+    if (mask < 0 && PyErr_Occurred())
+        return NULL;
+    PyObject *mon = PySys_GetObject("monitoring");
+    if (mon == NULL)
+        return PyErr_Format(PyExc_RuntimeError, "no sys.monitoring");
+    for (int id = 2; id < 6 && tool_id < 0; id++) {
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", id, "floorhook");
+        if (r) {
+            tool_id = id;
+            Py_DECREF(r);
+        }
+        else
+            PyErr_Clear();
+    }
+    if (tool_id < 0)
+        return PyErr_Format(PyExc_RuntimeError, "no free tool id");
+    noop_cb *cb = PyObject_New(noop_cb, &noop_type);
+    if (cb == NULL)
+        return NULL;
+    cb->vectorcall = noop_call;
+    for (int bit = 0; bit < 17; bit++) {
+        if (!(mask & (1L << bit)))
+            continue;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit,
+                                          (PyObject *)cb);
+        if (r == NULL) {
+            Py_DECREF(cb);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(cb);
+    return PyObject_CallMethod(mon, "set_events", "il", tool_id, mask);
+}
+
+static PyObject *uninstall(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    PyObject *mon = PySys_GetObject("monitoring");
+    if (mon == NULL || tool_id < 0)
+        Py_RETURN_NONE;
+    PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", tool_id, 0);
+    Py_XDECREF(r);
+    for (int bit = 0; r && bit < 17; bit++) {
+        r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit, Py_None);
+        Py_XDECREF(r);
+    }
+    if (r)
+        r = PyObject_CallMethod(mon, "free_tool_id", "i", tool_id);
+    Py_XDECREF(r);
+    tool_id = -1;
+    if (r == NULL)
+        return NULL;
+    Py_RETURN_NONE;
+}
+#else
+static int noop_hook(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    (void)obj; (void)frame; (void)what; (void)arg;
+    return 0;
+}
+
+static PyObject *install(PyObject *m, PyObject *arg)
+{
+    (void)m; (void)arg;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts))
+        if (_PyEval_SetProfile(ts, noop_hook, NULL) < 0)
+            return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *uninstall(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    PyThreadState *me = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts))
+        if (_PyEval_SetProfile(ts, NULL, NULL) < 0)
+            return NULL;
+    Py_RETURN_NONE;
+}
+#endif
+
+static PyMethodDef methods[] = {
+    {"install", install, METH_O, "install(event_mask): no-op hook on (3.11: mask ignored)"},
+    {"uninstall", uninstall, METH_NOARGS, "remove the no-op hook"},
+    {NULL},
+};
+
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "floorhook", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_floorhook(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyType_Ready(&noop_type) < 0)
+        return NULL;
+#endif
+    return PyModule_Create(&def);
+}

@@ -1,0 +1,114 @@
+"""One measured run: a pyperformance benchmark under one profiler configuration.
+
+    python target.py CONFIG OUT.json SCRIPT [ARGS...]
+
+Runs SCRIPT (a pyperformance ``run_benchmark.py`` with ``--worker -l N -w 0 -n 1``,
+so it runs in this process) as ``__main__`` with the profiler of CONFIG enabled
+around it, and writes {"wall": s, "cpu": s, ...} to OUT.json. Only the profiled
+region is timed: interpreter start-up, imports of the profiler and writing its
+results are left out for every configuration alike. The benchmark's own output
+goes to /dev/null.
+
+CONFIG is one of CONFIGS below; "count" is not timed: it counts call events
+(cProfile's call count, builtins included) for the ns-per-event figures.
+"""
+import json
+import os
+import runpy
+import sys
+import time
+
+# sys.monitoring event bits (3.12/3.13)
+PY_EVENTS = 1 | 2 | 4 | 8 | 4096 | 8192     # START RESUME RETURN YIELD UNWIND THROW
+C_EVENTS = 16 | 32768 | 65536               # CALL C_RETURN C_RAISE
+
+
+def _pyprof(**kw):
+    import pyprof
+    p = pyprof.Profile(**kw)
+    return p.enable, p.disable
+
+
+def _cprofile():
+    import cProfile
+    p = cProfile.Profile()
+    return p.enable, p.disable
+
+
+def _yappi():
+    import yappi
+    yappi.set_clock_type("wall")        # its default CPU clock is a syscall per event
+    return yappi.start, yappi.stop
+
+
+def _pyinstrument():
+    from pyinstrument import Profiler
+    p = Profiler()                      # default: 1 ms interval, wall clock
+    return p.start, p.stop
+
+
+def _floor(mask):
+    import floorhook
+    return (lambda: floorhook.install(mask)), floorhook.uninstall
+
+
+CONFIGS = {
+    "base": lambda: (lambda: None, lambda: None),
+    "pyprof": _pyprof,
+    "pyprof-exact": lambda: _pyprof(exact_builtins=True),
+    "cProfile": _cprofile,
+    "yappi": _yappi,
+    "pyinstrument": _pyinstrument,
+    "floor": lambda: _floor(PY_EVENTS | C_EVENTS),
+    "floor-py": lambda: _floor(PY_EVENTS),
+}
+
+
+def _run_script(argv):
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+def count_calls(argv):
+    import cProfile
+    p = cProfile.Profile()
+    p.enable()
+    try:
+        _run_script(argv)
+    finally:
+        p.disable()
+    p.create_stats()
+    own = ("cProfile.py", "runpy.py", os.path.basename(__file__))
+    return sum(v[1] for k, v in p.stats.items() if not k[0].endswith(own))
+
+
+def main():
+    config, out, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    devnull = open(os.devnull, "w")
+    saved_stdout = sys.stdout
+    sys.stdout = devnull
+    result = {"config": config}
+    try:
+        if config == "count":
+            result["calls"] = count_calls(argv)
+        else:
+            start, stop = CONFIGS[config]()
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            start()
+            try:
+                _run_script(argv)
+            finally:
+                stop()
+                t1 = time.perf_counter()
+                c1 = time.process_time()
+            result.update(wall=t1 - t0, cpu=c1 - c0)
+    finally:
+        sys.stdout = saved_stdout
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
