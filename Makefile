@@ -2,19 +2,19 @@
 #
 #   make demo     set up, profile examples/demo.py, show the results
 #   make test     build (-Werror) and run tests/ on every CPython 3.11-3.13 found
-#   make asan     the same test suite against an ASan+UBSan build (one version)
-#   make bench    benchmarks/run.py with the newest venv (BENCH_ARGS=...)
+#   make asan     the test suite against an ASan+UBSan build (3.11 and the newest)
+#   make bench    overhead vs peers on every CPython found -> benchmarks/RESULTS.md
 #   make deps     system packages (apt-get when root)
 #   make venv     create/update .venv/3.X for every version found
 #   make pythons  list the interpreters that would be used
-#   make clean    remove build/, *.egg-info, .venv
+#   make clean    remove build/, *.egg-info, .venv, .bench
 #
 # Knobs (make VAR=value):
 #   PY_VERSIONS   minor versions to look for           (default: 3.11 3.12 3.13)
 #   PYTHONS       explicit interpreter paths, skipping discovery
 #   PYTEST_ARGS   arguments for pytest                 (default: -q)
 #   TEST_TIMEOUT  seconds allowed for one pytest run   (default: 1200)
-#   BENCH_ARGS    arguments for benchmarks/run.py
+#   BENCH_ARGS    arguments for benchmarks/run.py (e.g. --rounds 3 --only richards)
 #
 # Each venv gets its own *built* copy of pyprof (never an editable install), so
 # the tests import exactly what a user would get. Every build recompiles the C
@@ -245,13 +245,11 @@ demo: deps
 asan: deps
 	@$(SH_LIB)
 	pythons_or_die
-	read -r minor exe <<< "$$(grep '^3\.12 ' <<< "$$PYS" || tail -n 1 <<< "$$PYS")"
-	dir="$(VENV_DIR)/asan-$$minor"
 	libasan=$$(gcc -print-file-name=libasan.so) libubsan=$$(gcc -print-file-name=libubsan.so)
 	[[ $$libasan == /* && -e $$libasan && $$libubsan == /* && -e $$libubsan ]] \
 	  || die "gcc's libasan.so/libubsan.so not found (apt-get install gcc, or the libasanN/libubsanN packages)"
-	ensure_venv "$$minor" "$$exe" "$$dir" test
-	PYPROF_SANITIZE=1 install_pkg "$$dir" "cp$${minor/./}-asan"
+	# Both hook paths: 3.11's legacy profile hook and the newest's sys.monitoring.
+	sel=$$( (grep '^3\.11 ' <<< "$$PYS" || true; tail -n 1 <<< "$$PYS") | sort -u)
 	# Only the test processes get the sanitizer runtimes (never pip or the compiler).
 	run() {
 	  LD_PRELOAD="$$libasan $$libubsan" \
@@ -259,26 +257,35 @@ asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  "$$@"
 	}
-	msg "Python $$minor, ASan+UBSan: import check"
-	run "$$dir/bin/python" -c 'import pyprof._cprof as m; print("pyprof._cprof loaded from", m.__file__)'
-	msg "Python $$minor, ASan+UBSan: python -m pytest $(PYTEST_ARGS) tests"
-	set +e
-	run timeout --kill-after=30 $$(( $(TEST_TIMEOUT) * 3 )) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) tests < /dev/null
-	rc=$$?
-	set -e
-	if [ $$rc = 5 ]; then echo "asan: no tests collected"; rc=0; fi
-	exit $$rc
+	failed=0
+	while read -r minor exe; do
+	  dir="$(VENV_DIR)/asan-$$minor"
+	  ( set -e; ensure_venv "$$minor" "$$exe" "$$dir" test
+	    PYPROF_SANITIZE=1 install_pkg "$$dir" "cp$${minor/./}-asan" ) < /dev/null
+	  msg "Python $$minor, ASan+UBSan: import check"
+	  run "$$dir/bin/python" -c 'import pyprof._cprof as m; print("pyprof._cprof loaded from", m.__file__)'
+	  msg "Python $$minor, ASan+UBSan: python -m pytest $(PYTEST_ARGS) tests"
+	  set +e
+	  run timeout --kill-after=30 $$(( $(TEST_TIMEOUT) * 3 )) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) tests < /dev/null
+	  rc=$$?
+	  set -e
+	  case $$rc in 0|5) ;; *) echo "asan: Python $$minor FAILED (pytest exit $$rc)"; failed=1 ;; esac
+	done <<< "$$sel"
+	exit $$failed
 
-bench:
+bench: deps
 	@$(SH_LIB)
-	newest
-	[ -f benchmarks/run.py ] || die "benchmarks/run.py does not exist yet"
-	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV" test bench
-	install_pkg "$$NEW_VENV" "cp$${NEW_MINOR/./}"
-	PY="$$NEW_VENV/bin/python"
-	msg "$$PY benchmarks/run.py $(BENCH_ARGS)"
-	"$$PY" benchmarks/run.py $(BENCH_ARGS)
+	pythons_or_die
+	declare -a args=()
+	while read -r minor exe; do
+	  dir=".bench/$$minor"
+	  ensure_venv "$$minor" "$$exe" "$$dir" bench
+	  install_pkg "$$dir" "cp$${minor/./}"
+	  args+=(--python "$$dir/bin/python")
+	done <<< "$$PYS"
+	msg "benchmarks/run.py $${args[*]} $(BENCH_ARGS)"
+	"$$dir/bin/python" benchmarks/run.py "$${args[@]}" $(BENCH_ARGS)
 
 clean:
-	rm -rf build .venv
+	rm -rf build .venv .bench
 	find . -path ./.git -prune -o -name '*.egg-info' -type d -prune -exec rm -rf {} +
