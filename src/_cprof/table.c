@@ -145,6 +145,7 @@ uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid)
     memset(&t->f[s], 0, sizeof(pp_fslot));
     t->f[s].key = key;
     t->f[s].fid = fid;
+    t->f[s].last_caller = PP_NONE;
     t->nf++;
     return s;
 }

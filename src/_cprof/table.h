@@ -32,6 +32,8 @@ typedef struct {
     uint64_t key;
     uint32_t fid;               /* profile-wide function id */
     uint32_t rec_level;         /* activations currently open in this thread */
+    uint32_t last_caller;       /* edge cache: most functions have one main caller, */
+    uint32_t last_edge;         /* so this usually saves the edge index probe */
     uint64_t calls;
     uint64_t rec_calls;         /* calls that ended while another activation was open */
     int64_t tt;
@@ -114,9 +116,14 @@ static inline uint64_t pp_edge_key(uint32_t caller, uint32_t callee)
 
 static inline uint32_t pp_tables_edge(pp_tables *t, uint32_t caller, uint32_t callee)
 {
+    pp_fslot *c = &t->f[callee];
+    if (c->last_caller == caller)
+        return c->last_edge;
     uint32_t e = pp_index_get(&t->eidx, pp_edge_key(caller, callee));
-    if (e == PP_NONE)
-        e = pp_tables_add_edge(t, caller, callee);
+    if (e == PP_NONE && (e = pp_tables_add_edge(t, caller, callee)) == PP_NONE)
+        return PP_NONE;
+    c->last_caller = caller;
+    c->last_edge = e;
     return e;
 }
 
