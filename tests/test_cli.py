@@ -65,9 +65,7 @@ def capture_calls(path, filename, name):
 
 
 # ---------------------------------------------------------------- 1. environment
-# The program reports what it sees as JSON. `__loader__` is left out: a direct
-# run gives SourceFileLoader (BuiltinImporter for -c), pyprof (like cProfile and
-# runpy.run_path) gives none, and no test here covers it.
+# The program reports what it sees as JSON.
 ENV_BODY = '''
 """env probe"""
 import json
@@ -106,6 +104,8 @@ def probe(method):
         "spec": None if spec is None else [spec.name, spec.origin, spec.parent],
         "doc": globals().get("__doc__", "<unset>"),
         "builtins": type(globals().get("__builtins__")).__name__,
+        "loader": getattr(globals().get("__loader__"), "__name__",
+                          type(globals().get("__loader__")).__name__),
         "main_is_this_module": sys.modules["__main__"].__dict__ is globals(),
         "pickled": [type(q).__module__, type(q).__qualname__, q == p],
         "pool": squares,
@@ -579,8 +579,7 @@ def test_counts_equal_cprofile_cli(tmp_path):
         # out what the runners do themselves and which differs by runner:
         # {built-in method builtins.exec} (called by cProfile.py's runctx vs by
         # pyprof/cli.py, it is the <module>'s only caller), the profilers' own
-        # {method 'disable' ...}/enable calls, and the threading.enumerate()/
-        # main_thread() calls pyprof makes after the program to join its threads.
+        # {method 'disable' ...}/enable calls.
         own = {k for k in stats if k[0] == script}
         view = {}
         for key, (cc, nc, _, _, callers) in stats.items():
@@ -601,3 +600,40 @@ def test_counts_equal_cprofile_cli(tmp_path):
     assert va[("~", 0, "<method 'append' of 'list' objects>")][1] == {
         (script, line_of(tmp_path / "parityprog.py", "def add"), "add"): (50, 50),
         (script, line_of(tmp_path / "parityprog.py", "def main"), "main"): (30, 30)}
+
+
+def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
+    """After the program, pyprof waits for its non-daemon threads while still
+    profiling them; its own waiting (threading.enumerate, join...) must not
+    appear, even with a daemon thread still running."""
+    script = write(tmp_path / "waitprog.py", """
+        import threading, time
+
+        def spin():
+            while True:
+                time.sleep(0.001)
+
+        def work(n):
+            return sum(range(n))
+
+        def late():
+            time.sleep(0.05)            # still running when the program returns
+            for _ in range(5):
+                work(100)
+
+        threading.Thread(target=spin, daemon=True).start()
+        threading.Thread(target=late).start()
+        work(10)
+    """)
+    r = pyprof(["-o", "w.prof", str(script)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = pstats.Stats(str(tmp_path / "w.prof")).stats
+    names = {k[2] for k in stats}
+    assert "enumerate" not in names and "main_thread" not in names and "join" not in names
+    assert pstats_calls(tmp_path / "w.prof", (str(script), line_of(script, "def work"),
+                                              "work")) == (6, 6)
+    # Every function that has callers is entered only through them (no stray
+    # roots from the runner), so its calls equal the sum over its callers.
+    for key, (cc, nc, tt, ct, callers) in stats.items():
+        if callers:
+            assert nc == sum(v[0] for v in callers.values()), key

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import importlib.machinery
 import importlib.util
 import os
 import pstats
@@ -109,6 +110,7 @@ class _Target:
         self.globals = {"__name__": "__main__", "__builtins__": builtins,
                         "__doc__": None, "__package__": None, "__spec__": None}
         if opts.code:
+            self.globals["__loader__"] = importlib.machinery.BuiltinImporter
             self.argv = ["-c"] + args
             self.path0 = ""
             self.code = self._compile(target, "<string>")
@@ -144,8 +146,11 @@ class _Target:
         except OSError as e:
             raise PyprofError(f"cannot read script '{script}': {e.strerror}") from None
         self.argv = [script] + args
-        self.globals["__file__"] = path
-        self.globals["__cached__"] = None
+        # What a direct run sets: a directory's __main__ is imported by spec.
+        loader = importlib.machinery.SourceFileLoader("__main__", path)
+        spec = (importlib.util.spec_from_file_location("__main__", path, loader=loader)
+                if os.path.isdir(script) else None)
+        self.globals.update(__file__=path, __cached__=None, __loader__=loader, __spec__=spec)
         self.code = self._compile(source, path)
 
     def _prepare_module(self, name, args):
@@ -251,7 +256,9 @@ class _Runner:
                     exec(self.target.code, globs)
                 finally:
                     # The interpreter waits for non-daemon threads at exit, after
-                    # results would be written: wait here, still profiling.
+                    # results would be written: wait here, still profiling them,
+                    # but not this thread's waiting (pyprof's calls, not the program's).
+                    self.prof._pause_thread(True)
                     for t in threading.enumerate():
                         if t is not threading.main_thread() and not t.daemon and t.is_alive():
                             t.join()

@@ -193,6 +193,15 @@ static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObj
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_pause_thread(pp_profiler *self, PyObject *arg)
+{
+    int paused = PyObject_IsTrue(arg);
+    if (paused < 0)
+        return NULL;
+    pp_tracer_pause_thread(self, paused);
+    Py_RETURN_NONE;
+}
+
 static PyObject *profiler_get_enabled(pp_profiler *self, void *c)
 {
     (void)c;
@@ -227,6 +236,9 @@ static PyMethodDef profiler_methods[] = {
     {"set_flush", (PyCFunction)(void (*)(void))profiler_set_flush, METH_VARARGS | METH_KEYWORDS,
      "set_flush(path=None, interval=0.0)\n"
      "While enabled, write a capture to path every interval seconds (0: never)."},
+    {"_pause_thread", (PyCFunction)profiler_pause_thread, METH_O,
+     "_pause_thread(paused)\nStop (True) or resume (False) recording the calling thread's "
+     "events while enabled; the next enable() resumes it."},
     {"write_capture", (PyCFunction)(void (*)(void))profiler_write_capture, METH_VARARGS | METH_KEYWORDS,
      "write_capture(path, final=True)\nWrite a .cprof capture file atomically."},
     {NULL},

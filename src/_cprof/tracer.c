@@ -30,7 +30,8 @@
  * reserve for dlopen'ed modules) instead of a __tls_get_addr call. */
 static __thread struct {
     uint64_t gen;
-    pp_thread *ts;
+    pp_thread *ts;              /* NULL while the thread is paused */
+    pp_thread *paused;          /* the record to restore when it resumes */
 } pp_tls __attribute__((tls_model("initial-exec")));
 
 static uint64_t pp_gen_counter;
@@ -116,6 +117,7 @@ static pp_thread *attach_thread(pp_profiler *p)
     ts->attach_gen = p->gen;
     pp_tls.gen = p->gen;
     pp_tls.ts = ts;
+    pp_tls.paused = NULL;
     return ts;
 }
 
@@ -124,6 +126,26 @@ static inline pp_thread *current_thread(pp_profiler *p)
     if (LIKELY(pp_tls.gen == p->gen))
         return pp_tls.ts;
     return attach_thread(p);
+}
+
+/* Pausing points the calling thread's TLS at no record, which the event
+ * paths already read as "nothing to record": no cost on the hot path. A new
+ * enable (new generation) ends the pause. */
+void pp_tracer_pause_thread(pp_profiler *p, int paused)
+{
+    if (!p->enabled)
+        return;
+    if (paused) {
+        pp_thread *ts = current_thread(p);
+        if (ts) {
+            pp_tls.paused = ts;
+            pp_tls.ts = NULL;
+        }
+    }
+    else if (pp_tls.gen == p->gen && pp_tls.paused) {
+        pp_tls.ts = pp_tls.paused;
+        pp_tls.paused = NULL;
+    }
 }
 
 /* A thread's name from threading._active (a dict lookup: no Python code

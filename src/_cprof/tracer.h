@@ -76,6 +76,8 @@ int pp_tracer_enable(pp_profiler *p);
 int pp_tracer_disable(pp_profiler *p);
 void pp_tracer_clear(pp_profiler *p);
 void pp_tracer_free(pp_profiler *p);
+/* Stop or resume recording the calling thread's events (until the next enable). */
+void pp_tracer_pause_thread(pp_profiler *p, int paused);
 /* Ticks of the profiler's clock now (internal clock or user timer). */
 int64_t pp_tracer_now(pp_profiler *p);
 /* End the calls still open on `ts` at `now` (used by disable and snapshots). */
