@@ -41,11 +41,13 @@ static pp_profiler *pp_active;   /* at most one enabled profiler per process */
 /* The event paths are inlined into each callback: a call would cost a
  * prologue/epilogue of callee-saved registers per event (~20 instructions). */
 #define HOT static inline __attribute__((always_inline))
+/* Slow paths stay out of line so the callbacks keep few registers live. */
+#define COLD static __attribute__((noinline, cold))
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ---------------------------------------------------------------- clock */
 
-static int64_t user_timer_now(pp_profiler *p)
+COLD int64_t user_timer_now(pp_profiler *p)
 {
     pp_err_state es;
     pp_err_save(&es);
@@ -91,7 +93,7 @@ int64_t pp_tracer_now(pp_profiler *p)
 
 /* ------------------------------------------------------ thread records */
 
-static pp_thread *attach_thread(pp_profiler *p)
+COLD pp_thread *attach_thread(pp_profiler *p)
 {
     unsigned long ident = PyThread_get_thread_ident();
     pp_thread *ts;
@@ -152,7 +154,7 @@ void pp_tracer_pause_thread(pp_profiler *p, int paused)
  * runs). A new thread enters _active only after its first events, so this is
  * retried on later returns, a bounded number of times (raw _thread threads
  * never appear there). */
-static void resolve_thread_name(pp_thread *ts)
+COLD void resolve_thread_name(pp_thread *ts)
 {
     pp_err_state es;
     pp_err_save(&es);
@@ -274,7 +276,7 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
     return fid;
 }
 
-static uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
+COLD uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
                                   PyObject *obj, PyObject *self_arg, int kind)
 {
     uint32_t fid = register_function(p, key, obj, self_arg, kind);
@@ -287,9 +289,9 @@ static uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
 
 static void maybe_flush(pp_profiler *p);
 
-/* obj: the code object, or the C callable (self_arg: its bound self, if a descriptor) */
-HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg,
-                         int kind)
+/* Full path of a call event: any thread state, table state or clock.
+ * obj: the code object, or the C callable (self_arg: its bound self, if a descriptor) */
+COLD void enter_slow(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, int kind)
 {
     pp_thread *ts = current_thread(p);
     if (UNLIKELY(ts == NULL))
@@ -328,6 +330,54 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg,
     f->t0 = now_ticks(p);       /* last: our bookkeeping is not the callee's time */
 }
 
+/* Fast path: a known thread, function and edge, room on the stack, the TSC.
+ * It makes no calls, so it needs no callee-saved registers; anything else
+ * (checked before any state changes) is handed to enter_slow. */
+HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, int kind)
+{
+#ifdef PP_CLOCK_HAVE_TSC
+    pp_thread *ts = pp_tls.ts;
+    if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL || !p->tsc))
+        goto slow;
+    pp_stack *st = &ts->st;
+    uint32_t depth = st->depth;
+    if (UNLIKELY(depth == st->cap))
+        goto slow;
+    pp_tables *t = &ts->t;
+    uint32_t fs = pp_index_get(&t->fidx, key);
+    if (UNLIKELY(fs == PP_NONE))
+        goto slow;
+    uint32_t es = PP_NONE;
+    if (p->subcalls && depth) {
+        uint32_t caller = st->f[depth - 1].fslot;
+        pp_fslot *c = &t->f[fs];
+        if (LIKELY(c->last_caller == caller)) {
+            es = c->last_edge;
+        }
+        else {
+            es = pp_index_get(&t->eidx, pp_edge_key(caller, fs));
+            if (UNLIKELY(es == PP_NONE))
+                goto slow;
+            c->last_caller = caller;
+            c->last_edge = es;
+        }
+        t->e[es].rec_level++;
+    }
+    ts->events++;
+    t->f[fs].rec_level++;
+    pp_frame *f = &st->f[depth];
+    st->depth = depth + 1;
+    f->key = key;
+    f->fslot = fs;
+    f->eslot = es;
+    f->subt = 0;
+    f->t0 = (int64_t)__rdtsc();     /* last: our bookkeeping is not the callee's time */
+    return;
+slow:
+#endif
+    enter_slow(p, key, obj, self_arg, kind);
+}
+
 HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
 {
     pp_frame *f = &st->f[--st->depth];
@@ -350,7 +400,7 @@ void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now)
 /* A return whose key is not on top: a frame below lost its return event (or
  * the returning frame began before enable). End the frames above a match
  * close to the top; otherwise ignore the event. */
-static int unwind_to(pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
+COLD int unwind_to(pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
 {
     uint32_t limit = st->depth < 16 ? st->depth : 16;
     for (uint32_t i = 1; i <= limit; i++) {
@@ -363,9 +413,9 @@ static int unwind_to(pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
     return 0;
 }
 
-HOT void leave(pp_profiler *p, uint64_t key)
+/* Full path of a return event; `now` was read first, on entry to the hook. */
+COLD void leave_slow(pp_profiler *p, uint64_t key, int64_t now)
 {
-    int64_t now = now_ticks(p);   /* first: our bookkeeping is not the callee's time */
     pp_thread *ts = current_thread(p);
     if (UNLIKELY(ts == NULL))
         return;
@@ -380,6 +430,32 @@ HOT void leave(pp_profiler *p, uint64_t key)
         resolve_thread_name(ts);
     if (UNLIKELY(p->flush_interval_ns) && (ts->events & 1023) == 0)
         maybe_flush(p);
+}
+
+/* Fast path: the returning call is on top of a known thread's stack and no
+ * housekeeping (thread name, periodic flush) is due. */
+HOT void leave(pp_profiler *p, uint64_t key)
+{
+#ifdef PP_CLOCK_HAVE_TSC
+    if (LIKELY(p->tsc)) {
+        int64_t now = (int64_t)__rdtsc();   /* first: our bookkeeping is not the callee's time */
+        pp_thread *ts = pp_tls.ts;
+        if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL))
+            goto slow;
+        pp_stack *st = &ts->st;
+        uint32_t depth = st->depth;
+        if (UNLIKELY(depth == 0 || st->f[depth - 1].key != key || ts->name_tries
+                     || (p->flush_interval_ns && ((ts->events + 1) & 1023) == 0)))
+            goto slow;
+        ts->events++;
+        stop_top(&ts->t, st, now);
+        return;
+slow:
+        leave_slow(p, key, now);
+        return;
+    }
+#endif
+    leave_slow(p, key, now_ticks(p));
 }
 
 /* Key of a C callable as cProfile keys it (its PyMethodDef), or 0 to ignore. */
@@ -397,7 +473,7 @@ static inline uint64_t cfunc_key(PyObject *callable, PyObject *self_arg, PyObjec
 
 /* ------------------------------------------------------ periodic flush */
 
-static void maybe_flush(pp_profiler *p)
+COLD void maybe_flush(pp_profiler *p)
 {
     int64_t mono = pp_clock_monotonic_ns();
     if (mono < p->next_flush_ns || (long)getpid() != p->owner_pid)
@@ -430,19 +506,29 @@ static PyObject *mon_disable;   /* sys.monitoring.DISABLE */
 /* CALL fires before every call, C or not, and an instrumented call site loses
  * its fast path: about 35 ns per Python-to-Python call. A site whose first
  * SITE_DISABLE_AFTER calls all went to non-C callables is DISABLEd for CALL
- * (and with it C_RETURN/C_RAISE); a site that ever calls a C function is
- * pinned and never disabled. exact_builtins turns this off (cProfile's cost). */
+ * (and with it C_RETURN/C_RAISE); a site that ever called a C function before
+ * that decision keeps its events. C calls only set a bit in p->c_sites (a
+ * hashed bitmap: a collision merely keeps a Python-only site watched), so the
+ * cost per C call stays a few instructions. exact_builtins turns all this off
+ * (cProfile's cost). */
 #define SITE_DISABLE_AFTER 64
-#define SITE_MIXED UINT32_MAX
+#define SITE_KEPT UINT32_MAX
 
 static inline uint64_t site_key(PyObject *code, PyObject *offset)
 {
-    long off = PyLong_AsLong(offset);
-    if (off < 0) {
+    long off;
+    if (LIKELY(PyUnstable_Long_IsCompact((PyLongObject *)offset)))
+        off = (long)PyUnstable_Long_CompactValue((PyLongObject *)offset);
+    else if ((off = PyLong_AsLong(offset)) < 0) {
         PyErr_Clear();
         off = 0;
     }
     return (uint64_t)(uintptr_t)code ^ ((uint64_t)(off & 0xFFFF) << 48);
+}
+
+static inline uint32_t c_site_bit(uint64_t key)
+{
+    return pp_hash64(key, PP_C_SITE_BITS - 1);
 }
 
 /* A call to a non-C callable at (code, offset): DISABLE once the site has
@@ -456,21 +542,22 @@ static PyObject *python_call_site(pp_profiler *p, PyObject *code, PyObject *offs
             p->oom = 1;
         Py_RETURN_NONE;
     }
-    if (e->val != SITE_MIXED && ++e->val >= SITE_DISABLE_AFTER) {
+    if (e->val != SITE_KEPT && ++e->val >= SITE_DISABLE_AFTER) {
+        uint32_t b = c_site_bit(key);
+        if (p->c_sites[b >> 6] & (1ull << (b & 63))) {
+            e->val = SITE_KEPT;
+            Py_RETURN_NONE;
+        }
         p->sites_disabled = 1;
         return Py_NewRef(mon_disable);
     }
     Py_RETURN_NONE;
 }
 
-static void pin_c_call_site(pp_profiler *p, PyObject *code, PyObject *offset)
+static inline void mark_c_call_site(pp_profiler *p, PyObject *code, PyObject *offset)
 {
-    uint64_t key = site_key(code, offset);
-    pp_ient *e = pp_index_find(&p->sites, key);
-    if (e)
-        e->val = SITE_MIXED;
-    else if (pp_index_put(&p->sites, key, SITE_MIXED) < 0)
-        p->oom = 1;
+    uint32_t b = c_site_bit(site_key(code, offset));
+    p->c_sites[b >> 6] |= 1ull << (b & 63);
 }
 
 /* A callable with the cheapest calling convention CPython offers. */
@@ -531,7 +618,7 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
         return python_call_site(p, args[0], args[1]);
     }
     if (!p->exact_builtins)
-        pin_c_call_site(p, args[0], args[1]);
+        mark_c_call_site(p, args[0], args[1]);
     enter(p, key, callable, arg0, PP_KIND_BUILTIN);
     Py_RETURN_NONE;
 }
@@ -827,7 +914,9 @@ int pp_tracer_enable(pp_profiler *p)
         return -1;
     }
     p->gen = ++pp_gen_counter;
+    p->tsc = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC;
     pp_index_clear(&p->sites);
+    memset(p->c_sites, 0, sizeof p->c_sites);
     if (p->enable_count++ == 0) {
         p->start_wall_ns = pp_clock_realtime_ns();
         p->start_mono_ns = pp_clock_monotonic_ns();

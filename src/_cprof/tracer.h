@@ -30,16 +30,20 @@ typedef struct pp_thread {
     pp_stack st;
 } pp_thread;
 
+#define PP_C_SITE_BITS (1u << 16)
+
 typedef struct pp_profiler {
     PyObject_HEAD
     int subcalls;
     int builtins;
     int exact_builtins;         /* 3.12+: never DISABLE CALL at Python-only call sites */
-    pp_index sites;             /* 3.12+: call site -> non-C calls seen, or SITE_MIXED */
+    pp_index sites;             /* 3.12+: call site -> non-C calls seen, or SITE_KEPT */
+    uint64_t c_sites[PP_C_SITE_BITS / 64];   /* 3.12+: call sites that called C (hashed) */
     int sites_disabled;         /* 3.12+: some site got DISABLE: re-arm when done */
     PyObject *timer;            /* user timer or NULL for the internal clock */
     double timeunit;            /* cProfile's timeunit (0: timer returns float seconds) */
     int enabled;
+    int tsc;                    /* events read the TSC inline (no user timer, TSC clock) */
     int in_timer;
     int oom;
     uint64_t gen;               /* fresh per enable; matches pp_tls.gen */
