@@ -124,9 +124,31 @@ static PyObject *uninstall(PyObject *m, PyObject *unused)
 }
 #endif
 
+#if PY_VERSION_HEX < 0x030C0000
+/* PEP 523: a frame-evaluation function that only forwards. It sees every
+ * Python frame (calls and generator resumes) without putting 3.11's eval loop
+ * on its tracing path, but no C function calls, and it turns off 3.11's
+ * inlining of Python-to-Python calls (each call recurses in C). */
+static PyObject *noop_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int exc)
+{
+    return _PyEval_EvalFrameDefault(ts, f, exc);
+}
+
+static PyObject *install_eval(PyObject *m, PyObject *on)
+{
+    (void)m;
+    _PyInterpreterState_SetEvalFrameFunc(PyInterpreterState_Get(),
+                                         PyObject_IsTrue(on) ? noop_eval : NULL);
+    Py_RETURN_NONE;
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"install", install, METH_O, "install(event_mask): no-op hook on (3.11: mask ignored)"},
     {"uninstall", uninstall, METH_NOARGS, "remove the no-op hook"},
+#if PY_VERSION_HEX < 0x030C0000
+    {"install_eval", install_eval, METH_O, "install_eval(on): no-op PEP 523 hook (3.11)"},
+#endif
     {NULL},
 };
 

@@ -51,8 +51,9 @@ STRESS = {
     "logging": "call-heavy", "async_tree": "asyncio",
 }
 DEFAULT_CONFIGS = ["base", "pyprof", "pyprof-exact", "cProfile", "yappi", "pyinstrument",
-                   "floor"]
+                   "floor", "floor-py", "floor-pep523"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
+LEGACY_ONLY = {"floor-pep523"}
 
 
 def log(*a):
@@ -144,8 +145,8 @@ def bootstrap_ci(values, n=2000, seed=1):
 def measure(python, benches, configs, rounds, seconds, cpu, timeout):
     info = py_info(python)
     minor = info["minor"]
-    if minor < "3.12":
-        configs = [c for c in configs if c not in MONITORING_ONLY]
+    configs = [c for c in configs
+               if c not in (MONITORING_ONLY if minor < "3.12" else LEGACY_ONLY)]
     floor_dir = build_floorhook(python, minor)
     runner = Runner(python, info, cpu, floor_dir, timeout)
     result = {"python": info["version"], "minor": minor, "packages": info["packages"],
@@ -266,7 +267,7 @@ def render(results) -> str:
         lines += ["", "ns per call event, (T − T_base) / calls (calls: cProfile's count, "
                   "builtins included; median over rounds):", ""]
         nsc = [c for c in configs if c in ("pyprof", "pyprof-exact", "cProfile", "floor",
-                                             "floor-py", "yappi")]
+                                             "floor-py", "floor-pep523", "yappi")]
         lines.append("| " + " | ".join(["workload", *nsc]) + " |")
         lines.append("|" + "---|" * (len(nsc) + 1))
         for bench, r in rows.items():

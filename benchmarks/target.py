@@ -61,7 +61,13 @@ CONFIGS = {
     "pyinstrument": _pyinstrument,
     "floor": lambda: _floor(PY_EVENTS | C_EVENTS),
     "floor-py": lambda: _floor(PY_EVENTS),
+    "floor-pep523": lambda: _floor_pep523(),
 }
+
+
+def _floor_pep523():
+    import floorhook
+    return (lambda: floorhook.install_eval(True)), (lambda: floorhook.install_eval(False))
 
 
 def _run_script(argv):
