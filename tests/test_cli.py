@@ -125,7 +125,7 @@ def _same_run(direct, profiled):
     return json.loads(profiled.stdout)
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
 def test_script_environment_as_direct_run(tmp_path, method):
     sub = tmp_path / "sub"
     script = write(sub / "envprog.py", ENV_BODY)
@@ -144,6 +144,7 @@ def test_script_environment_as_direct_run(tmp_path, method):
 
 
 @pytest.mark.parametrize("target,method", [("envmod", "spawn"), ("envmod", "fork"),
+                                           ("envmod", "forkserver"),
                                            ("envpkg", "fork")])
 def test_module_environment_as_python_m(tmp_path, target, method):
     write(tmp_path / "envmod.py", ENV_BODY)
