@@ -146,3 +146,16 @@ def test_magic_and_header(capture):
     assert data.startswith(MAGIC)
     major, minor, flags = struct.unpack_from("<HHI", data, 8)
     assert (major, minor) == pyprof._cprof.FORMAT_VERSION and flags & 1
+
+
+def test_temporary_name_symlink_is_not_followed(capture, tmp_path):
+    """The capture is written to NAME.tmp.PID and renamed: a link planted at
+    that name must not make pyprof write through it."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    out = tmp_path / "x.cprof"
+    os.symlink(victim, tmp_path / f"x.cprof.tmp.{os.getpid()}")
+    with pytest.raises(pyprof.PyprofError, match="cannot write"):
+        capture[1].dump(out)
+    assert victim.read_bytes() == b"precious"
+    assert not out.exists()

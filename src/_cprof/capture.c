@@ -11,6 +11,7 @@
 #include "clock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -337,9 +338,13 @@ int pp_capture_write_blob(const char *path, const void *blob, size_t n, int fina
         return -1;
     }
     snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    /* Never follow a link planted at the temporary name; mode as open() would. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "wb");
     if (f == NULL) {
         snprintf(err, errlen, "%s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
         free(tmp);
         return -1;
     }
