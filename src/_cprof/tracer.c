@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 /* One thread record cached per OS thread for the active profiler. initial-exec:
- * a plain %fs-relative load on the event path (16 bytes of glibc's static TLS
+ * a plain %fs-relative load on the event path (24 bytes of glibc's static TLS
  * reserve for dlopen'ed modules) instead of a __tls_get_addr call. */
 static __thread struct {
     uint64_t gen;
@@ -38,12 +38,12 @@ static uint64_t pp_gen_counter;
 static pp_profiler *pp_active;   /* at most one enabled profiler per process */
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 /* The event paths are inlined into each callback: a call would cost a
  * prologue/epilogue of callee-saved registers per event (~20 instructions). */
 #define HOT static inline __attribute__((always_inline))
 /* Slow paths stay out of line so the callbacks keep few registers live. */
 #define COLD static __attribute__((noinline, cold))
-#define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 /* ---------------------------------------------------------------- clock */
 
