@@ -115,7 +115,8 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "\"clock_read_ns\":%.6g,\"user_timer\":%s,\"timeunit\":%.17g,"
         "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
         "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
-        "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d}",
+        "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d,"
+        "\"cstack_asides\":%llu}",
         PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
         tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
         p->timer ? "true" : "false", p->timeunit,
@@ -125,7 +126,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         p->enabled ? "true" : "false",
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
-        PP_USE_MONITORING ? "sys.monitoring" : "PyEval_SetProfile", p->tool_id);
+        pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides);
     if (n < 0 || (size_t)n >= sizeof s) {
         b->oom = 1;
         return;

@@ -53,6 +53,25 @@ static inline void pp_err_restore(pp_err_state *s)
 }
 
 #if !PP_USE_MONITORING
+/* 3.11: the code object of an interpreter frame (borrowed; offsets from frames.c). */
+extern const size_t pp_iframe_code_offset;
+extern const size_t pp_iframe_owner_offset;
+extern const char pp_frame_owned_by_generator;
+
+static inline PyCodeObject *pp_iframe_code(struct _PyInterpreterFrame *f)
+{
+    return *(PyCodeObject **)((char *)f + pp_iframe_code_offset);
+}
+
+/* 3.11: calling a generator, coroutine or async generator function evaluates
+ * its frame once, before the generator owns it, only to create the generator
+ * (RETURN_GENERATOR): that evaluation is not a call of the function. */
+static inline int pp_iframe_creates_generator(struct _PyInterpreterFrame *f, PyCodeObject *code)
+{
+    return (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
+        && *((char *)f + pp_iframe_owner_offset) != pp_frame_owned_by_generator;
+}
+
 /* 3.11: the profile object installed on a thread state, to remove only ours. */
 static inline PyObject *pp_tstate_profileobj(PyThreadState *ts)
 {

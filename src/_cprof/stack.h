@@ -25,6 +25,9 @@ typedef struct {
 } pp_stack;
 
 int pp_stack_grow(pp_stack *s);                 /* -1 on OOM */
+/* Lowest usable address of the calling thread's C stack (it grows down), or 0
+ * when the platform cannot tell. */
+uintptr_t pp_cstack_low(void);
 void pp_stack_free(pp_stack *s);
 
 static inline pp_frame *pp_stack_push(pp_stack *s)

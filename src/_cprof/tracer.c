@@ -32,6 +32,7 @@ static __thread struct {
     uint64_t gen;
     pp_thread *ts;              /* NULL while the thread is paused */
     pp_thread *paused;          /* the record to restore when it resumes */
+    int busy;                   /* pyprof's own work may run Python code (3.11 eval hook) */
 } pp_tls __attribute__((tls_model("initial-exec")));
 
 static uint64_t pp_gen_counter;
@@ -111,6 +112,13 @@ COLD pp_thread *attach_thread(pp_profiler *p)
         }
         ts->ident = ident;
         ts->native_id = PyThread_get_thread_native_id();
+        /* Headroom kept free below the eval hook: 256 KiB, or a quarter of a
+         * smaller stack; 0 (no guard) when the platform cannot tell. */
+        uintptr_t low = pp_cstack_low(), here = (uintptr_t)&low;
+        if (low && here > low) {
+            uintptr_t room = (here - low) / 4;
+            ts->cstack_guard = low + (room < (256u << 10) ? room : (256u << 10));
+        }
         ts->name_tries = 64;
         ts->index = p->nthreads++;
         *p->threads_tail = ts;
@@ -482,10 +490,12 @@ COLD void maybe_flush(pp_profiler *p)
     char err[256];
     pp_err_state es;
     pp_err_save(&es);
+    pp_tls.busy++;              /* a finalizer run by the GC here is not the program's call */
     if (pp_capture_write(p, p->flush_path, 0, err, sizeof err) < 0 && !p->flush_failed) {
         p->flush_failed = 1;
         fprintf(stderr, "pyprof: periodic flush to %s failed: %s\n", p->flush_path, err);
     }
+    pp_tls.busy--;
     PyErr_Clear();
     pp_err_restore(&es);
 }
@@ -863,8 +873,102 @@ static int set_threading_hook(PyObject *hook, PyObject **prev)
     return r ? 0 : -1;
 }
 
+/* -------------------------- 3.11, builtins=False: PEP 523 frame evaluation
+ *
+ * Any profile function puts 3.11's eval loop on its tracing path (every
+ * instruction unspecialised: 2-3x even on code without calls). Without C
+ * functions to report, a frame-evaluation function sees every Python frame
+ * (calls, generator resumes and throws) without that tax. Two costs, handled:
+ * - CPython stops inlining Python-to-Python calls, so each call recurses on
+ *   the C stack: near the end of a thread's C stack the hook steps aside (the
+ *   previous evaluation function is restored until that frame returns), so a
+ *   deep recursion that runs natively still runs; its deeper frames are then
+ *   not recorded (counted in cstack_asides);
+ * - no `tracing` flag protects pyprof's own work from re-entry: Python code it
+ *   may run (a finalizer during a flush) sees pp_tls.busy and is not recorded.
+ * Chains to the evaluation function installed before (a debugger's, a JIT's).
+ */
+static _PyFrameEvalFunction eval_prev;  /* NULL: CPython's default */
+static int eval_aside_depth;            /* frames running with the hook stepped aside */
+
+static inline PyObject *eval_next(PyThreadState *ts, struct _PyInterpreterFrame *f, int exc)
+{
+    return eval_prev ? eval_prev(ts, f, exc) : _PyEval_EvalFrameDefault(ts, f, exc);
+}
+
+static PyObject *pp_eval_frame(PyThreadState *ts, struct _PyInterpreterFrame *f, int exc);
+
+COLD PyObject *eval_aside(pp_profiler *p, PyThreadState *ts, struct _PyInterpreterFrame *f,
+                          int exc)
+{
+    PyInterpreterState *interp = PyThreadState_GetInterpreter(ts);
+    p->cstack_asides++;
+    if (eval_aside_depth++ == 0)
+        _PyInterpreterState_SetEvalFrameFunc(interp, eval_prev ? eval_prev
+                                                                : _PyEval_EvalFrameDefault);
+    PyObject *r = eval_next(ts, f, exc);
+    if (--eval_aside_depth == 0 && pp_active && pp_active->eval_mode)
+        _PyInterpreterState_SetEvalFrameFunc(interp, pp_eval_frame);
+    return r;
+}
+
+static PyObject *pp_eval_frame(PyThreadState *ts, struct _PyInterpreterFrame *f, int exc)
+{
+    pp_profiler *p = pp_active;
+    if (UNLIKELY(p == NULL || pp_tls.busy))
+        return eval_next(ts, f, exc);
+    pp_thread *th = current_thread(p);
+    if (UNLIKELY(th == NULL))
+        return eval_next(ts, f, exc);
+    uintptr_t here = (uintptr_t)&th;
+    if (UNLIKELY(here < th->cstack_guard))
+        return eval_aside(p, ts, f, exc);
+    PyCodeObject *code = pp_iframe_code(f);
+    if (UNLIKELY(pp_iframe_creates_generator(f, code)))
+        return eval_next(ts, f, exc);
+    enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
+    PyObject *r = eval_next(ts, f, exc);
+    /* The frame may have disabled this profiler (or enabled another). */
+    if (LIKELY(pp_active != NULL))
+        leave(pp_active, (uint64_t)(uintptr_t)code);
+    return r;
+}
+
+/* The frame-evaluation engine serves builtins=False with pyprof's own clock
+ * (a user timer is Python code, which this hook would itself profile) where
+ * the C stack's bounds are known. */
+static int eval_mode_possible(pp_profiler *p)
+{
+    return !p->builtins && p->timer == NULL && pp_cstack_low() != 0;
+}
+
+static int install_eval(pp_profiler *p)
+{
+    (void)p;
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction cur = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (cur != pp_eval_frame)
+        eval_prev = cur == _PyEval_EvalFrameDefault ? NULL : cur;
+    if (eval_aside_depth == 0)
+        _PyInterpreterState_SetEvalFrameFunc(interp, pp_eval_frame);
+    return 0;
+}
+
+static void remove_eval(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == pp_eval_frame)
+        _PyInterpreterState_SetEvalFrameFunc(interp, eval_prev ? eval_prev
+                                                                : _PyEval_EvalFrameDefault);
+}
+
+static int remove_hooks(pp_profiler *p);
+
 static int install_hooks(pp_profiler *p)
 {
+    p->eval_mode = eval_mode_possible(p);
+    if (p->eval_mode)
+        return install_eval(p);
     PyObject *boot = PyCFunction_New(&bootstrap_def, (PyObject *)p);
     if (boot == NULL)
         return -1;
@@ -876,14 +980,25 @@ static int install_hooks(pp_profiler *p)
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
          ts; ts = PyThreadState_Next(ts)) {
-        if (_PyEval_SetProfile(ts, legacy_callback, (PyObject *)p) < 0)
+        if (_PyEval_SetProfile(ts, legacy_callback, (PyObject *)p) < 0) {
+            /* (an audit hook may refuse) never leave a hook with a borrowed p behind */
+            pp_err_state es;
+            pp_err_save(&es);
+            remove_hooks(p);
+            PyErr_Clear();
+            pp_err_restore(&es);
             return -1;
+        }
     }
     return 0;
 }
 
 static int remove_hooks(pp_profiler *p)
 {
+    if (p->eval_mode) {
+        remove_eval();
+        return 0;
+    }
     int rc = 0;
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));

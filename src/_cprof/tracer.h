@@ -25,6 +25,7 @@ typedef struct pp_thread {
     unsigned long native_id;    /* kernel thread id */
     uint64_t events;
     PyObject *name;             /* threading.Thread name, once known (strong) */
+    uintptr_t cstack_guard;     /* 3.11 eval hook steps aside below this address (0: never) */
     int name_tries;             /* lookups left before giving up (raw threads) */
     pp_tables t;
     pp_stack st;
@@ -57,6 +58,8 @@ typedef struct pp_profiler {
     uint32_t nfun, capfun;
     /* hooks */
     int tool_id;                /* sys.monitoring tool id, -1 when none */
+    int eval_mode;              /* 3.11: PEP 523 frame evaluation instead of the profile hook */
+    uint64_t cstack_asides;     /* 3.11 eval hook: frames run unrecorded near the C stack end */
     PyObject *prev_thread_hook; /* 3.11: threading's profile hook before ours */
     /* capture */
     int64_t start_wall_ns;
@@ -82,6 +85,12 @@ void pp_tracer_clear(pp_profiler *p);
 void pp_tracer_free(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */
 void pp_tracer_pause_thread(pp_profiler *p, int paused);
+/* The interpreter mechanism in use (or last used): for captures and messages. */
+static inline const char *pp_tracer_hook_name(const pp_profiler *p)
+{
+    return PP_USE_MONITORING ? "sys.monitoring"
+                             : p->eval_mode ? "PEP 523 frame evaluation" : "PyEval_SetProfile";
+}
 /* Ticks of the profiler's clock now (internal clock or user timer). */
 int64_t pp_tracer_now(pp_profiler *p);
 /* End the calls still open on `ts` at `now` (used by disable and snapshots). */
