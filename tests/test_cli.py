@@ -638,3 +638,23 @@ def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
     for key, (cc, nc, tt, ct, callers) in stats.items():
         if callers:
             assert nc == sum(v[0] for v in callers.values()), key
+
+
+def test_no_builtins_option(tmp_path):
+    """--no-builtins: Python functions with cProfile's counts, no C functions
+    (on 3.11 this is the frame-evaluation engine)."""
+    script = write(tmp_path / "nb.py", """
+        def leaf(x):
+            return len(str(x))
+
+        def main():
+            return sum(leaf(i) for i in range(50))
+
+        main()
+    """)
+    r = pyprof(["--no-builtins", "-o", "nb.prof", str(script)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = pstats.Stats(str(tmp_path / "nb.prof")).stats
+    assert not [k for k in stats if k[0] == "~"]
+    assert pstats_calls(tmp_path / "nb.prof", (str(script), line_of(script, "def leaf"),
+                                               "leaf")) == (50, 50)
