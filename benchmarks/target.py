@@ -56,6 +56,7 @@ CONFIGS = {
     "base": lambda: (lambda: None, lambda: None),
     "pyprof": _pyprof,
     "pyprof-exact": lambda: _pyprof(exact_builtins=True),
+    "pyprof-nobuiltins": lambda: _pyprof(builtins=False),
     "cProfile": _cprofile,
     "yappi": _yappi,
     "pyinstrument": _pyinstrument,
