@@ -50,8 +50,8 @@ STRESS = {
     "unpack_sequence": "no calls", "coroutines": "coroutines", "deepcopy": "call-heavy",
     "logging": "call-heavy", "async_tree": "asyncio",
 }
-DEFAULT_CONFIGS = ["base", "pyprof", "pyprof-exact", "cProfile", "yappi", "pyinstrument",
-                   "floor", "floor-py", "floor-pep523"]
+DEFAULT_CONFIGS = ["base", "pyprof", "pyprof-exact", "pyprof-nobuiltins", "cProfile", "yappi",
+                   "pyinstrument", "floor", "floor-py", "floor-pep523"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
 LEGACY_ONLY = {"floor-pep523"}
 
@@ -266,8 +266,9 @@ def render(results) -> str:
             lines.append("| " + " | ".join([k] + [f"{summ[c][k]:.2f}" for c in configs]) + " |")
         lines += ["", "ns per call event, (T − T_base) / calls (calls: cProfile's count, "
                   "builtins included; median over rounds):", ""]
-        nsc = [c for c in configs if c in ("pyprof", "pyprof-exact", "cProfile", "floor",
-                                             "floor-py", "floor-pep523", "yappi")]
+        nsc = [c for c in configs if c in ("pyprof", "pyprof-exact", "pyprof-nobuiltins",
+                                             "cProfile", "yappi", "floor", "floor-py",
+                                             "floor-pep523")]
         lines.append("| " + " | ".join(["workload", *nsc]) + " |")
         lines.append("|" + "---|" * (len(nsc) + 1))
         for bench, r in rows.items():
