@@ -10,12 +10,16 @@ Deterministic function profiling with cProfile's interface and a C core:
 
     session = pyprof.Session.load("work.cprof")
 
+    @pyprof.profile                 # time every line of a function
+    def hot(): ...
+
 Command line: ``python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]``.
 """
 from ._version import __version__
 from .errors import PyprofError
+from .lines import profile
 from .profiler import Profile, run, runctx
-from .session import Counters, Function, Session, Thread, load
+from .session import CallRow, Counters, Function, LineCounters, Session, Thread, load
 
-__all__ = ["Profile", "run", "runctx", "Session", "Function", "Counters", "Thread", "load",
-           "PyprofError", "__version__"]
+__all__ = ["Profile", "profile", "run", "runctx", "Session", "Function", "Counters",
+           "LineCounters", "CallRow", "Thread", "load", "PyprofError", "__version__"]

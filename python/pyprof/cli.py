@@ -1,7 +1,8 @@
 """pyprof's command line.
 
-    python -m pyprof [run] [-o FILE] [-s SORT] [--flush-interval S] [-m module | -c code | script] [args...]
-    pyprof convert FILE.cprof -o OUT [--format pstats|cprof]
+    python -m pyprof [run] [-o FILE] [-s SORT] [-l | --lines-of P | --lines-all] [-m module | -c code | script] [args...]
+    pyprof convert FILE.cprof -o OUT [--format pstats|cprof|callgrind|lines]
+    pyprof view FILE.cprof [--lines] [--unit U]
     pyprof --version
 
 `run` (the default) is a drop-in for ``python -m cProfile``: the program runs as
@@ -31,7 +32,7 @@ from .errors import PyprofError
 from .export import FORMATS, export, format_for_path
 
 EXIT_USAGE = 2
-SUBCOMMANDS = ("run", "convert")
+SUBCOMMANDS = ("run", "convert", "view")
 SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -56,10 +57,12 @@ def _run_parser() -> _Parser:
         prog="pyprof",
         usage="python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]",
         description="Profile a Python program (a drop-in for python -m cProfile). "
-                    "Other commands: 'pyprof convert FILE.cprof -o OUT'.")
+                    "Other commands: 'pyprof convert FILE.cprof -o OUT', "
+                    "'pyprof view FILE.cprof'.")
     p.add_argument("-o", "--outfile", metavar="FILE",
-                   help="write the profile to FILE: a .cprof capture, else pstats "
-                        "(default: print a table to stdout)")
+                   help="write the profile to FILE, in the format its name asks for: .cprof "
+                        "(capture), callgrind.out.* or .callgrind (callgrind), .txt (line "
+                        "tables), else pstats (default: print a table to stdout)")
     p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
                    help="sort key of the printed table, as pstats: "
                         + ", ".join(SORT_KEYS) + " (default: cumulative)")
@@ -67,6 +70,27 @@ def _run_parser() -> _Parser:
                    help="profile a library module run as a script (like python -m)")
     p.add_argument("-c", dest="code", action="store_true",
                    help="profile the program passed as a string (like python -c)")
+    lines = p.add_argument_group("line profiling (docs/lines.md)")
+    lines.add_argument("-l", "--lines", action="store_true",
+                       help="time every line of the functions decorated with @profile (the "
+                            "name needs no import under pyprof)")
+    lines.add_argument("--lines-of", action="append", default=[], metavar="PATTERN",
+                       help="time every line of: a module, module:function, "
+                            "module:Class.method, or a file glob (repeatable)")
+    lines.add_argument("--lines-all", action="store_true",
+                       help="time every line of the program's own files (its directory, not "
+                            "site-packages nor the standard library)")
+    lines.add_argument("--include", action="append", default=[], metavar="GLOB",
+                       help="with line profiling: also time the files matching GLOB")
+    lines.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                       help="with --lines-all/--include: not the files matching GLOB")
+    lines.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
+                       help="time unit of the line tables (default: us)")
+    lines.add_argument("--no-call-rows", action="store_true",
+                       help="line tables without the call rows under their lines")
+    lines.add_argument("--strict", action="store_true",
+                       help="exit with status 2 when a --lines-of pattern matched nothing "
+                            "(and the program itself succeeded)")
     p.add_argument("--no-builtins", action="store_true",
                    help="record Python functions only, not C functions and methods (cheaper: "
                         "on 3.11 it avoids the interpreter's tracing mode altogether)")
@@ -84,7 +108,8 @@ def _run_parser() -> _Parser:
     return p
 
 
-_VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval"}
+_VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval", "--lines-of", "--include",
+               "--exclude", "--unit"}
 
 
 def _split_argv(argv):
@@ -217,8 +242,12 @@ class _Runner:
         flush_to = None
         if opts.outfile and format_for_path(opts.outfile) == "cprof" and opts.flush_interval > 0:
             flush_to = os.path.abspath(opts.outfile)
+        self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
         self.prof = Profile(builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
-                            flush_to=flush_to, flush_interval=opts.flush_interval)
+                            flush_to=flush_to, flush_interval=opts.flush_interval,
+                            lines=self.line_mode, lines_of=opts.lines_of,
+                            lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
+                            include=opts.include, exclude=opts.exclude)
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
 
     def finish(self):
@@ -227,17 +256,31 @@ class _Runner:
             return
         self.written = True
         self.prof.disable()
-        if self.outfile:
+        opts = self.opts
+        if self.outfile and format_for_path(self.outfile) == "lines":
+            from .export import linetable
+            linetable.write(self.prof.session(), self.outfile, unit=opts.unit,
+                            call_rows=not opts.no_call_rows)
+        elif self.outfile:
             self.prof.dump(self.outfile)
         else:
             out = self.out if not getattr(self.out, "closed", False) else sys.__stdout__
             saved = sys.stdout
             sys.stdout = out
             try:
-                self.prof.print_stats(self.opts.sort)
+                if self.line_mode:
+                    from .export import linetable
+                    linetable.write_text(self.prof.session(), out, unit=opts.unit,
+                                         call_rows=not opts.no_call_rows)
+                else:
+                    self.prof.print_stats(opts.sort)
                 out.flush()
             finally:
                 sys.stdout = saved
+        self.unmatched = self.prof.line_targets.unmatched() if self.line_mode else []
+        for text in self.unmatched:
+            print(f"pyprof: warning: --lines-of {text!r} matched no code that ran",
+                  file=sys.stderr)
 
     def _on_sigterm(self, signum, frame):
         # Write, then die by the same signal so the exit status is unchanged.
@@ -249,7 +292,17 @@ class _Runner:
             os.kill(os.getpid(), signum)
 
     def run(self) -> int:
+        status = self._run()
+        if status == 0 and self.opts.strict and getattr(self, "unmatched", None):
+            return EXIT_USAGE
+        return status
+
+    def _run(self) -> int:
         globs = self.target.install()
+        if self.line_mode:
+            import builtins
+            from .lines import profile
+            builtins.profile = profile      # kernprof's convention: @profile needs no import
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
@@ -333,11 +386,40 @@ def cmd_convert(argv) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ view
+def cmd_view(argv) -> int:
+    p = _Parser(prog="pyprof view", description="Show a .cprof capture file.")
+    p.add_argument("input", help="a .cprof capture file")
+    p.add_argument("--lines", action="store_true",
+                   help="the line tables (the default when the capture has line data)")
+    p.add_argument("--functions", action="store_true", help="the function table")
+    p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
+                   help="sort key of the function table (default: cumulative)")
+    p.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
+                   help="time unit of the line tables (default: us)")
+    p.add_argument("--no-call-rows", action="store_true", help="line tables without call rows")
+    opts = p.parse_args(argv)
+    if opts.sort not in SORT_KEYS:
+        raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
+    from .session import Session
+    session = Session.load(opts.input)
+    if opts.lines or (session.info.get("lines") and not opts.functions):
+        from .export import linetable
+        linetable.write_text(session, sys.stdout, unit=opts.unit,
+                             call_rows=not opts.no_call_rows)
+    else:
+        from .export.pstats import print_table
+        print_table(session, opts.sort, sys.stdout)
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv and argv[0] == "convert":
             return cmd_convert(argv[1:])
+        if argv and argv[0] == "view":
+            return cmd_view(argv[1:])
         if argv and argv[0] == "run":
             argv = argv[1:]
         return cmd_run(argv)

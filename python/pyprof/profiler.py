@@ -6,6 +6,7 @@ writes a .cprof capture (or pstats, by file suffix).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -15,9 +16,10 @@ import time
 from collections import namedtuple
 
 from . import _cprof
+from . import lines as lines_mod
 from ._version import __version__
 from .errors import PyprofError
-from .export import format_for_path
+from .export import export, format_for_path
 from .export import pstats as pstats_export
 from .session import Session
 
@@ -30,7 +32,8 @@ profiler_subentry = namedtuple(
 
 class Profile(_cprof.Profiler):
     """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
-    exact_builtins=False, flush_to=None, flush_interval=10.0)
+    exact_builtins=False, flush_to=None, flush_interval=10.0,
+    lines=False, lines_of=(), lines_all=None, include=(), exclude=())
 
     Deterministic function profiler with cProfile's interface. ``timer`` and
     ``timeunit`` behave as cProfile's (a callable returning float seconds, or an
@@ -40,14 +43,26 @@ class Profile(_cprof.Profiler):
     Python functions stops reporting calls (see docs/columns.md, "Builtins").
     ``flush_to``: a .cprof path rewritten every ``flush_interval`` seconds while
     enabled, so a crash or ``os._exit`` leaves the last flush readable.
+
+    Line mode (any of the following): every line of the line targets is timed as
+    well, with the calls made from it (docs/lines.md). ``lines=True``: targets are
+    the functions given to ``add_function`` or decorated with ``pyprof.profile``;
+    ``lines_of``: patterns (``module``, ``module:function``, ``module:Class.method``,
+    a file glob); ``lines_all``: a directory whose code is all traced (not
+    site-packages nor the standard library), ``include``/``exclude``: file globs.
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
-                 exact_builtins=False, flush_to=None, flush_interval=10.0):
+                 exact_builtins=False, flush_to=None, flush_interval=10.0,
+                 lines=False, lines_of=(), lines_all=None, include=(), exclude=()):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins)
         self._thread_names = {}
         self.meta = {}
         self.stats = {}
+        self.line_targets = None
+        if lines or lines_of or lines_all or include:
+            self.line_targets = lines_mod.Targets(lines_of, lines_all, include, exclude)
+            self._set_lines(self.line_targets)
         if flush_to is not None:
             self._refresh_meta()
             self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
@@ -113,21 +128,37 @@ class Profile(_cprof.Profiler):
         self.disable()
 
     # -------------------------------------------------------- pyprof API
+    def add_function(self, func):
+        """Line mode: time every line of `func` (as ``@pyprof.profile``)."""
+        if not self.lines:
+            raise PyprofError("add_function needs line mode: Profile(lines=True)")
+        codes = lines_mod.code_objects(func)
+        if not codes:
+            raise TypeError(f"cannot line-profile a {type(func).__name__} object")
+        for code in codes:
+            self._add_line_target(code)
+        return func
+
     def session(self) -> Session:
         """Everything collected so far as a Session (calls still open count as ending now)."""
         return self._session(include_open=True)
 
     def dump(self, path):
-        """Disable, then write `path`: a .cprof capture, or pstats for other suffixes."""
+        """Disable, then write `path` in the format its name asks for: a .cprof
+        capture, callgrind (``callgrind.out.*``, ``.callgrind``), line tables
+        (``.txt``), else pstats."""
         self.disable()
-        if format_for_path(path) == "cprof":
+        fmt = format_for_path(path)
+        if fmt == "cprof":
             self._refresh_meta()
             try:
                 self.write_capture(os.fspath(path))
             except OSError as e:
                 raise PyprofError(str(e)) from None
-        else:
+        elif fmt == "pstats":
             self.dump_stats(path)
+        else:
+            export(self.session(), fmt, path)
 
     # -------------------------------------------------------- internals
     def _session(self, include_open):
@@ -147,12 +178,34 @@ class Profile(_cprof.Profiler):
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "cwd": _safe_cwd(),
-            "modes": ["function"],
+            "modes": ["function", "lines"] if self.lines else ["function"],
             "written_at": time.time(),
             "thread_names": dict(self._thread_names),
         }
+        if self.lines:
+            meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)
         self.set_meta(json.dumps(meta, default=str).encode())
+
+
+def _line_meta(objs, fids) -> dict:
+    """Where each line target's text is, and a hash of each source file, so that
+    a later view can tell when the source has changed."""
+    targets, sources = {}, {}
+    for fid in fids:
+        code = objs[fid]
+        last = max((ln for _, _, ln in code.co_lines() if ln), default=code.co_firstlineno)
+        targets[str(fid)] = [code.co_firstlineno, last]
+        sources.setdefault(code.co_filename, _file_hash(code.co_filename))
+    return {"line_targets": targets, "sources": sources}
+
+
+def _file_hash(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 def _safe_cwd():

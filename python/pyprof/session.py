@@ -27,16 +27,18 @@ from .errors import PyprofError
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
-REC_THREADS, REC_FSTATS, REC_EDGES, REC_END = 5, 6, 7, 0xFFFF
+REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
 _FSTAT = struct.Struct("<IIQQqq")
 _EDGE = struct.Struct("<IIIIQQqq")
+_LINE = struct.Struct("<IIIIQq")
+_CALLROW = struct.Struct("<IIIIQq")
 
 KINDS = ("python", "builtin")
 
@@ -86,6 +88,31 @@ class Counters:
 
 
 @dataclass
+class LineCounters:
+    """A line of a line target: ``hits`` (line events), ``time`` (raw units,
+    callees included, outermost activation only under recursion)."""
+
+    hits: int = 0
+    time: int = 0
+
+    def add(self, other: "LineCounters") -> None:
+        self.hits += other.hits
+        self.time += other.time
+
+
+@dataclass
+class CallRow:
+    """Calls made while a line ran: ``calls`` and their inclusive ``time``."""
+
+    calls: int = 0
+    time: int = 0
+
+    def add(self, other: "CallRow") -> None:
+        self.calls += other.calls
+        self.time += other.time
+
+
+@dataclass
 class Thread:
     index: int
     ident: int
@@ -102,6 +129,8 @@ class Session:
     threads: dict = field(default_factory=dict)
     fstats: dict = field(default_factory=dict)
     edges: dict = field(default_factory=dict)
+    lines: dict = field(default_factory=dict)       # (thread, fid, line) -> LineCounters
+    callrows: dict = field(default_factory=dict)    # (thread, fid, line, callee) -> CallRow
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -180,6 +209,12 @@ class Session:
                 elif rtype == REC_EDGES:
                     for t, a, b, _, c, rc, tt, it in _rows(_EDGE, payload):
                         s.edges[(t, a, b)] = Counters(c, rc, tt, it)
+                elif rtype == REC_LINES:
+                    for t, fid, line, _, hits, tm in _rows(_LINE, payload):
+                        s.lines[(t, fid, line)] = LineCounters(hits, tm)
+                elif rtype == REC_CALLROWS:
+                    for t, fid, line, callee, calls, tm in _rows(_CALLROW, payload):
+                        s.callrows[(t, fid, line, callee)] = CallRow(calls, tm)
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -219,6 +254,13 @@ class Session:
         out.append(_record(REC_EDGES, struct.pack("<I", len(self.edges)) + b"".join(
             _EDGE.pack(t, a, b, 0, c.calls, c.rec_calls, c.total, c.own)
             for (t, a, b), c in self.edges.items())))
+        if self.info.get("lines"):
+            out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(
+                _LINE.pack(t, fid, line, 0, c.hits, c.time)
+                for (t, fid, line), c in self.lines.items())))
+            out.append(_record(REC_CALLROWS, struct.pack("<I", len(self.callrows)) + b"".join(
+                _CALLROW.pack(t, fid, line, callee, c.calls, c.time)
+                for (t, fid, line, callee), c in self.callrows.items())))
         out.append(_record(REC_END, b""))
         return b"".join(out)
 
@@ -254,6 +296,22 @@ class Session:
         for (t, a, b), c in self.edges.items():
             if threads is None or t in threads:
                 out.setdefault((a, b), Counters()).add(c)
+        return out
+
+    def line_totals(self, threads=None) -> dict:
+        """(function id, line) -> LineCounters summed over threads."""
+        out: dict[tuple, LineCounters] = {}
+        for (t, fid, line), c in self.lines.items():
+            if threads is None or t in threads:
+                out.setdefault((fid, line), LineCounters()).add(c)
+        return out
+
+    def callrow_totals(self, threads=None) -> dict:
+        """(function id, line, callee id) -> CallRow summed over threads."""
+        out: dict[tuple, CallRow] = {}
+        for (t, fid, line, callee), c in self.callrows.items():
+            if threads is None or t in threads:
+                out.setdefault((fid, line, callee), CallRow()).add(c)
         return out
 
     @property

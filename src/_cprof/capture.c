@@ -116,7 +116,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
         "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
         "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d,"
-        "\"cstack_asides\":%llu}",
+        "\"cstack_asides\":%llu,\"lines\":%s}",
         PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
         tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
         p->timer ? "true" : "false", p->timeunit,
@@ -126,7 +126,8 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         p->enabled ? "true" : "false",
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
-        pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides);
+        pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides,
+        p->lines ? "true" : "false");
     if (n < 0 || (size_t)n >= sizeof s) {
         b->oom = 1;
         return;
@@ -224,9 +225,17 @@ done:
     return rc;
 }
 
-static void put_thread_stats(buf *fs, buf *es, const pp_thread *ts, const pp_tables *t,
-                             const tconv *tc, uint32_t *nfs, uint32_t *nes)
+/* The per-thread tables of one kind, as records of the capture. */
+typedef struct {
+    buf fs, es, ls, cs;
+    uint32_t nfs, nes, nls, ncs;
+} statbufs;
+
+static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables *t,
+                             const tconv *tc)
 {
+    buf *fs = &sb->fs, *es = &sb->es;
+    uint32_t *nfs = &sb->nfs, *nes = &sb->nes;
     for (uint32_t i = 0; i < t->nf; i++) {
         const pp_fslot *s = &t->f[i];
         put_u32(fs, ts->index);
@@ -249,6 +258,37 @@ static void put_thread_stats(buf *fs, buf *es, const pp_thread *ts, const pp_tab
         put_i64(es, conv(tc, s->it));
         (*nes)++;
     }
+    for (uint32_t i = 0; i < t->nl; i++) {
+        const pp_lslot *s = &t->l[i];
+        put_u32(&sb->ls, ts->index);
+        put_u32(&sb->ls, s->fid);
+        put_u32(&sb->ls, s->line);
+        put_u32(&sb->ls, 0);
+        put_u64(&sb->ls, s->hits);
+        put_i64(&sb->ls, conv(tc, s->time));
+        sb->nls++;
+    }
+    for (uint32_t i = 0; i < t->nc; i++) {
+        const pp_cslot *s = &t->c[i];
+        put_u32(&sb->cs, ts->index);
+        put_u32(&sb->cs, t->l[s->lslot].fid);
+        put_u32(&sb->cs, t->l[s->lslot].line);
+        put_u32(&sb->cs, t->f[s->callee].fid);
+        put_u64(&sb->cs, s->calls);
+        put_i64(&sb->cs, conv(tc, s->time));
+        sb->ncs++;
+    }
+}
+
+/* A table record: its u32 row count, then the rows. */
+static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
+{
+    size_t r = record_begin(b, type);
+    put_u32(b, n);
+    put(b, rows->p, rows->n);
+    if (rows->oom)
+        b->oom = 1;
+    record_end(b, r);
 }
 
 PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
@@ -264,11 +304,9 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     }
     int64_t now = include_open ? pp_tracer_now(p) : 0;
 
-    buf b = {0}, fs = {0}, es = {0};
-    uint32_t nfs = 0, nes = 0;
+    buf b = {0};
+    statbufs sb = {0};
     uint64_t events = 0;
-    put_u32(&fs, 0);
-    put_u32(&es, 0);
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
         if (include_open && ts->st.depth) {
@@ -287,19 +325,15 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
             }
             memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
             st.depth = st.cap = ts->st.depth;
-            pp_tracer_stop_all((pp_thread *)ts, &t, &st, now);
-            put_thread_stats(&fs, &es, ts, &t, &tc, &nfs, &nes);
+            pp_tracer_stop_all((pp_thread *)ts, &t, &st, now, p->lines);
+            put_thread_stats(&sb, ts, &t, &tc);
             pp_tables_free(&t);
             pp_stack_free(&st);
         }
         else {
-            put_thread_stats(&fs, &es, ts, &ts->t, &tc, &nfs, &nes);
+            put_thread_stats(&sb, ts, &ts->t, &tc);
         }
     }
-    if (!fs.oom)
-        memcpy(fs.p, &nfs, 4);
-    if (!es.oom)
-        memcpy(es.p, &nes, 4);
 
     put_json_info(&b, p, &tc, time_unit, events, include_open);
     if (p->meta && PyBytes_Check(p->meta)) {
@@ -310,22 +344,24 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     PyObject *result = NULL;
     if (put_names(&b, p) < 0)
         goto done;
-    size_t r = record_begin(&b, PP_REC_FSTATS);
-    put(&b, fs.p, fs.n);
+    put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
+    put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
+    if (p->lines) {
+        put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
+        put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
+    }
+    size_t r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
-    r = record_begin(&b, PP_REC_EDGES);
-    put(&b, es.p, es.n);
-    record_end(&b, r);
-    r = record_begin(&b, PP_REC_END);
-    record_end(&b, r);
-    if (b.oom || fs.oom || es.oom)
+    if (b.oom)
         PyErr_NoMemory();
     else
         result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 done:
     free(b.p);
-    free(fs.p);
-    free(es.p);
+    free(sb.fs.p);
+    free(sb.es.p);
+    free(sb.ls.p);
+    free(sb.cs.p);
     return result;
 }
 

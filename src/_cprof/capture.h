@@ -15,7 +15,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 0
+#define PP_FORMAT_MINOR 1
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -25,6 +25,8 @@ enum {
     PP_REC_THREADS = 5,         /* u32 n, n x <IIQQQ index name ident native_id events> */
     PP_REC_FSTATS = 6,          /* u32 n, n x <IIQQqq thread fid calls rec_calls tt it> */
     PP_REC_EDGES = 7,           /* u32 n, n x <IIIIQQqq thread caller callee pad calls rec_calls tt it> */
+    PP_REC_LINES = 8,           /* 1.1: u32 n, n x <IIIIQq thread fid line pad hits time> */
+    PP_REC_CALLROWS = 9,        /* 1.1: u32 n, n x <IIIIQq thread fid line callee calls time> */
     PP_REC_END = 0xFFFF,
 };
 

@@ -15,4 +15,6 @@
 const size_t pp_iframe_code_offset = offsetof(_PyInterpreterFrame, f_code);
 const size_t pp_iframe_owner_offset = offsetof(_PyInterpreterFrame, owner);
 const char pp_frame_owned_by_generator = FRAME_OWNED_BY_GENERATOR;
+/* 3.11: a frame object's switch for line events (C trace functions included). */
+const size_t pp_frame_trace_lines_offset = offsetof(struct _frame, f_trace_lines);
 #endif

@@ -53,6 +53,8 @@ static inline void pp_err_restore(pp_err_state *s)
 }
 
 #if !PP_USE_MONITORING
+#include <opcode.h>             /* RESUME */
+
 /* 3.11: the code object of an interpreter frame (borrowed; offsets from frames.c). */
 extern const size_t pp_iframe_code_offset;
 extern const size_t pp_iframe_owner_offset;
@@ -72,10 +74,28 @@ static inline int pp_iframe_creates_generator(struct _PyInterpreterFrame *f, PyC
         && *((char *)f + pp_iframe_owner_offset) != pp_frame_owned_by_generator;
 }
 
-/* 3.11: the profile object installed on a thread state, to remove only ours. */
+/* 3.11: the profile and trace objects installed on a thread state, to remove only ours. */
 static inline PyObject *pp_tstate_profileobj(PyThreadState *ts)
 {
     return ts->c_profileobj;
+}
+
+static inline PyObject *pp_tstate_traceobj(PyThreadState *ts)
+{
+    return ts->c_tracefunc ? ts->c_traceobj : NULL;
+}
+
+static inline int pp_tstate_has_trace(PyThreadState *ts)
+{
+    return ts->c_tracefunc != NULL;
+}
+
+/* 3.11: no more line events for this frame (what f_trace_lines = False does). */
+extern const size_t pp_frame_trace_lines_offset;
+
+static inline void pp_frame_stop_line_events(PyFrameObject *frame)
+{
+    *((char *)frame + pp_frame_trace_lines_offset) = 0;
 }
 #endif
 

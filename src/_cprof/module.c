@@ -72,6 +72,8 @@ static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->timer);
     Py_VISIT(self->prev_thread_hook);
+    Py_VISIT(self->prev_trace_hook);
+    Py_VISIT(self->line_filter);
     return 0;
 }
 
@@ -79,6 +81,8 @@ static int profiler_clear_refs(pp_profiler *self)
 {
     Py_CLEAR(self->timer);
     Py_CLEAR(self->prev_thread_hook);
+    Py_CLEAR(self->prev_trace_hook);
+    Py_CLEAR(self->line_filter);
     return 0;
 }
 
@@ -202,6 +206,52 @@ static PyObject *profiler_pause_thread(pp_profiler *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"filter", NULL};
+    PyObject *filter = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:_set_lines", kwlist, &filter))
+        return NULL;
+    if (self->enabled) {
+        PyErr_SetString(PyExc_RuntimeError, "line mode cannot change while the profiler is enabled");
+        return NULL;
+    }
+    if (filter != Py_None && !PyCallable_Check(filter)) {
+        PyErr_SetString(PyExc_TypeError, "filter must be callable or None");
+        return NULL;
+    }
+    self->lines = 1;
+    Py_XSETREF(self->line_filter, filter == Py_None ? NULL : Py_NewRef(filter));
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_add_line_target(pp_profiler *self, PyObject *code)
+{
+    uint32_t fid = pp_tracer_add_line_target(self, code);
+    return fid == PP_NONE ? NULL : PyLong_FromUnsignedLong(fid);
+}
+
+static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *l = PyList_New(0);
+    for (uint32_t fid = 0; l && fid < self->nfun; fid++) {
+        if (!self->ftarget[fid])
+            continue;
+        PyObject *i = PyLong_FromUnsignedLong(fid);
+        if (i == NULL || PyList_Append(l, i) < 0)
+            Py_CLEAR(l);
+        Py_XDECREF(i);
+    }
+    return l;
+}
+
+static PyObject *profiler_get_lines(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->lines);
+}
+
 static PyObject *profiler_get_enabled(pp_profiler *self, void *c)
 {
     (void)c;
@@ -239,6 +289,14 @@ static PyMethodDef profiler_methods[] = {
     {"_pause_thread", (PyCFunction)profiler_pause_thread, METH_O,
      "_pause_thread(paused)\nStop (True) or resume (False) recording the calling thread's "
      "events while enabled; the next enable() resumes it."},
+    {"_set_lines", (PyCFunction)(void (*)(void))profiler_set_lines, METH_VARARGS | METH_KEYWORDS,
+     "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
+     "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
+     "each) and call rows."},
+    {"_add_line_target", (PyCFunction)profiler_add_line_target, METH_O,
+     "_add_line_target(code) -> function id\nMake a code object a line target."},
+    {"_line_targets", (PyCFunction)profiler_line_targets, METH_NOARGS,
+     "Function ids of the line targets."},
     {"write_capture", (PyCFunction)(void (*)(void))profiler_write_capture, METH_VARARGS | METH_KEYWORDS,
      "write_capture(path, final=True)\nWrite a .cprof capture file atomically."},
     {NULL},
@@ -246,6 +304,7 @@ static PyMethodDef profiler_methods[] = {
 
 static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
+    {"lines", (getter)profiler_get_lines, NULL, "True in line mode.", NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},
@@ -304,6 +363,13 @@ static PyObject *mod_write_blob(PyObject *m, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_active(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    pp_profiler *p = pp_tracer_active();
+    return Py_NewRef(p ? (PyObject *)p : Py_None);
+}
+
 static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
@@ -315,6 +381,8 @@ static PyMethodDef module_methods[] = {
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
     {"write_blob", (PyCFunction)(void (*)(void))mod_write_blob, METH_VARARGS | METH_KEYWORDS,
      "write_blob(path, blob, final=True)\nWrite a capture blob as a .cprof file atomically."},
+    {"active", mod_active, METH_NOARGS,
+     "active() -> Profiler or None\nThe profiler enabled in this process, if any."},
     {"native_stack_depth", mod_native_depth, METH_NOARGS,
      "Frames on this thread's native stack via libunwind, -1 when built without it."},
     {NULL},

@@ -16,6 +16,10 @@ typedef struct {
     uint32_t eslot;             /* PP_NONE at the bottom or without subcalls */
     int64_t t0;
     int64_t subt;               /* ticks spent in callees that have ended */
+    /* line mode only (left unset otherwise) */
+    uint32_t lslot;             /* line running in this frame, PP_NONE if none */
+    uint32_t crow;              /* call row this activation counts into, PP_NONE if none */
+    int64_t lt0;                /* when the running line's segment began */
 } pp_frame;
 
 typedef struct {

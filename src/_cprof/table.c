@@ -76,7 +76,8 @@ int pp_index_copy(pp_index *dst, const pp_index *src)
 int pp_tables_init(pp_tables *t)
 {
     memset(t, 0, sizeof *t);
-    if (pp_index_init(&t->fidx, 256) < 0 || pp_index_init(&t->eidx, 512) < 0) {
+    if (pp_index_init(&t->fidx, 256) < 0 || pp_index_init(&t->eidx, 512) < 0
+        || pp_index_init(&t->lidx, 16) < 0 || pp_index_init(&t->cidx, 16) < 0) {
         pp_tables_free(t);
         return -1;
     }
@@ -87,8 +88,12 @@ void pp_tables_free(pp_tables *t)
 {
     pp_index_free(&t->fidx);
     pp_index_free(&t->eidx);
+    pp_index_free(&t->lidx);
+    pp_index_free(&t->cidx);
     free(t->f);
     free(t->e);
+    free(t->l);
+    free(t->c);
     memset(t, 0, sizeof *t);
 }
 
@@ -96,30 +101,43 @@ void pp_tables_clear(pp_tables *t)
 {
     pp_index_clear(&t->fidx);
     pp_index_clear(&t->eidx);
-    t->nf = t->ne = 0;
+    pp_index_clear(&t->lidx);
+    pp_index_clear(&t->cidx);
+    t->nf = t->ne = t->nl = t->nc = 0;
+}
+
+/* dst gets its own copy of an array of n used elements (capacity >= 1). */
+static int copy_array(void **dst, const void *src, uint32_t n, uint32_t cap, size_t elem)
+{
+    *dst = malloc((size_t)(cap ? cap : 1) * elem);
+    if (*dst == NULL)
+        return -1;
+    if (n)
+        memcpy(*dst, src, (size_t)n * elem);
+    return 0;
 }
 
 int pp_tables_copy(pp_tables *dst, const pp_tables *src)
 {
     memset(dst, 0, sizeof *dst);
-    if (pp_index_copy(&dst->fidx, &src->fidx) < 0 || pp_index_copy(&dst->eidx, &src->eidx) < 0)
-        goto fail;
-    dst->f = malloc((src->capf ? src->capf : 1) * sizeof(pp_fslot));
-    dst->e = malloc((src->cape ? src->cape : 1) * sizeof(pp_eslot));
-    if (!dst->f || !dst->e)
-        goto fail;
-    if (src->nf)
-        memcpy(dst->f, src->f, src->nf * sizeof(pp_fslot));
-    if (src->ne)
-        memcpy(dst->e, src->e, src->ne * sizeof(pp_eslot));
+    if (pp_index_copy(&dst->fidx, &src->fidx) < 0 || pp_index_copy(&dst->eidx, &src->eidx) < 0
+        || pp_index_copy(&dst->lidx, &src->lidx) < 0 || pp_index_copy(&dst->cidx, &src->cidx) < 0
+        || copy_array((void **)&dst->f, src->f, src->nf, src->capf, sizeof(pp_fslot)) < 0
+        || copy_array((void **)&dst->e, src->e, src->ne, src->cape, sizeof(pp_eslot)) < 0
+        || copy_array((void **)&dst->l, src->l, src->nl, src->capl, sizeof(pp_lslot)) < 0
+        || copy_array((void **)&dst->c, src->c, src->nc, src->capc, sizeof(pp_cslot)) < 0) {
+        pp_tables_free(dst);
+        return -1;
+    }
     dst->nf = src->nf;
     dst->ne = src->ne;
+    dst->nl = src->nl;
+    dst->nc = src->nc;
     dst->capf = src->capf ? src->capf : 1;
     dst->cape = src->cape ? src->cape : 1;
+    dst->capl = src->capl ? src->capl : 1;
+    dst->capc = src->capc ? src->capc : 1;
     return 0;
-fail:
-    pp_tables_free(dst);
-    return -1;
 }
 
 static int grow(void **arr, uint32_t *cap, size_t elem)
@@ -161,5 +179,35 @@ uint32_t pp_tables_add_edge(pp_tables *t, uint32_t caller, uint32_t callee)
     t->e[s].caller = caller;
     t->e[s].callee = callee;
     t->ne++;
+    return s;
+}
+
+uint32_t pp_tables_add_line(pp_tables *t, uint64_t key, uintptr_t code, uint32_t fid,
+                            uint32_t line)
+{
+    if (t->nl == t->capl && grow((void **)&t->l, &t->capl, sizeof(pp_lslot)) < 0)
+        return PP_NONE;
+    uint32_t s = t->nl;
+    if (pp_index_put(&t->lidx, key, s) < 0)
+        return PP_NONE;
+    memset(&t->l[s], 0, sizeof(pp_lslot));
+    t->l[s].code = code;
+    t->l[s].fid = fid;
+    t->l[s].line = line;
+    t->nl++;
+    return s;
+}
+
+uint32_t pp_tables_add_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
+{
+    if (t->nc == t->capc && grow((void **)&t->c, &t->capc, sizeof(pp_cslot)) < 0)
+        return PP_NONE;
+    uint32_t s = t->nc;
+    if (pp_index_put(&t->cidx, ((uint64_t)lslot + 1) << 32 | callee, s) < 0)
+        return PP_NONE;
+    memset(&t->c[s], 0, sizeof(pp_cslot));
+    t->c[s].lslot = lslot;
+    t->c[s].callee = callee;
+    t->nc++;
     return s;
 }

@@ -52,6 +52,31 @@ typedef struct {
     int64_t it;
 } pp_eslot;
 
+/* Per (thread, code object, line) of a line target. `open` counts the
+ * segments of this line running on this thread: a segment's time is added
+ * only when it is the outermost one, so a recursive line is never counted
+ * twice (the outer segment already contains the inner ones). */
+typedef struct {
+    uintptr_t code;             /* identity only: the registry keeps it alive */
+    uint32_t fid;
+    uint32_t line;
+    uint32_t open;
+    uint32_t pad;
+    uint64_t hits;
+    int64_t time;               /* ticks, callees included */
+} pp_lslot;
+
+/* Per (thread, line slot, callee function slot): calls made while that line
+ * ran, with the same outermost-only rule for their inclusive time. */
+typedef struct {
+    uint32_t lslot;
+    uint32_t callee;            /* function slot */
+    uint32_t open;
+    uint32_t pad;
+    uint64_t calls;
+    int64_t time;
+} pp_cslot;
+
 typedef struct {
     pp_index fidx;
     pp_fslot *f;
@@ -59,6 +84,12 @@ typedef struct {
     pp_index eidx;
     pp_eslot *e;
     uint32_t ne, cape;
+    pp_index lidx;              /* line mode only (empty otherwise) */
+    pp_lslot *l;
+    uint32_t nl, capl;
+    pp_index cidx;
+    pp_cslot *c;
+    uint32_t nc, capc;
 } pp_tables;
 
 int pp_index_init(pp_index *ix, uint32_t capacity);
@@ -108,6 +139,37 @@ int pp_tables_copy(pp_tables *dst, const pp_tables *src);
 /* Slow paths: add a slot (the caller has checked it is absent). */
 uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid);
 uint32_t pp_tables_add_edge(pp_tables *t, uint32_t caller, uint32_t callee);
+
+uint32_t pp_tables_add_line(pp_tables *t, uint64_t key, uintptr_t code, uint32_t fid,
+                            uint32_t line);
+uint32_t pp_tables_add_callrow(pp_tables *t, uint32_t lslot, uint32_t callee);
+
+/* Line keys are exact below line 2^17 (user-space pointers use 47 bits);
+ * beyond, keys may repeat and the slot itself is compared. */
+static inline uint64_t pp_line_key(uintptr_t code, uint32_t line)
+{
+    return (uint64_t)code ^ ((uint64_t)line << 47);
+}
+
+static inline uint32_t pp_tables_line(pp_tables *t, uintptr_t code, uint32_t line, uint32_t fid)
+{
+    uint64_t key = pp_line_key(code, line);
+    uint32_t i = pp_hash64(key, t->lidx.mask);
+    for (;;) {
+        const pp_ient *e = &t->lidx.e[i];
+        if (e->key == 0)
+            return pp_tables_add_line(t, key, code, fid, line);
+        if (e->key == key && t->l[e->val].code == code && t->l[e->val].line == line)
+            return e->val;
+        i = (i + 1) & t->lidx.mask;
+    }
+}
+
+static inline uint32_t pp_tables_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
+{
+    uint32_t c = pp_index_get(&t->cidx, ((uint64_t)lslot + 1) << 32 | callee);
+    return c != PP_NONE ? c : pp_tables_add_callrow(t, lslot, callee);
+}
 
 static inline uint64_t pp_edge_key(uint32_t caller, uint32_t callee)
 {

@@ -241,6 +241,36 @@ static PyObject *builtin_name(PyObject *callable, PyObject *self_arg)
     return PyUnicode_FromFormat("<%s>", fn->m_ml->ml_name);
 }
 
+/* Line mode: whether a code object seen for the first time is a line target.
+ * Python code, run once per code object; its errors are unraisable. */
+COLD int line_filter_says(pp_profiler *p, PyObject *code)
+{
+    pp_err_state es;
+    pp_err_save(&es);
+    pp_tls.busy++;
+    PyObject *r = PyObject_CallOneArg(p->line_filter, code);
+    pp_tls.busy--;
+    int yes = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(r);
+    if (yes < 0) {
+        PyErr_WriteUnraisable(p->line_filter);
+        yes = 0;
+    }
+    pp_err_restore(&es);
+    return yes;
+}
+
+static int line_events_on(pp_profiler *p, PyObject *code, int on);
+
+COLD void mark_line_target(pp_profiler *p, uint32_t fid)
+{
+    if (p->ftarget[fid])
+        return;
+    p->ftarget[fid] = 1;
+    if (p->enabled && p->lines && line_events_on(p, p->fobj[fid], 1) < 0)
+        PyErr_WriteUnraisable(p->fobj[fid]);
+}
+
 static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
                                   PyObject *self_arg, int kind)
 {
@@ -257,6 +287,14 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
         if (nk == NULL)
             return PP_NONE;
         p->fkind = nk;
+        uint8_t *nt = realloc(p->ftarget, ncap);
+        if (nt == NULL)
+            return PP_NONE;
+        p->ftarget = nt;
+        int32_t *nr = realloc(p->fresume, ncap * sizeof(int32_t));
+        if (nr == NULL)
+            return PP_NONE;
+        p->fresume = nr;
         p->capfun = ncap;
     }
     PyObject *named;
@@ -280,7 +318,11 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
     }
     p->fobj[fid] = named;
     p->fkind[fid] = (uint8_t)kind;
+    p->ftarget[fid] = 0;
+    p->fresume[fid] = -1;
     p->nfun++;
+    if (kind == PP_KIND_PYTHON && p->line_filter && line_filter_says(p, obj))
+        mark_line_target(p, fid);
     return fid;
 }
 
@@ -296,6 +338,8 @@ COLD uint32_t add_function_slot(pp_profiler *p, pp_thread *ts, uint64_t key,
 /* ------------------------------------------------------ enter / leave */
 
 static void maybe_flush(pp_profiler *p);
+
+static void line_enter(pp_profiler *p, pp_tables *t, pp_stack *st, uint32_t fs);
 
 /* Full path of a call event: any thread state, table state or clock.
  * obj: the code object, or the C callable (self_arg: its bound self, if a descriptor) */
@@ -335,6 +379,8 @@ COLD void enter_slow(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self
     f->fslot = fs;
     f->eslot = es;
     f->subt = 0;
+    if (p->lines)
+        line_enter(p, t, st, fs);
     f->t0 = now_ticks(p);       /* last: our bookkeeping is not the callee's time */
 }
 
@@ -345,7 +391,7 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, 
 {
 #ifdef PP_CLOCK_HAVE_TSC
     pp_thread *ts = pp_tls.ts;
-    if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL || !p->tsc))
+    if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL || !p->fast))
         goto slow;
     pp_stack *st = &ts->st;
     uint32_t depth = st->depth;
@@ -398,23 +444,92 @@ HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
         pp_account_edge(&t->e[f->eslot], tt, it);
 }
 
-void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now)
+/* Line mode: the running line of frame f stops running at `now`. */
+static inline void end_segment(pp_tables *t, pp_frame *f, int64_t now)
+{
+    pp_lslot *l = &t->l[f->lslot];
+    if (--l->open == 0)
+        l->time += now - f->lt0;
+    f->lslot = PP_NONE;
+}
+
+/* A new frame was pushed in line mode: it counts into a call row when its
+ * caller was running a line. */
+static void line_enter(pp_profiler *p, pp_tables *t, pp_stack *st, uint32_t fs)
+{
+    pp_frame *f = &st->f[st->depth - 1];
+    f->lslot = PP_NONE;
+    f->crow = PP_NONE;
+    if (st->depth < 2 || st->f[st->depth - 2].lslot == PP_NONE)
+        return;
+    uint32_t c = pp_tables_callrow(t, st->f[st->depth - 2].lslot, fs);
+    if (c == PP_NONE) {
+        p->oom = 1;
+        return;
+    }
+    t->c[c].open++;
+    f->crow = c;
+}
+
+/* Pop the top frame, ending its running line and its call row first. */
+static inline void end_frame(int lines, pp_tables *t, pp_stack *st, int64_t now)
+{
+    if (lines) {
+        pp_frame *f = &st->f[st->depth - 1];
+        if (f->lslot != PP_NONE)
+            end_segment(t, f, now);
+        if (f->crow != PP_NONE) {
+            pp_cslot *c = &t->c[f->crow];
+            c->calls++;
+            if (--c->open == 0)
+                c->time += now - f->t0;
+        }
+    }
+    stop_top(t, st, now);
+}
+
+void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, int lines)
 {
     (void)ts;
     while (st->depth)
-        stop_top(t, st, now);
+        end_frame(lines, t, st, now);
+}
+
+/* A line event (hit) or a resumed frame's current line (no hit) of `code`,
+ * which must be the running frame. `now` was read on entry to the hook. */
+COLD void line_event(pp_profiler *p, PyObject *code, int line, int hit, int64_t now)
+{
+    pp_thread *ts = current_thread(p);
+    if (UNLIKELY(ts == NULL || ts->st.depth == 0 || line < 0))
+        return;
+    pp_frame *f = &ts->st.f[ts->st.depth - 1];
+    if (f->key != (uint64_t)(uintptr_t)code)
+        return;                 /* a frame that began before enable() */
+    pp_tables *t = &ts->t;
+    ts->events++;
+    if (f->lslot != PP_NONE)
+        end_segment(t, f, now);
+    uint32_t ls = pp_tables_line(t, (uintptr_t)code, (uint32_t)line, t->f[f->fslot].fid);
+    if (UNLIKELY(ls == PP_NONE)) {
+        p->oom = 1;
+        return;
+    }
+    t->l[ls].hits += (uint64_t)hit;
+    t->l[ls].open++;
+    f->lslot = ls;
+    f->lt0 = now_ticks(p);      /* last: our bookkeeping is not the line's time */
 }
 
 /* A return whose key is not on top: a frame below lost its return event (or
  * the returning frame began before enable). End the frames above a match
  * close to the top; otherwise ignore the event. */
-COLD int unwind_to(pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
+COLD int unwind_to(int lines, pp_tables *t, pp_stack *st, uint64_t key, int64_t now)
 {
     uint32_t limit = st->depth < 16 ? st->depth : 16;
     for (uint32_t i = 1; i <= limit; i++) {
         if (st->f[st->depth - i].key == key) {
             while (st->f[st->depth - 1].key != key)
-                stop_top(t, st, now);
+                end_frame(lines, t, st, now);
             return 1;
         }
     }
@@ -431,9 +546,9 @@ COLD void leave_slow(pp_profiler *p, uint64_t key, int64_t now)
     pp_stack *st = &ts->st;
     if (st->depth == 0)
         return;
-    if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(&ts->t, st, key, now))
+    if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(p->lines, &ts->t, st, key, now))
         return;
-    stop_top(&ts->t, st, now);
+    end_frame(p->lines, &ts->t, st, now);
     if (UNLIKELY(ts->name_tries) && (ts->events < 256 || (ts->events & 15) == 0))
         resolve_thread_name(ts);
     if (UNLIKELY(p->flush_interval_ns) && (ts->events & 1023) == 0)
@@ -445,7 +560,7 @@ COLD void leave_slow(pp_profiler *p, uint64_t key, int64_t now)
 HOT void leave(pp_profiler *p, uint64_t key)
 {
 #ifdef PP_CLOCK_HAVE_TSC
-    if (LIKELY(p->tsc)) {
+    if (LIKELY(p->fast)) {
         int64_t now = (int64_t)__rdtsc();   /* first: our bookkeeping is not the callee's time */
         pp_thread *ts = pp_tls.ts;
         if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL))
@@ -500,13 +615,22 @@ COLD void maybe_flush(pp_profiler *p)
     pp_err_restore(&es);
 }
 
+/* Line mode: a resumed generator or coroutine that is a line target goes on
+ * with the line it stopped in (no hit: that line already counted one). */
+COLD void line_resume_at(pp_profiler *p, PyObject *code, int line, int64_t now)
+{
+    uint32_t fid = pp_index_get(&p->reg, (uint64_t)(uintptr_t)code);
+    if (fid != PP_NONE && p->ftarget[fid])
+        line_event(p, code, line, 0, now);
+}
+
 /* ------------------------------------------------ 3.12+: sys.monitoring */
 #if PP_USE_MONITORING
 
 /* Event bits, identical in 3.12 and 3.13 (internal in 3.12). */
 enum {
     EV_PY_START = 1 << 0, EV_PY_RESUME = 1 << 1, EV_PY_RETURN = 1 << 2,
-    EV_PY_YIELD = 1 << 3, EV_CALL = 1 << 4, EV_PY_UNWIND = 1 << 12,
+    EV_PY_YIELD = 1 << 3, EV_CALL = 1 << 4, EV_LINE = 1 << 5, EV_PY_UNWIND = 1 << 12,
     EV_PY_THROW = 1 << 13, EV_C_RETURN = 1 << 15, EV_C_RAISE = 1 << 16,
 };
 
@@ -554,7 +678,10 @@ static PyObject *python_call_site(pp_profiler *p, PyObject *code, PyObject *offs
     }
     if (e->val != SITE_KEPT && ++e->val >= SITE_DISABLE_AFTER) {
         uint32_t b = c_site_bit(key);
-        if (p->c_sites[b >> 6] & (1ull << (b & 63))) {
+        uint32_t fid;
+        if ((p->c_sites[b >> 6] & (1ull << (b & 63)))
+            || (p->lines && (fid = pp_index_get(&p->reg, (uint64_t)(uintptr_t)code)) != PP_NONE
+                && p->ftarget[fid])) {  /* call rows need every call of a target line */
             e->val = SITE_KEPT;
             Py_RETURN_NONE;
         }
@@ -568,6 +695,31 @@ static inline void mark_c_call_site(pp_profiler *p, PyObject *code, PyObject *of
 {
     uint32_t b = c_site_bit(site_key(code, offset));
     p->c_sites[b >> 6] |= 1ull << (b & 63);
+}
+
+COLD void line_resume(pp_profiler *p, PyObject *code, PyObject *offset)
+{
+    int64_t now = now_ticks(p);
+    long off = PyLong_AsLong(offset);
+    if (off < 0) {
+        PyErr_Clear();
+        return;
+    }
+    line_resume_at(p, code, PyCode_Addr2Line((PyCodeObject *)code, (int)off), now);
+}
+
+static PyObject *monitoring_module(void);
+
+/* LINE events on one code object only (local events add to the global ones). */
+static int line_events_on(pp_profiler *p, PyObject *code, int on)
+{
+    PyObject *mon = monitoring_module();
+    if (mon == NULL || p->tool_id < 0)
+        return mon ? 0 : -1;
+    PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOi", p->tool_id, code,
+                                      on ? EV_LINE : 0);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
 }
 
 /* A callable with the cheapest calling convention CPython offers. */
@@ -600,6 +752,35 @@ static PyObject *cb_py_enter(PyObject *self, PyObject *const *args, size_t nargs
     pp_profiler *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled))
         enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
+    Py_RETURN_NONE;
+}
+
+/* PY_RESUME / PY_THROW: a call (as PY_START); in line mode a resumed line
+ * target also goes on with its current line (no hit: no LINE event fires when
+ * it resumes in the middle of a line). */
+static PyObject *cb_py_resume(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled)) {
+        enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
+        if (UNLIKELY(p->lines))
+            line_resume(p, args[0], args[1]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *cb_line(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_profiler *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled)) {
+        int64_t now = now_ticks(p);
+        long line = PyLong_AsLong(args[1]);
+        if (line < 0)
+            PyErr_Clear();
+        line_event(p, args[0], (int)line, 1, now);
+    }
     Py_RETURN_NONE;
 }
 
@@ -711,10 +892,12 @@ static int claim_tool_id(PyObject *mon)
     return -1;
 }
 
-static const struct { int event; vectorcallfunc fn; int c_only; } mon_events[] = {
-    {EV_PY_START, cb_py_enter, 0},  {EV_PY_RESUME, cb_py_enter, 0}, {EV_PY_THROW, cb_py_enter, 0},
-    {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_leave, 0},  {EV_PY_UNWIND, cb_py_leave, 0},
-    {EV_CALL, cb_call, 1},          {EV_C_RETURN, cb_c_leave, 1},   {EV_C_RAISE, cb_c_leave, 1},
+/* kind: 0 always, 1 with builtins (C functions), 2 in line mode (local to targets). */
+static const struct { int event; vectorcallfunc fn; int kind; } mon_events[] = {
+    {EV_PY_START, cb_py_enter, 0},  {EV_PY_RESUME, cb_py_resume, 0}, {EV_PY_THROW, cb_py_resume, 0},
+    {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_leave, 0},   {EV_PY_UNWIND, cb_py_leave, 0},
+    {EV_CALL, cb_call, 1},          {EV_C_RETURN, cb_c_leave, 1},    {EV_C_RAISE, cb_c_leave, 1},
+    {EV_LINE, cb_line, 2},
 };
 #define N_MON_EVENTS (sizeof mon_events / sizeof mon_events[0])
 
@@ -733,6 +916,9 @@ static int unregister_monitoring(pp_profiler *p, PyObject *mon)
     r = PyObject_CallMethod(mon, "set_events", "ii", p->tool_id, 0);
     rc |= r == NULL;
     Py_XDECREF(r);
+    for (uint32_t fid = 0; p->lines && fid < p->nfun; fid++)
+        if (p->ftarget[fid])
+            rc |= line_events_on(p, p->fobj[fid], 0) < 0;
     for (size_t i = 0; i < N_MON_EVENTS; i++) {
         r = PyObject_CallMethod(mon, "register_callback", "iiO", p->tool_id,
                                 mon_events[i].event, Py_None);
@@ -763,7 +949,7 @@ static int install_hooks(pp_profiler *p)
     p->tool_id = id;
     int mask = 0;
     for (size_t i = 0; i < N_MON_EVENTS; i++) {
-        if (mon_events[i].c_only && !p->builtins)
+        if ((mon_events[i].kind == 1 && !p->builtins) || (mon_events[i].kind == 2 && !p->lines))
             continue;
         PyObject *cb = new_callback(p, mon_events[i].fn);
         PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "iiO", id,
@@ -772,12 +958,16 @@ static int install_hooks(pp_profiler *p)
         if (r == NULL)
             goto fail;
         Py_DECREF(r);
-        mask |= mon_events[i].event;
+        if (mon_events[i].kind != 2)
+            mask |= mon_events[i].event;
     }
     PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", id, mask);
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
+    for (uint32_t fid = 0; p->lines && fid < p->nfun; fid++)
+        if (p->ftarget[fid] && line_events_on(p, p->fobj[fid], 1) < 0)
+            goto fail;
     return 0;
 fail:;
     pp_err_state es;
@@ -801,6 +991,36 @@ static int remove_hooks(pp_profiler *p)
 /* ------------------------------------------------ 3.11: legacy profile hook */
 #else
 
+#define GENERATOR_FLAGS (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)
+
+/* 3.11 line mode: a generator's frame is resumed (not started) when it is
+ * past its first RESUME instruction; that offset (bytes) is found once per
+ * function, in its deoptimised bytecode. */
+COLD int first_resume_offset(pp_profiler *p, PyCodeObject *code)
+{
+    uint32_t fid = pp_index_get(&p->reg, (uint64_t)(uintptr_t)code);
+    if (fid == PP_NONE)
+        return INT32_MAX;
+    if (p->fresume[fid] >= 0)
+        return p->fresume[fid];
+    int32_t off = INT32_MAX;
+    PyObject *bytes = PyCode_GetCode(code);
+    if (bytes == NULL) {
+        PyErr_Clear();
+    }
+    else {
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(bytes);
+        for (Py_ssize_t i = 0; i + 1 < PyBytes_GET_SIZE(bytes); i += 2) {
+            if (b[i] == RESUME) {
+                off = (int32_t)i;
+                break;
+            }
+        }
+        Py_DECREF(bytes);
+    }
+    return p->fresume[fid] = off;
+}
+
 static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     pp_profiler *p = (pp_profiler *)obj;
@@ -810,6 +1030,9 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     case PyTrace_CALL: {
         PyCodeObject *code = pp_frame_code_borrowed(frame);
         enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
+        if (UNLIKELY(p->lines) && (code->co_flags & GENERATOR_FLAGS)
+            && PyFrame_GetLasti(frame) > first_resume_offset(p, code))
+            line_resume_at(p, (PyObject *)code, PyFrame_GetLineNumber(frame), now_ticks(p));
         break;
     }
     case PyTrace_RETURN:
@@ -828,6 +1051,36 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     default:
         break;
     }
+    return 0;
+}
+
+/* Line mode on 3.11: the C trace hook, for LINE events only. Frames of other
+ * code have their line events switched off at their first event; calls and
+ * returns are the profile hook's business. */
+static int trace_callback(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+    (void)arg;
+    pp_profiler *p = (pp_profiler *)obj;
+    if (UNLIKELY(!p->enabled || pp_tls.busy))
+        return 0;
+    if (what == PyTrace_LINE) {
+        int64_t now = now_ticks(p);
+        line_event(p, (PyObject *)pp_frame_code_borrowed(frame), PyFrame_GetLineNumber(frame),
+                   1, now);
+    }
+    else if (what == PyTrace_CALL) {
+        PyCodeObject *code = pp_frame_code_borrowed(frame);
+        uint32_t fid = register_function(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL,
+                                         PP_KIND_PYTHON);
+        if (fid == PP_NONE || !p->ftarget[fid])
+            pp_frame_stop_line_events(frame);
+    }
+    return 0;
+}
+
+static int line_events_on(pp_profiler *p, PyObject *code, int on)
+{
+    (void)p; (void)code; (void)on;      /* the trace hook asks ftarget at every call */
     return 0;
 }
 
@@ -857,17 +1110,38 @@ static PyMethodDef bootstrap_def = {
     "_thread_bootstrap", (PyCFunction)(void (*)(void))thread_bootstrap, METH_FASTCALL,
     "Installs pyprof's C profile hook on a thread started while profiling."};
 
-static int set_threading_hook(PyObject *hook, PyObject **prev)
+/* threading.settrace() target in line mode: the same for the trace hook. */
+static PyObject *thread_trace_bootstrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    pp_profiler *p = (pp_profiler *)self;
+    if (nargs != 3 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "_thread_trace_bootstrap(frame, event, arg)");
+        return NULL;
+    }
+    PyEval_SetTrace(p->enabled ? trace_callback : NULL, p->enabled ? self : NULL);
+    if (p->enabled && PyUnicode_CompareWithASCIIString(args[1], "call") == 0)
+        trace_callback(self, (PyFrameObject *)args[0], PyTrace_CALL, args[2]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef trace_bootstrap_def = {
+    "_thread_trace_bootstrap", (PyCFunction)(void (*)(void))thread_trace_bootstrap,
+    METH_FASTCALL, "Installs pyprof's C trace hook on a thread started while line profiling."};
+
+/* threading.setprofile / settrace (which = "profile" / "trace"). */
+static int set_threading_hook(const char *which, PyObject *hook, PyObject **prev)
 {
     PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
     if (prev) {
-        *prev = PyObject_GetAttrString(threading, "_profile_hook");
+        *prev = PyObject_GetAttrString(threading, which[0] == 'p' ? "_profile_hook"
+                                                                  : "_trace_hook");
         if (*prev == NULL)
             PyErr_Clear();
     }
-    PyObject *r = PyObject_CallMethod(threading, "setprofile", "O", hook ? hook : Py_None);
+    PyObject *r = PyObject_CallMethod(threading, which[0] == 'p' ? "setprofile" : "settrace",
+                                      "O", hook ? hook : Py_None);
     Py_DECREF(threading);
     Py_XDECREF(r);
     return r ? 0 : -1;
@@ -964,19 +1238,54 @@ static void remove_eval(void)
 
 static int remove_hooks(pp_profiler *p);
 
+/* Line mode needs the trace hook, which only one tool can hold: refuse,
+ * naming the holder, rather than silence a debugger or coverage.py. */
+static int install_trace_hooks(pp_profiler *p)
+{
+    PyThreadState *me = PyThreadState_Get();
+    if (pp_tstate_has_trace(me) && pp_tstate_traceobj(me) != (PyObject *)p) {
+        PyObject *holder = pp_tstate_traceobj(me);
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyprof: line profiling on Python 3.11 needs the trace hook, which is held "
+                     "by %R (a debugger or coverage.py?)", holder ? holder : Py_None);
+        return -1;
+    }
+    PyObject *boot = PyCFunction_New(&trace_bootstrap_def, (PyObject *)p);
+    if (boot == NULL)
+        return -1;
+    Py_CLEAR(p->prev_trace_hook);
+    int rc = set_threading_hook("trace", boot, &p->prev_trace_hook);
+    Py_DECREF(boot);
+    if (rc < 0)
+        return -1;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts)) {
+        if (!pp_tstate_has_trace(ts) && _PyEval_SetTrace(ts, trace_callback, (PyObject *)p) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int install_hooks(pp_profiler *p)
 {
-    p->eval_mode = eval_mode_possible(p);
+    p->eval_mode = !p->lines && eval_mode_possible(p);
     if (p->eval_mode)
         return install_eval(p);
     PyObject *boot = PyCFunction_New(&bootstrap_def, (PyObject *)p);
     if (boot == NULL)
         return -1;
     Py_CLEAR(p->prev_thread_hook);
-    int rc = set_threading_hook(boot, &p->prev_thread_hook);
+    int rc = set_threading_hook("profile", boot, &p->prev_thread_hook);
     Py_DECREF(boot);
     if (rc < 0)
         return -1;
+    if (p->lines && install_trace_hooks(p) < 0) {
+        pp_err_state es;
+        pp_err_save(&es);
+        remove_hooks(p);
+        pp_err_restore(&es);
+        return -1;
+    }
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
          ts; ts = PyThreadState_Next(ts)) {
@@ -1008,9 +1317,21 @@ static int remove_hooks(pp_profiler *p)
     }
     PyObject *prev = p->prev_thread_hook;
     p->prev_thread_hook = NULL;
-    if (set_threading_hook(prev, NULL) < 0)
+    if (set_threading_hook("profile", prev, NULL) < 0)
         rc = -1;
     Py_XDECREF(prev);
+    if (p->lines) {
+        for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+             ts; ts = PyThreadState_Next(ts)) {
+            if (pp_tstate_traceobj(ts) == (PyObject *)p && _PyEval_SetTrace(ts, NULL, NULL) < 0)
+                rc = -1;
+        }
+        prev = p->prev_trace_hook;
+        p->prev_trace_hook = NULL;
+        if (set_threading_hook("trace", prev, NULL) < 0)
+            rc = -1;
+        Py_XDECREF(prev);
+    }
     return rc;
 }
 
@@ -1029,7 +1350,7 @@ int pp_tracer_enable(pp_profiler *p)
         return -1;
     }
     p->gen = ++pp_gen_counter;
-    p->tsc = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC;
+    p->fast = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC && !p->lines;
     pp_index_clear(&p->sites);
     memset(p->c_sites, 0, sizeof p->c_sites);
     if (p->enable_count++ == 0) {
@@ -1065,13 +1386,34 @@ int pp_tracer_disable(pp_profiler *p)
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     int64_t now = now_ticks(p);
     for (pp_thread *ts = p->threads; ts; ts = ts->next)
-        pp_tracer_stop_all(ts, &ts->t, &ts->st, now);
+        pp_tracer_stop_all(ts, &ts->t, &ts->st, now, p->lines);
     if (rc == 0 && p->oom) {
         p->oom = 0;
         PyErr_SetString(PyExc_MemoryError, "pyprof: out of memory while profiling");
         return -1;
     }
     return rc;
+}
+
+pp_profiler *pp_tracer_active(void)
+{
+    return pp_active;
+}
+
+uint32_t pp_tracer_add_line_target(pp_profiler *p, PyObject *code)
+{
+    if (!PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "a line target must be a code object");
+        return PP_NONE;
+    }
+    uint32_t fid = register_function(p, (uint64_t)(uintptr_t)code, code, NULL, PP_KIND_PYTHON);
+    if (fid == PP_NONE) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return PP_NONE;
+    }
+    mark_line_target(p, fid);
+    return fid;
 }
 
 void pp_tracer_clear(pp_profiler *p)
@@ -1101,12 +1443,18 @@ void pp_tracer_free(pp_profiler *p)
         Py_DECREF(p->fobj[i]);
     free(p->fobj);
     free(p->fkind);
+    free(p->ftarget);
+    free(p->fresume);
+    p->fresume = NULL;
     p->fobj = NULL;
     p->fkind = NULL;
+    p->ftarget = NULL;
     p->nfun = p->capfun = 0;
     pp_index_free(&p->reg);
     pp_index_free(&p->sites);
     Py_CLEAR(p->prev_thread_hook);
+    Py_CLEAR(p->prev_trace_hook);
+    Py_CLEAR(p->line_filter);
     Py_CLEAR(p->meta);
     free(p->flush_path);
     p->flush_path = NULL;

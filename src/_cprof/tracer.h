@@ -44,7 +44,10 @@ typedef struct pp_profiler {
     PyObject *timer;            /* user timer or NULL for the internal clock */
     double timeunit;            /* cProfile's timeunit (0: timer returns float seconds) */
     int enabled;
-    int tsc;                    /* events read the TSC inline (no user timer, TSC clock) */
+    int fast;                   /* events may take the inline fast path: TSC clock, no user
+                                 * timer, no line mode */
+    int lines;                  /* line mode: LINE events on line targets, call rows */
+    PyObject *line_filter;      /* line mode: code -> bool, asked once per new code object */
     int in_timer;
     int oom;
     uint64_t gen;               /* fresh per enable; matches pp_tls.gen */
@@ -55,12 +58,15 @@ typedef struct pp_profiler {
     pp_index reg;
     PyObject **fobj;            /* code object (python) or str name (builtin) */
     uint8_t *fkind;
+    uint8_t *ftarget;           /* line mode: 1 for line targets */
+    int32_t *fresume;           /* 3.11 line mode: offset of the first RESUME, -1 unknown */
     uint32_t nfun, capfun;
     /* hooks */
     int tool_id;                /* sys.monitoring tool id, -1 when none */
     int eval_mode;              /* 3.11: PEP 523 frame evaluation instead of the profile hook */
     uint64_t cstack_asides;     /* 3.11 eval hook: frames run unrecorded near the C stack end */
     PyObject *prev_thread_hook; /* 3.11: threading's profile hook before ours */
+    PyObject *prev_trace_hook;  /* 3.11 line mode: threading's trace hook before ours */
     /* capture */
     int64_t start_wall_ns;
     int64_t start_mono_ns;
@@ -94,6 +100,11 @@ static inline const char *pp_tracer_hook_name(const pp_profiler *p)
 /* Ticks of the profiler's clock now (internal clock or user timer). */
 int64_t pp_tracer_now(pp_profiler *p);
 /* End the calls still open on `ts` at `now` (used by disable and snapshots). */
-void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now);
+void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, int lines);
+/* The enabled profiler of this process, or NULL. */
+pp_profiler *pp_tracer_active(void);
+/* Line mode: make `code` a line target (registering it); its function id or
+ * PP_NONE with an exception set. */
+uint32_t pp_tracer_add_line_target(pp_profiler *p, PyObject *code);
 
 #endif

@@ -13,11 +13,16 @@ from ..errors import PyprofError
 FORMATS = {
     "pstats": ("pstats", (".prof", ".pstats", ".pstat", ".out")),
     "cprof": (None, (".cprof",)),
+    "callgrind": ("callgrind", (".callgrind", ".cg")),
+    "lines": ("linetable", (".txt",)),
 }
 
 
 def format_for_path(path, default="pstats") -> str:
-    suffix = os.path.splitext(os.fspath(path))[1].lower()
+    base = os.path.basename(os.fspath(path)).lower()
+    if base.startswith("callgrind.out"):
+        return "callgrind"
+    suffix = os.path.splitext(base)[1]
     for name, (_, suffixes) in FORMATS.items():
         if suffix in suffixes:
             return name

@@ -65,3 +65,21 @@ def write_dict(stats: dict, path) -> None:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def print_table(session, sort, out):
+    """The pstats table of `session` (as print_stats shows it) on `out`."""
+    import pstats as _pstats
+
+    class _Stats:
+        def __init__(self, stats):
+            self.stats = stats
+
+        def create_stats(self):
+            pass
+
+    stats = to_dict(session)
+    if not stats:
+        out.write("No function was profiled.\n")
+        return
+    _pstats.Stats(_Stats(stats), stream=out).strip_dirs().sort_stats(sort).print_stats()

@@ -1,0 +1,144 @@
+"""Line tables: line_profiler's layout, with pprofile-style call rows.
+
+    Timer unit: 1e-06 s
+
+    Total time: 0.0123 s
+    File: /abs/demo.py
+    Function: work at line 9
+
+    Line #      Hits         Time  Per Hit   % Time  Line Contents
+    ==============================================================
+        13         3       1993.5    664.5     11.9          total += fib(12)
+    (call)      1431       1990.0      1.4     11.9              -> fib (demo.py:3)
+
+Time and Per Hit are in the timer unit; % Time is the share of the function's
+total (the sum of its lines). A call row lists the calls made while its line
+ran, to one callee, with their inclusive time. Columns: docs/lines.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import linecache
+import os
+
+from ..errors import PyprofError
+
+UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+HEADER = f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'Per Hit':>8} {'% Time':>8}  Line Contents"
+
+
+def functions(session, threads=None) -> list:
+    """One dict per line target that ran: the data a table shows.
+
+    ``{"fid", "function", "first", "last", "total", "lines": {line: LineCounters},
+    "calls": {line: [(callee Function, CallRow)]}}``, times in raw units."""
+    lines, calls = session.line_totals(threads), session.callrow_totals(threads)
+    ranges = {int(k): v for k, v in session.meta.get("line_targets", {}).items()}
+    per_fid: dict = {}
+    for (fid, line), c in lines.items():
+        per_fid.setdefault(fid, {})[line] = c
+    rows: dict = {}
+    for (fid, line, callee), c in calls.items():
+        rows.setdefault(fid, {}).setdefault(line, []).append((session.functions[callee], c))
+    out = []
+    for fid, by_line in per_fid.items():
+        if not any(c.hits for c in by_line.values()):
+            continue
+        fn = session.functions[fid]
+        first, last = ranges.get(fid, (fn.line, max(by_line)))
+        for callrows in rows.get(fid, {}).values():
+            callrows.sort(key=lambda fc: -fc[1].time)
+        out.append({"fid": fid, "function": fn, "first": min(first, min(by_line)),
+                    "last": max(last, max(by_line)), "total": sum(c.time for c in by_line.values()),
+                    "lines": by_line, "calls": rows.get(fid, {})})
+    out.sort(key=lambda f: (f["function"].filename, f["first"]))
+    return out
+
+
+def _fmt(value, width):
+    text = f"{value:5.1f}"
+    return text if len(text) <= width else f"{value:5.3g}"
+
+
+def _source(filename, expected_hash):
+    """(lines of the file, note or None), read with the file's own encoding."""
+    try:
+        with open(filename, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        return [], f"source not available: cannot read {filename} ({e.strerror or e})"
+    note = None
+    if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
+        note = (f"{filename} has changed since it was profiled: the text shown may not "
+                f"match the numbers")
+    linecache.checkcache(filename)
+    return linecache.getlines(filename), note
+
+
+def write_text(session, out, unit="us", call_rows=True, threads=None):
+    """Write the line tables of `session` to the text stream `out`."""
+    if unit not in UNITS:
+        raise PyprofError(f"unknown unit {unit!r} (choose from {', '.join(UNITS)})")
+    scale = session.time_unit / UNITS[unit]
+    funcs = functions(session, threads)
+    out.write(f"Timer unit: {UNITS[unit]:g} s\n\n")
+    if not funcs:
+        out.write("No line was profiled: no line target ran (decorate functions with "
+                  "@profile, or use --lines-of / --lines-all).\n")
+        return
+    hashes = session.meta.get("sources", {})
+    for f in funcs:
+        fn = f["function"]
+        total = f["total"]
+        src, note = _source(fn.filename, hashes.get(fn.filename))
+        out.write(f"Total time: {session.seconds(total):g} s\n")
+        out.write(f"File: {fn.filename}\n")
+        out.write(f"Function: {fn.qualname} at line {fn.line}\n")
+        if note:
+            out.write(f"Note: {note}\n")
+        out.write("\n" + HEADER + "\n" + "=" * len(HEADER) + "\n")
+        for line in range(f["first"], f["last"] + 1):
+            text = src[line - 1].rstrip("\r\n") if 0 < line <= len(src) else ""
+            c = f["lines"].get(line)
+            if c is None or (c.hits == 0 and c.time == 0):
+                out.write(f"{line:>6} {'':>9} {'':>12} {'':>8} {'':>8}  {text}\n")
+            else:
+                t = c.time * scale
+                per = _fmt(t / c.hits, 8) if c.hits else ""
+                pct = f"{100.0 * c.time / total:5.1f}" if total > 0 else ""
+                out.write(f"{line:>6} {c.hits:>9} {_fmt(t, 12):>12} {per:>8} {pct:>8}  {text}\n")
+            if not call_rows:
+                continue
+            indent = text[:len(text) - len(text.lstrip())] + "    "
+            for callee, r in f["calls"].get(line, ()):
+                t = r.time * scale
+                per = _fmt(t / r.calls, 8) if r.calls else ""
+                pct = f"{100.0 * r.time / total:5.1f}" if total > 0 else ""
+                where = (f" ({os.path.basename(callee.filename)}:{callee.line})"
+                         if callee.kind == "python" else "")
+                out.write(f"{'(call)':>6} {r.calls:>9} {_fmt(t, 12):>12} {per:>8} {pct:>8}  "
+                          f"{indent}-> {callee.qualname}{where}\n")
+        out.write("\n\n")
+
+
+def write(session, path, unit="us", call_rows=True):
+    """The line tables as a text file (written whole, then renamed)."""
+    buf = io.StringIO()
+    write_text(session, buf, unit=unit, call_rows=call_rows)
+    _atomic_write_text(path, buf.getvalue())
+
+
+def _atomic_write_text(path, text):
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None

@@ -1,0 +1,226 @@
+"""Line targets: what line mode traces, and the ``@profile`` decorator.
+
+A line target is a code object whose lines are timed. Targets come from:
+
+- ``@pyprof.profile`` (or ``Profile.add_function``): the decorated function's code,
+  with the generator expressions, comprehensions and lambdas written inside it;
+- patterns (``--lines-of``): ``module``, ``module:function``, ``module:Class.method``,
+  or a file glob;
+- whole-program mode (``--lines-all``): every code object of the files under a
+  directory (the script's), minus site-packages and the standard library, with
+  ``--include``/``--exclude`` globs on top.
+
+The C core asks :class:`Targets` once per new code object it meets (``filter``);
+decorated code is also pushed to running line profilers directly.
+"""
+from __future__ import annotations
+
+import atexit
+import fnmatch
+import functools
+import os
+import sys
+import sysconfig
+import types
+
+from .errors import PyprofError
+
+# Code objects nested in a function whose lines are the function's own text.
+_ANONYMOUS = ("<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>", "<lambda>")
+
+DECORATED: set = set()                     # code objects, for the process
+
+
+def code_objects(obj) -> list:
+    """The code objects ``@profile`` traces for `obj`, or [] if it is no function."""
+    seen, out, todo = set(), [], [obj]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, (classmethod, staticmethod)):
+            todo.append(o.__func__)
+        elif isinstance(o, property):
+            todo.extend(f for f in (o.fget, o.fset, o.fdel) if f is not None)
+        elif isinstance(o, types.MethodType):
+            todo.append(o.__func__)
+        elif isinstance(o, functools.partial):
+            todo.append(o.func)
+        elif isinstance(o, types.FunctionType):
+            out.extend(_with_nested(o.__code__))
+            if hasattr(o, "__wrapped__"):           # functools.wraps: the wrapped one too
+                todo.append(o.__wrapped__)
+        elif not isinstance(o, type) and hasattr(o, "__wrapped__"):
+            todo.append(o.__wrapped__)              # lru_cache and other C wrappers
+    return out
+
+
+def _with_nested(code) -> list:
+    out = [code]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name in _ANONYMOUS:
+            out.extend(_with_nested(const))
+    return out
+
+
+def profile(func=None):
+    """Time every line of `func` (a function, method, classmethod, staticmethod,
+    property, generator, coroutine or async generator); returns `func` unchanged.
+
+    Under ``python -m pyprof -l`` the results go with the run's. In a plain
+    ``python script.py`` run, the first decorated function starts pyprof, and the
+    line tables are printed at exit (or written to the file named by the
+    ``PYPROF_OUTPUT`` environment variable: ``.cprof``, ``.prof``, ``.txt``,
+    ``.callgrind``). Decorating twice, or stacking with functools.wraps or
+    functools.lru_cache, works.
+    """
+    if func is None:
+        return profile
+    codes = code_objects(func)
+    if not codes:
+        raise TypeError(f"pyprof.profile: cannot line-profile a {type(func).__name__!s} "
+                        f"object ({func!r:.60}); decorate a function or method")
+    from . import _cprof
+    running = _cprof.active()
+    for code in codes:
+        DECORATED.add(code)
+        if running is not None and running.lines:
+            running._add_line_target(code)      # decorated after it started
+    if running is None:
+        _start_at_exit_reporting()
+    return func
+
+
+class Targets:
+    """The line-target predicate of one profiler (called with a code object)."""
+
+    def __init__(self, patterns=(), all_dir=None, include=(), exclude=(), decorated=True):
+        self.decorated = decorated
+        self.patterns = [_Pattern(p) for p in patterns]
+        self.all_dir = os.path.abspath(all_dir) if all_dir else None
+        self.include = list(include)
+        self.exclude = list(exclude)
+        self._skip = _library_dirs()
+
+    def __call__(self, code) -> bool:
+        if self.decorated and code in DECORATED:
+            return True
+        file = code.co_filename
+        hit = False
+        for p in self.patterns:
+            if p.matches(code):
+                p.matched = True
+                hit = True
+        if hit:
+            return True
+        if self.all_dir is None and not self.include:
+            return False
+        if any(fnmatch.fnmatch(file, g) for g in self.exclude):
+            return False
+        if any(fnmatch.fnmatch(file, g) for g in self.include):
+            return True
+        if self.all_dir is None or not file.startswith(self.all_dir + os.sep):
+            return False
+        return not any(file.startswith(d) for d in self._skip)
+
+    def unmatched(self) -> list:
+        """Patterns that matched no code object run so far."""
+        return [p.text for p in self.patterns if not p.matched]
+
+
+class _Pattern:
+    """``module``, ``module:qualname`` or a file glob (has a ``/``, ``*`` or ``.py``).
+
+    Module names are resolved on first use (the program's sys.path is in place by
+    then) by looking for the file on sys.path: nothing is imported early."""
+
+    def __init__(self, text):
+        self.text = text
+        self.matched = False
+        self.glob = self.module = self.qualname = None
+        self._file = False                      # not resolved yet
+        if ":" in text and not os.path.exists(text):
+            self.module, self.qualname = text.split(":", 1)
+        elif any(c in text for c in "/*?[") or text.endswith(".py"):
+            self.glob = os.path.abspath(text) if not text.startswith("*") else text
+        else:
+            self.module = text
+
+    @property
+    def file(self):
+        if self._file is False:
+            self._file = _module_file(self.module)
+        return self._file
+
+    def matches(self, code) -> bool:
+        if self.glob is not None:
+            return fnmatch.fnmatch(code.co_filename, self.glob)
+        if code.co_filename != self.file:
+            return False
+        if self.qualname is None:
+            return True
+        q = code.co_qualname
+        # The function itself, and the anonymous code written inside it.
+        return q == self.qualname or (q.startswith(self.qualname + ".<locals>.<")
+                                      and code.co_name in _ANONYMOUS)
+
+
+def _module_file(name):
+    """The source file of a module on sys.path (a .py file or a package's
+    __init__.py), found without importing anything; None if there is none."""
+    parts = name.split(".")
+    for entry in sys.path:
+        base = os.path.join(os.path.abspath(entry or os.curdir), *parts)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+def _library_dirs():
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
+
+
+# ------------------------------------------------------------------ plain runs
+_auto = None
+_auto_tried = False
+
+
+def _start_at_exit_reporting():
+    """A plain ``python script.py`` run: start a line profiler at the first
+    decoration and report at exit. (Under ``python -m pyprof`` the CLI's profiler
+    is already running; with -l it takes the decorated code.)"""
+    global _auto, _auto_tried
+    if _auto_tried:
+        return
+    _auto_tried = True
+    from .profiler import Profile
+    _auto = Profile(lines=True)
+    try:
+        _auto.enable()
+    except (ValueError, RuntimeError) as e:   # another tool holds the hooks
+        print(f"pyprof: @profile cannot start: {e}", file=sys.stderr)
+        _auto = None
+        return
+    atexit.register(_report_at_exit)
+
+
+def _report_at_exit():
+    global _auto
+    prof, _auto = _auto, None
+    if prof is None:
+        return
+    prof.disable()
+    out = os.environ.get("PYPROF_OUTPUT")
+    try:
+        if out:
+            prof.dump(out)
+        else:
+            from .export import linetable
+            linetable.write_text(prof.session(), sys.stdout)
+    except PyprofError as e:
+        print(f"pyprof: error: {e}", file=sys.stderr)
+
