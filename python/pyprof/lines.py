@@ -85,8 +85,9 @@ def profile(func=None):
     running = _cprof.active()
     for code in codes:
         DECORATED.add(code)
-        if running is not None and running.lines:
-            running._add_line_target(code)      # decorated after it started
+        for prof in {running, _auto} - {None}:
+            if prof.lines:
+                prof._add_line_target(code)     # it may have met this code already
     if running is None:
         _start_at_exit_reporting()
     return func
@@ -199,6 +200,7 @@ def _start_at_exit_reporting():
     _auto_tried = True
     from .profiler import Profile
     _auto = Profile(lines=True)
+    _auto._set_background(True)         # explicit profilers take precedence
     try:
         _auto.enable()
     except (ValueError, RuntimeError) as e:   # another tool holds the hooks

@@ -225,6 +225,15 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_set_background(pp_profiler *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    self->background = on;
+    Py_RETURN_NONE;
+}
+
 static PyObject *profiler_add_line_target(pp_profiler *self, PyObject *code)
 {
     uint32_t fid = pp_tracer_add_line_target(self, code);
@@ -293,6 +302,9 @@ static PyMethodDef profiler_methods[] = {
      "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
      "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
      "each) and call rows."},
+    {"_set_background", (PyCFunction)profiler_set_background, METH_O,
+     "_set_background(on)\nWhile enabled, step aside (disable) when another profiler is "
+     "enabled, and resume when that one is disabled."},
     {"_add_line_target", (PyCFunction)profiler_add_line_target, METH_O,
      "_add_line_target(code) -> function id\nMake a code object a line target."},
     {"_line_targets", (PyCFunction)profiler_line_targets, METH_NOARGS,

@@ -37,6 +37,9 @@ static __thread struct {
 
 static uint64_t pp_gen_counter;
 static pp_profiler *pp_active;   /* at most one enabled profiler per process */
+/* A background profiler (@profile's, in a plain run) steps aside while an
+ * explicit one runs, and resumes after it (strong reference). */
+static pp_profiler *pp_suspended;
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -846,23 +849,26 @@ static PyObject *new_callback(pp_profiler *p, vectorcallfunc fn)
 }
 
 /* Tool ids to try: the profiler's own first, then the free general ones,
- * then the debugger's and coverage's last so those tools can still start. */
+ * then the debugger's and coverage's last so those tools can still start. A
+ * background profiler (@profile's) leaves the profiler's id to cProfile. */
 static const int tool_order[] = {2, 3, 4, 5, 1, 0};
+static const int background_tool_order[] = {3, 4, 5, 2, 1, 0};
 
-static int claim_tool_id(PyObject *mon)
+static int claim_tool_id(PyObject *mon, int background)
 {
+    const int *order = background ? background_tool_order : tool_order;
     for (size_t i = 0; i < sizeof tool_order / sizeof tool_order[0]; i++) {
-        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "i", tool_order[i]);
+        PyObject *holder = PyObject_CallMethod(mon, "get_tool", "i", order[i]);
         if (holder == NULL)
             return -1;
         int free_id = holder == Py_None;
         Py_DECREF(holder);
         if (!free_id)
             continue;
-        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", tool_order[i], "pyprof");
+        PyObject *r = PyObject_CallMethod(mon, "use_tool_id", "is", order[i], "pyprof");
         if (r) {
             Py_DECREF(r);
-            return tool_order[i];
+            return order[i];
         }
         PyErr_Clear();
     }
@@ -943,7 +949,7 @@ static int install_hooks(pp_profiler *p)
         if (mon_missing == NULL || mon_disable == NULL)
             return -1;
     }
-    int id = claim_tool_id(mon);
+    int id = claim_tool_id(mon, p->background);
     if (id < 0)
         return -1;
     p->tool_id = id;
@@ -1343,6 +1349,12 @@ int pp_tracer_enable(pp_profiler *p)
 {
     if (p->enabled)
         return 0;
+    if (pp_active != NULL && pp_active->background && pp_suspended == NULL && !p->background) {
+        pp_profiler *bg = pp_active;
+        if (pp_tracer_disable(bg) < 0)
+            return -1;
+        pp_suspended = (pp_profiler *)Py_NewRef((PyObject *)bg);
+    }
     if (pp_active != NULL) {
         PyErr_SetString(PyExc_ValueError,
                         "Another profiling tool is already active: a pyprof profiler is enabled; "
@@ -1390,7 +1402,17 @@ int pp_tracer_disable(pp_profiler *p)
     if (rc == 0 && p->oom) {
         p->oom = 0;
         PyErr_SetString(PyExc_MemoryError, "pyprof: out of memory while profiling");
-        return -1;
+        rc = -1;
+    }
+    if (pp_suspended != NULL && pp_suspended != p && pp_active == NULL) {
+        pp_profiler *bg = pp_suspended;
+        pp_suspended = NULL;
+        pp_err_state es;
+        pp_err_save(&es);
+        if (pp_tracer_enable(bg) < 0)
+            PyErr_WriteUnraisable((PyObject *)bg);
+        pp_err_restore(&es);
+        Py_DECREF(bg);
     }
     return rc;
 }

@@ -47,6 +47,7 @@ typedef struct pp_profiler {
     int fast;                   /* events may take the inline fast path: TSC clock, no user
                                  * timer, no line mode */
     int lines;                  /* line mode: LINE events on line targets, call rows */
+    int background;             /* steps aside while another profiler is enabled */
     PyObject *line_filter;      /* line mode: code -> bool, asked once per new code object */
     int in_timer;
     int oom;

@@ -12,7 +12,9 @@
     (call)      1431       1990.0      1.4     11.9              -> fib (demo.py:3)
 
 Time and Per Hit are in the timer unit; % Time is the share of the function's
-total (the sum of its lines). A call row lists the calls made while its line
+total, its cumulative time (under recursion each line's time and the total are
+counted at the outermost call, so a recursive function's lines may add up to
+more than 100%). A call row lists the calls made while its line
 ran, to one callee, with their inclusive time. Columns: docs/lines.md.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ def functions(session, threads=None) -> list:
     ``{"fid", "function", "first", "last", "total", "lines": {line: LineCounters},
     "calls": {line: [(callee Function, CallRow)]}}``, times in raw units."""
     lines, calls = session.line_totals(threads), session.callrow_totals(threads)
+    cumulative = session.function_totals(threads)
     ranges = {int(k): v for k, v in session.meta.get("line_targets", {}).items()}
     per_fid: dict = {}
     for (fid, line), c in lines.items():
@@ -49,8 +52,12 @@ def functions(session, threads=None) -> list:
         first, last = ranges.get(fid, (fn.line, max(by_line)))
         for callrows in rows.get(fid, {}).values():
             callrows.sort(key=lambda fc: -fc[1].time)
+        # The function's cumulative time (recursion counted once), as line
+        # times are; the sum of its lines if it has no function-level data.
+        total = cumulative[fid].total if fid in cumulative else sum(
+            c.time for c in by_line.values())
         out.append({"fid": fid, "function": fn, "first": min(first, min(by_line)),
-                    "last": max(last, max(by_line)), "total": sum(c.time for c in by_line.values()),
+                    "last": max(last, max(by_line)), "total": total,
                     "lines": by_line, "calls": rows.get(fid, {})})
     out.sort(key=lambda f: (f["function"].filename, f["first"]))
     return out
