@@ -101,14 +101,22 @@ static int noop_hook(PyObject *obj, PyFrameObject *frame, int what, PyObject *ar
     return 0;
 }
 
+/* install(mask): the profile hook; with LINE (32) in the mask, the trace hook
+ * too (line events in every frame), as 3.11's line tracers need. */
 static PyObject *install(PyObject *m, PyObject *arg)
 {
-    (void)m; (void)arg;
+    (void)m;
+    long mask = PyLong_AsLong(arg);
+    if (mask < 0 && PyErr_Occurred())
+        return NULL;
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
-         ts; ts = PyThreadState_Next(ts))
+         ts; ts = PyThreadState_Next(ts)) {
         if (_PyEval_SetProfile(ts, noop_hook, NULL) < 0)
             return NULL;
+        if ((mask & 32) && _PyEval_SetTrace(ts, noop_hook, NULL) < 0)
+            return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -118,7 +126,7 @@ static PyObject *uninstall(PyObject *m, PyObject *unused)
     PyThreadState *me = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
          ts; ts = PyThreadState_Next(ts))
-        if (_PyEval_SetProfile(ts, NULL, NULL) < 0)
+        if (_PyEval_SetProfile(ts, NULL, NULL) < 0 || _PyEval_SetTrace(ts, NULL, NULL) < 0)
             return NULL;
     Py_RETURN_NONE;
 }

@@ -9,8 +9,13 @@ region is timed: interpreter start-up, imports of the profiler and writing its
 results are left out for every configuration alike. The benchmark's own output
 goes to /dev/null.
 
-CONFIG is one of CONFIGS below; "count" is not timed: it counts call events
-(cProfile's call count, builtins included) for the ns-per-event figures.
+CONFIG is one of CONFIGS below. "count" and "count-lines" are not timed: they
+count call events (cProfile's call count, builtins included) and line events
+(pyprof's hits with every line traced) for the ns-per-event figures.
+
+Line-mode configurations: "pyprof-lines-file" and "lineprof-file" trace every
+function of the benchmark's file (line_profiler through its auto-profile mode,
+kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs.
 """
 import json
 import os
@@ -21,6 +26,7 @@ import time
 # sys.monitoring event bits (3.12/3.13)
 PY_EVENTS = 1 | 2 | 4 | 8 | 4096 | 8192     # START RESUME RETURN YIELD UNWIND THROW
 C_EVENTS = 16 | 32768 | 65536               # CALL C_RETURN C_RAISE
+LINE = 32
 
 
 def _pyprof(**kw):
@@ -47,6 +53,38 @@ def _pyinstrument():
     return p.start, p.stop
 
 
+def _pyprof_lines(argv, **kw):
+    import pyprof
+    if kw.pop("file", False):
+        kw["lines_of"] = [os.path.abspath(argv[0])]
+    p = pyprof.Profile(**kw)
+    return p.enable, p.disable
+
+
+def _lineprof_file(argv):
+    """line_profiler's auto-profile mode on the benchmark script (kernprof -p):
+    every function in it is decorated, the decorators switch tracing on."""
+    import builtins
+    from line_profiler import LineProfiler
+    from line_profiler.autoprofile.autoprofile import run
+
+    prof = LineProfiler()
+    builtins.profile = prof
+
+    def runner(argv):
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+        run(argv[0], {"__file__": argv[0], "__name__": "__main__", "profile": prof, "prof": prof},
+            prof_mod=[argv[0]])
+    return (lambda: None), (lambda: None), runner
+
+
+def _pprofile(argv):
+    import pprofile
+    p = pprofile.Profile()          # deterministic: every line of every file
+    return p.enable, p.disable
+
+
 def _floor(mask):
     import floorhook
     return (lambda: floorhook.install(mask)), floorhook.uninstall
@@ -62,7 +100,15 @@ CONFIGS = {
     "pyinstrument": _pyinstrument,
     "floor": lambda: _floor(PY_EVENTS | C_EVENTS),
     "floor-py": lambda: _floor(PY_EVENTS),
+    "floor-lines": lambda: _floor(PY_EVENTS | C_EVENTS | LINE),
     "floor-pep523": lambda: _floor_pep523(),
+}
+# Configurations that need the script path.
+ARGV_CONFIGS = {
+    "pyprof-lines-file": lambda argv: _pyprof_lines(argv, file=True),
+    "pyprof-lines-all": lambda argv: _pyprof_lines(argv, include=["*"]),
+    "lineprof-file": _lineprof_file,
+    "pprofile": _pprofile,
 }
 
 
@@ -75,6 +121,17 @@ def _run_script(argv):
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
     runpy.run_path(argv[0], run_name="__main__")
+
+
+def count_lines(argv):
+    import pyprof
+    p = pyprof.Profile(include=["*"])
+    p.enable()
+    try:
+        _run_script(argv)
+    finally:
+        p.disable()
+    return sum(c.hits for c in p.session().lines.values())
 
 
 def count_calls(argv):
@@ -99,13 +156,17 @@ def main():
     try:
         if config == "count":
             result["calls"] = count_calls(argv)
+        elif config == "count-lines":
+            result["lines"] = count_lines(argv)
         else:
-            start, stop = CONFIGS[config]()
+            made = ARGV_CONFIGS[config](argv) if config in ARGV_CONFIGS else CONFIGS[config]()
+            start, stop = made[:2]
+            runner = made[2] if len(made) > 2 else _run_script
             c0 = time.process_time()
             t0 = time.perf_counter()
             start()
             try:
-                _run_script(argv)
+                runner(argv)
             finally:
                 stop()
                 t1 = time.perf_counter()

@@ -94,6 +94,9 @@ void pp_tables_free(pp_tables *t)
     free(t->e);
     free(t->l);
     free(t->c);
+    for (uint32_t i = 0; i < t->caplmap; i++)
+        free(t->lmap[i].slot);
+    free(t->lmap);
     memset(t, 0, sizeof *t);
 }
 
@@ -104,6 +107,8 @@ void pp_tables_clear(pp_tables *t)
     pp_index_clear(&t->lidx);
     pp_index_clear(&t->cidx);
     t->nf = t->ne = t->nl = t->nc = 0;
+    for (uint32_t i = 0; i < t->caplmap; i++)
+        t->lmap[i].n = 0;       /* keep the memory, forget the slots */
 }
 
 /* dst gets its own copy of an array of n used elements (capacity >= 1). */
@@ -164,6 +169,7 @@ uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid)
     t->f[s].key = key;
     t->f[s].fid = fid;
     t->f[s].last_caller = PP_NONE;
+    t->f[s].last_lslot = PP_NONE;
     t->nf++;
     return s;
 }
@@ -210,4 +216,39 @@ uint32_t pp_tables_add_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
     t->c[s].callee = callee;
     t->nc++;
     return s;
+}
+
+uint32_t pp_tables_line_slow(pp_tables *t, uint32_t fs, uintptr_t code, uint32_t line,
+                             uint32_t fid, uint32_t base)
+{
+    uint32_t ls = pp_tables_line(t, code, line, fid);
+    if (ls == PP_NONE || line < base || line - base > (1u << 16))
+        return ls;              /* odd line numbers stay on the hash */
+    if (fs >= t->caplmap) {
+        uint32_t ncap = t->caplmap ? t->caplmap : 64;
+        while (ncap <= fs)
+            ncap *= 2;
+        pp_lmap *nm = realloc(t->lmap, (size_t)ncap * sizeof(pp_lmap));
+        if (nm == NULL)
+            return ls;
+        memset(nm + t->caplmap, 0, (size_t)(ncap - t->caplmap) * sizeof(pp_lmap));
+        t->lmap = nm;
+        t->caplmap = ncap;
+    }
+    pp_lmap *m = &t->lmap[fs];
+    uint32_t want = line - base + 1;
+    if (m->n == 0)
+        m->base = base;
+    if (want > m->n) {
+        uint32_t ncap = want < 32 ? 32 : want + want / 2;
+        uint32_t *ns = realloc(m->slot, (size_t)ncap * sizeof(uint32_t));
+        if (ns == NULL)
+            return ls;
+        for (uint32_t i = m->n; i < ncap; i++)
+            ns[i] = PP_NONE;
+        m->slot = ns;
+        m->n = ncap;
+    }
+    m->slot[line - m->base] = ls;
+    return ls;
 }

@@ -34,6 +34,8 @@ typedef struct {
     uint32_t rec_level;         /* activations currently open in this thread */
     uint32_t last_caller;       /* edge cache: most functions have one main caller, */
     uint32_t last_edge;         /* so this usually saves the edge index probe */
+    uint32_t last_lslot;        /* line mode: the same for call rows (caller's line slot */
+    uint32_t last_crow;         /* -> call row of this callee) */
     uint64_t calls;
     uint64_t rec_calls;         /* calls that ended while another activation was open */
     int64_t tt;
@@ -77,6 +79,14 @@ typedef struct {
     int64_t time;
 } pp_cslot;
 
+/* Line mode: line -> line slot of one function on one thread, dense from the
+ * function's first line (line events of a loop then cost no hash probe). */
+typedef struct {
+    uint32_t *slot;             /* PP_NONE where not seen yet */
+    uint32_t base;              /* line of slot[0] */
+    uint32_t n;
+} pp_lmap;
+
 typedef struct {
     pp_index fidx;
     pp_fslot *f;
@@ -90,6 +100,8 @@ typedef struct {
     pp_index cidx;
     pp_cslot *c;
     uint32_t nc, capc;
+    pp_lmap *lmap;              /* by function slot; lines of unmapped lines use lidx */
+    uint32_t caplmap;
 } pp_tables;
 
 int pp_index_init(pp_index *ix, uint32_t capacity);
@@ -167,8 +179,32 @@ static inline uint32_t pp_tables_line(pp_tables *t, uintptr_t code, uint32_t lin
 
 static inline uint32_t pp_tables_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
 {
+    pp_fslot *f = &t->f[callee];
+    if (f->last_lslot == lslot)
+        return f->last_crow;
     uint32_t c = pp_index_get(&t->cidx, ((uint64_t)lslot + 1) << 32 | callee);
-    return c != PP_NONE ? c : pp_tables_add_callrow(t, lslot, callee);
+    if (c == PP_NONE && (c = pp_tables_add_callrow(t, lslot, callee)) == PP_NONE)
+        return PP_NONE;
+    f->last_lslot = lslot;
+    f->last_crow = c;
+    return c;
+}
+
+/* Line mode: the slot of `line` of the function in slot `fs` (code, fid as
+ * given), through the function's dense map; PP_NONE on OOM. */
+uint32_t pp_tables_line_slow(pp_tables *t, uint32_t fs, uintptr_t code, uint32_t line,
+                             uint32_t fid, uint32_t base);
+
+static inline uint32_t pp_tables_line_of(pp_tables *t, uint32_t fs, uintptr_t code,
+                                         uint32_t line, uint32_t fid, uint32_t base)
+{
+    if (fs < t->caplmap) {
+        const pp_lmap *m = &t->lmap[fs];
+        uint32_t i = line - m->base;
+        if (i < m->n && m->slot[i] != PP_NONE)
+            return m->slot[i];
+    }
+    return pp_tables_line_slow(t, fs, code, line, fid, base);
 }
 
 static inline uint64_t pp_edge_key(uint32_t caller, uint32_t callee)

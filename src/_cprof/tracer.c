@@ -500,7 +500,7 @@ void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, 
 
 /* A line event (hit) or a resumed frame's current line (no hit) of `code`,
  * which must be the running frame. `now` was read on entry to the hook. */
-COLD void line_event(pp_profiler *p, PyObject *code, int line, int hit, int64_t now)
+HOT void line_event(pp_profiler *p, PyObject *code, int line, int hit, int64_t now)
 {
     pp_thread *ts = current_thread(p);
     if (UNLIKELY(ts == NULL || ts->st.depth == 0 || line < 0))
@@ -512,7 +512,9 @@ COLD void line_event(pp_profiler *p, PyObject *code, int line, int hit, int64_t 
     ts->events++;
     if (f->lslot != PP_NONE)
         end_segment(t, f, now);
-    uint32_t ls = pp_tables_line(t, (uintptr_t)code, (uint32_t)line, t->f[f->fslot].fid);
+    uint32_t ls = pp_tables_line_of(t, f->fslot, (uintptr_t)code, (uint32_t)line,
+                                    t->f[f->fslot].fid,
+                                    (uint32_t)((PyCodeObject *)code)->co_firstlineno);
     if (UNLIKELY(ls == PP_NONE)) {
         p->oom = 1;
         return;
@@ -779,9 +781,9 @@ static PyObject *cb_line(PyObject *self, PyObject *const *args, size_t nargsf, P
     pp_profiler *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         int64_t now = now_ticks(p);
-        long line = PyLong_AsLong(args[1]);
-        if (line < 0)
-            PyErr_Clear();
+        PyLongObject *n = (PyLongObject *)args[1];
+        long line = LIKELY(PyUnstable_Long_IsCompact(n)) ? (long)PyUnstable_Long_CompactValue(n)
+                                                         : -1;
         line_event(p, args[0], (int)line, 1, now);
     }
     Py_RETURN_NONE;
