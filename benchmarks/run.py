@@ -1,7 +1,8 @@
 """Overhead of pyprof against peers on pyperformance workloads.
 
     python benchmarks/run.py --python .bench/3.12/bin/python [--python ...]
-                             [--set core|stress|all] [--rounds 5] [--seconds 1.5]
+                             [--suite function|lines] [--set core|stress|all]
+                             [--rounds 5] [--seconds 1.5]
                              [--configs base,pyprof,...] [--only richards,go]
                              [--results benchmarks/RESULTS.md]
 
@@ -14,8 +15,11 @@ unprofiled wall time of the same round; we report the median of those ratios
 (calls counted once by cProfile, builtins included), and the baseline's
 coefficient of variation (flagged above 3%).
 
-Raw results go to build/bench/<python>.json; the tables between the GENERATED
-markers of RESULTS.md are rewritten from all JSON files present.
+Suites: "function" (function mode against cProfile, yappi, pyinstrument and the
+no-op-hook floors) and "lines" (line mode against line_profiler and pprofile,
+ns per line event). Raw results go to build/bench/<python>[-lines].json; the
+tables between the GENERATED markers of RESULTS.md are rewritten from all JSON
+files present.
 """
 from __future__ import annotations
 
@@ -52,6 +56,14 @@ STRESS = {
 }
 DEFAULT_CONFIGS = ["base", "pyprof", "pyprof-exact", "pyprof-nobuiltins", "cProfile", "yappi",
                    "pyinstrument", "floor", "floor-py", "floor-pep523"]
+# Line mode: the same functions (every function of the benchmark's file) for
+# pyprof and line_profiler's auto-profile mode; every line that runs for
+# pyprof's whole-program mode and pprofile; the floor is a no-op line hook.
+LINE_WORKLOADS = {b: CORE[b] for b in ("richards", "raytrace", "go", "chaos", "nbody",
+                                       "fannkuch", "spectral_norm", "generators", "float",
+                                       "json_dumps")}
+LINE_CONFIGS = ["base", "pyprof-lines-file", "lineprof-file", "pyprof-lines-all", "pprofile",
+                "floor-lines"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
 LEGACY_ONLY = {"floor-pep523"}
 
@@ -63,7 +75,8 @@ def log(*a):
 def py_info(python):
     code = ("import sys, platform, json, importlib.metadata as m, pyperformance, os\n"
             "v = {}\n"
-            "for d in ('pyprof', 'yappi', 'pyinstrument', 'pyperformance', 'pyperf'):\n"
+            "for d in ('pyprof', 'yappi', 'pyinstrument', 'pyperformance', 'pyperf',\n"
+            "          'line_profiler', 'pprofile'):\n"
             "    try: v[d] = m.version(d)\n"
             "    except Exception: v[d] = None\n"
             "print(json.dumps({'version': platform.python_version(), 'minor': '%d.%d' % "
@@ -142,23 +155,25 @@ def bootstrap_ci(values, n=2000, seed=1):
     return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
 
 
-def measure(python, benches, configs, rounds, seconds, cpu, timeout):
+def measure(python, benches, configs, rounds, seconds, cpu, timeout, suite="function"):
     info = py_info(python)
     minor = info["minor"]
     configs = [c for c in configs
                if c not in (MONITORING_ONLY if minor < "3.12" else LEGACY_ONLY)]
     floor_dir = build_floorhook(python, minor)
     runner = Runner(python, info, cpu, floor_dir, timeout)
-    result = {"python": info["version"], "minor": minor, "packages": info["packages"],
+    result = {"suite": suite, "python": info["version"], "minor": minor,
+              "packages": info["packages"],
               "rounds": rounds, "seconds": seconds, "cpu": cpu, "configs": configs,
               "started": datetime.datetime.now().isoformat(timespec="seconds"),
               "workloads": {}}
     for bench in benches:
         loops = calibrate(runner, bench, seconds)
-        calls = runner.run("count", bench, loops).get("calls")
-        result["workloads"][bench] = {"loops": loops, "calls": calls,
+        count = "count-lines" if suite == "lines" else "count"
+        events = runner.run(count, bench, loops).get("lines" if suite == "lines" else "calls")
+        result["workloads"][bench] = {"loops": loops, "calls": events,
                                       "runs": {c: [] for c in configs}}
-        log(f"[{minor}] {bench}: {loops} loops, {calls} calls")
+        log(f"[{minor}] {bench}: {loops} loops, {events} {'line' if suite == 'lines' else 'call'} events")
     rng = random.Random(12345)
     for rnd in range(rounds + 1):
         for bench in benches:
@@ -228,7 +243,14 @@ def fmt_ratio(row):
 
 def render(results) -> str:
     lines = []
-    for res in sorted(results, key=lambda r: r["minor"]):
+    suite = None
+    for res in sorted(results, key=lambda r: (r.get("suite") == "lines", r["minor"])):
+        if res.get("suite", "function") != suite:
+            suite = res.get("suite", "function")
+            lines += [f"## {'Line' if suite == 'lines' else 'Function'} mode", ""]
+        if suite == "lines":
+            lines += render_lines(res)
+            continue
         rows = analyse(res)
         summ = summarise(res, rows)
         configs = [c for c in res["configs"] if c != "base"]
@@ -280,6 +302,59 @@ def render(results) -> str:
                            for c in nsc]) + " |")
         lines += ["", *targets(res, rows, summ), ""]
     return "\n".join(lines)
+
+
+def render_lines(res) -> list:
+    rows = analyse(res)
+    configs = [c for c in res["configs"] if c != "base"]
+    pk = res["packages"]
+    out = [f"### CPython {res['python']}: line mode", "",
+           f"pyprof {pk.get('pyprof')}, line_profiler {pk.get('line_profiler')} (auto-profile "
+           f"mode, kernprof -p, on the benchmark's file), pprofile {pk.get('pprofile')} "
+           f"(deterministic); {res['rounds']} rounds after a discarded warm-up, "
+           f"~{res['seconds']} s unprofiled per run, pinned to CPU {res['cpu']}; "
+           f"{res['started']} – {res.get('finished', '?')}.", "",
+           "Overhead = profiled / unprofiled wall time, median of paired ratios "
+           "[bootstrap 95% interval]:", ""]
+    head = ["workload", "line events/s (M)", "base CV"] + configs
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for bench, r in rows.items():
+        base = r["base"]
+        ev = res["workloads"][bench]["calls"] or 0
+        rate = ev / base["seconds"] / 1e6 if base.get("seconds") else math.nan
+        cv = base.get("cv", 0)
+        cells = [bench, f"{rate:.1f}", f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
+        for c in configs:
+            row = r.get(c, {})
+            cells.append(f"{row['ratio']:.2f} [{row['ci'][0]:.2f}–{row['ci'][1]:.2f}]"
+                         if "ratio" in row else "failed")
+        out.append("| " + " | ".join(cells) + " |")
+    geo = {c: geomean([rows[b][c]["ratio"] for b in rows if "ratio" in rows[b].get(c, {})])
+           for c in configs}
+    out += ["", "Geometric mean of the ratios: " + ", ".join(f"{c} {geo[c]:.2f}" for c in configs),
+            "", "ns per line event, (T − T_base) / line events (events counted with every line "
+            "traced; median over rounds):", ""]
+    nsc = [c for c in ("pyprof-lines-all", "pprofile", "floor-lines") if c in configs]
+    out += ["| " + " | ".join(["workload", *nsc]) + " |", "|" + "---|" * (len(nsc) + 1)]
+    for bench, r in rows.items():
+        out.append("| " + " | ".join([bench] + [
+            f"{r[c]['ns_per_call']:.0f}" if "ns_per_call" in r.get(c, {}) else "–" for c in nsc])
+            + " |")
+    out += ["", "Targets:"]
+    if "pyprof-lines-file" in geo and "lineprof-file" in geo:
+        a, b = geo["pyprof-lines-file"] - 1, geo["lineprof-file"] - 1
+        out.append(f"- same functions: pyprof's extra time {a:.2f} vs line_profiler's {b:.2f} = "
+                   f"{a / b:.2f}× (target ≤ 0.5): {'met' if a <= 0.5 * b else 'NOT met'}")
+    if "pyprof-lines-all" in geo:
+        g = geo["pyprof-lines-all"]
+        floor = f" (the no-op line hook alone: {geo['floor-lines']:.2f})" if "floor-lines" in geo else ""
+        out.append(f"- whole program: geomean {g:.2f} (target ≤ 3){floor}: "
+                   f"{'met' if g <= 3 else 'NOT met'}")
+        if "pprofile" in geo:
+            a, b = g - 1, geo["pprofile"] - 1
+            out.append(f"- whole program vs pprofile: extra time {a:.2f} vs {b:.2f} = {a / b:.3f}× "
+                       f"(target ≤ 0.1): {'met' if a <= 0.1 * b else 'NOT met'}")
+    return out + [""]
 
 
 def targets(res, rows, summ):
@@ -351,9 +426,10 @@ def main():
     ap.add_argument("--python", action="append", default=[],
                     help="interpreter of a bench venv (pyprof, pyperformance and peers "
                          "installed); repeatable")
+    ap.add_argument("--suite", choices=["function", "lines"], default="function")
     ap.add_argument("--set", choices=["core", "stress", "all"], default="core")
     ap.add_argument("--only", help="comma-separated workloads (overrides --set)")
-    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
+    ap.add_argument("--configs", help="comma-separated configurations (default: the suite's)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=1.5,
                     help="unprofiled run time to calibrate each workload to")
@@ -370,16 +446,19 @@ def main():
         if not a.python:
             ap.error("give at least one --python")
         benches = (a.only.split(",") if a.only else
+                   list(LINE_WORKLOADS) if a.suite == "lines" else
                    list(CORE) if a.set == "core" else list(STRESS) if a.set == "stress"
                    else list(CORE) + list(STRESS))
-        configs = a.configs.split(",")
+        configs = (a.configs.split(",") if a.configs else
+                   LINE_CONFIGS if a.suite == "lines" else DEFAULT_CONFIGS)
         if "base" not in configs:
             configs.insert(0, "base")
         for py in a.python:
             t0 = time.time()
             res = measure(py, benches, configs, a.rounds, a.seconds,
-                          None if a.cpu < 0 else a.cpu, a.timeout)
-            tag = "" if not a.only and a.set == "core" else "-" + (a.only or a.set).replace(",", "+")
+                          None if a.cpu < 0 else a.cpu, a.timeout, a.suite)
+            tag = ("-lines" if a.suite == "lines" else "") + (
+                "" if not a.only and a.set == "core" else "-" + (a.only or a.set).replace(",", "+"))
             with open(os.path.join(OUT_DIR, f"{res['minor']}{tag}.json"), "w") as f:
                 json.dump(res, f, indent=1)
             log(f"[{res['minor']}] done in {time.time() - t0:.0f} s")
@@ -387,7 +466,7 @@ def main():
     if a.results:
         results = []
         for name in sorted(os.listdir(OUT_DIR)):
-            if name.endswith(".json") and name.count("-") == 0:
+            if name.endswith(".json") and name.removesuffix("-lines.json").count("-") == 0:
                 with open(os.path.join(OUT_DIR, name)) as f:
                     results.append(json.load(f))
         if results:

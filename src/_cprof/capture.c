@@ -27,7 +27,7 @@ typedef struct {
 
 static void put(buf *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0)       /* an empty table has no buffer: never memcpy from NULL */
         return;
     if (b->n + n > b->cap) {
         size_t ncap = b->cap ? b->cap : 4096;
