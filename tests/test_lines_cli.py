@@ -281,3 +281,38 @@ def test_trace_hook_held_by_another_tool_is_a_clear_error(tmp_path):
     """)
     r = run([str(script)], tmp_path)
     assert "refused: pyprof: line profiling on Python 3.11 needs the trace hook" in r.stdout
+
+
+@pytest.mark.skipif(shutil.which("callgrind_annotate") is None,
+                    reason="callgrind_annotate (Debian package valgrind) is not installed")
+def test_function_level_callgrind_from_function_mode(app, tmp_path):
+    """A function-mode capture (no line data) converts to callgrind too: each
+    function's self time at its first line, its callees as call records."""
+    app.write_text(app.read_text().replace("@profile\n", ""))
+    r = pyprof(["-o", "fn.cprof", str(app)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert pyprof(["convert", "fn.cprof", "-o", "callgrind.out.fn"], tmp_path).returncode == 0
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--show-percs=no",
+                          str(tmp_path / "callgrind.out.fn")], cwd="/", capture_output=True,
+                         text=True, timeout=60)
+    assert ann.returncode == 0 and "WARNING" not in ann.stdout + ann.stderr, ann.stderr
+    s = Session.load(tmp_path / "fn.cprof")
+    ns = s.time_unit * 1e9
+    own_total = sum(max(0, round(c.own * ns)) for c in s.function_totals().values())
+    m = re.search(r"^\s*([\d,]+)\s+PROGRAM TOTALS", ann.stdout, re.M)
+    assert int(m.group(1).replace(",", "")) == own_total
+    # work's inclusive cost is its cumulative time (self + calls recorded under it).
+    fid = next(f for f, fn in s.functions.items() if fn.name == "work")
+    line = re.search(rf"^\s*([\d,]+)\s+\S*app\.py:work:{s.functions[fid].line}", ann.stdout, re.M)
+    assert line, ann.stdout
+    work_incl = int(line.group(1).replace(",", ""))
+    assert abs(work_incl - s.function_totals()[fid].total * ns) <= 20
+
+
+def test_gprof2dot_reads_our_callgrind(app, tmp_path):
+    pytest.importorskip("gprof2dot")
+    assert pyprof(["-l", "-o", "run.cprof", str(app)], tmp_path).returncode == 0
+    assert pyprof(["convert", "run.cprof", "-o", "callgrind.out.g"], tmp_path).returncode == 0
+    r = run(["-m", "gprof2dot", "-f", "callgrind", str(tmp_path / "callgrind.out.g")], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "work" in r.stdout and "square" in r.stdout and "digraph" in r.stdout

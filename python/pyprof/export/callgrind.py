@@ -1,8 +1,8 @@
 """callgrind format (valgrind's cl-format, version 1), for callgrind_annotate,
 KCachegrind/QCachegrind, gprof2dot and speedscope.
 
-Events ``ns`` (wall time, nanoseconds; first, so it is the sort key) and ``hits``
-(line hits, line targets only). Positions are source lines:
+Events ``ns`` (wall time, nanoseconds; first, so it is the sort key) and, when
+the capture has line data, ``hits`` (line hits, line targets only). Positions are source lines:
 
 - a line target has a self cost on each of its lines (its time minus the calls
   made from it) and one call record per (line, callee) from its call rows;
@@ -99,9 +99,14 @@ def render(session) -> str:
     head = ["# callgrind format", "version: 1", f"creator: pyprof {__version__}",
             f"pid: {meta.get('pid', 0)}",
             "cmd: " + " ".join(str(a) for a in meta.get("argv", [])).replace("\n", " "),
-            "positions: line", "event: ns : Wall time (nanoseconds)",
-            "event: hits : Line hits", "events: ns hits", f"summary: {tot_ns} {tot_hits}", ""]
-    return "\n".join(head + body + [f"totals: {tot_ns} {tot_hits}", ""])
+            "positions: line", "event: ns : Wall time (nanoseconds)"]
+    if lines:
+        head += ["event: hits : Line hits", "events: ns hits", f"summary: {tot_ns} {tot_hits}", ""]
+        tail = f"totals: {tot_ns} {tot_hits}"
+    else:                                   # function level: no hits column at all
+        head += ["events: ns", f"summary: {tot_ns}", ""]
+        tail = f"totals: {tot_ns}"
+    return "\n".join(head + body + [tail, ""])
 
 
 def write(session, path):
