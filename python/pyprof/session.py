@@ -284,39 +284,33 @@ class Session:
 
     def function_totals(self, threads=None) -> dict:
         """function id -> Counters summed over threads (or the given thread indices)."""
-        out: dict[int, Counters] = {}
-        for (t, fid), c in self.fstats.items():
-            if threads is None or t in threads:
-                out.setdefault(fid, Counters()).add(c)
-        return out
+        return _totals(self.fstats, Counters, threads)
 
     def edge_totals(self, threads=None) -> dict:
         """(caller id, callee id) -> Counters summed over threads."""
-        out: dict[tuple, Counters] = {}
-        for (t, a, b), c in self.edges.items():
-            if threads is None or t in threads:
-                out.setdefault((a, b), Counters()).add(c)
-        return out
+        return _totals(self.edges, Counters, threads)
 
     def line_totals(self, threads=None) -> dict:
         """(function id, line) -> LineCounters summed over threads."""
-        out: dict[tuple, LineCounters] = {}
-        for (t, fid, line), c in self.lines.items():
-            if threads is None or t in threads:
-                out.setdefault((fid, line), LineCounters()).add(c)
-        return out
+        return _totals(self.lines, LineCounters, threads)
 
     def callrow_totals(self, threads=None) -> dict:
         """(function id, line, callee id) -> CallRow summed over threads."""
-        out: dict[tuple, CallRow] = {}
-        for (t, fid, line, callee), c in self.callrows.items():
-            if threads is None or t in threads:
-                out.setdefault((fid, line, callee), CallRow()).add(c)
-        return out
+        return _totals(self.callrows, CallRow, threads)
 
     @property
     def events(self) -> int:
         return self.info.get("events", 0)
+
+
+def _totals(table, counters, threads) -> dict:
+    """A per-thread table ({(thread, *key): counters}) summed over threads."""
+    out: dict = {}
+    for key, c in table.items():
+        if threads is None or key[0] in threads:
+            rest = key[1] if len(key) == 2 else key[1:]
+            out.setdefault(rest, counters()).add(c)
+    return out
 
 
 def _rows(st: struct.Struct, payload):

@@ -158,63 +158,62 @@ static int grow(void **arr, uint32_t *cap, size_t elem)
     return 0;
 }
 
+/* A new zeroed slot at the end of an array, reachable through `ix` by `key`:
+ * its index, or PP_NONE when memory runs out. */
+static uint32_t add_slot(void **arr, uint32_t *n, uint32_t *cap, size_t elem, pp_index *ix,
+                         uint64_t key)
+{
+    if (*n == *cap && grow(arr, cap, elem) < 0)
+        return PP_NONE;
+    if (pp_index_put(ix, key, *n) < 0)
+        return PP_NONE;
+    memset((char *)*arr + (size_t)*n * elem, 0, elem);
+    return (*n)++;
+}
+
 uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid)
 {
-    if (t->nf == t->capf && grow((void **)&t->f, &t->capf, sizeof(pp_fslot)) < 0)
-        return PP_NONE;
-    uint32_t s = t->nf;
-    if (pp_index_put(&t->fidx, key, s) < 0)
-        return PP_NONE;
-    memset(&t->f[s], 0, sizeof(pp_fslot));
-    t->f[s].key = key;
-    t->f[s].fid = fid;
-    t->f[s].last_caller = PP_NONE;
-    t->f[s].last_lslot = PP_NONE;
-    t->nf++;
+    uint32_t s = add_slot((void **)&t->f, &t->nf, &t->capf, sizeof(pp_fslot), &t->fidx, key);
+    if (s != PP_NONE) {
+        t->f[s].key = key;
+        t->f[s].fid = fid;
+        t->f[s].last_caller = PP_NONE;
+        t->f[s].last_lslot = PP_NONE;
+    }
     return s;
 }
 
 uint32_t pp_tables_add_edge(pp_tables *t, uint32_t caller, uint32_t callee)
 {
-    if (t->ne == t->cape && grow((void **)&t->e, &t->cape, sizeof(pp_eslot)) < 0)
-        return PP_NONE;
-    uint32_t s = t->ne;
-    if (pp_index_put(&t->eidx, pp_edge_key(caller, callee), s) < 0)
-        return PP_NONE;
-    memset(&t->e[s], 0, sizeof(pp_eslot));
-    t->e[s].caller = caller;
-    t->e[s].callee = callee;
-    t->ne++;
+    uint32_t s = add_slot((void **)&t->e, &t->ne, &t->cape, sizeof(pp_eslot), &t->eidx,
+                          pp_edge_key(caller, callee));
+    if (s != PP_NONE) {
+        t->e[s].caller = caller;
+        t->e[s].callee = callee;
+    }
     return s;
 }
 
 uint32_t pp_tables_add_line(pp_tables *t, uint64_t key, uintptr_t code, uint32_t fid,
                             uint32_t line)
 {
-    if (t->nl == t->capl && grow((void **)&t->l, &t->capl, sizeof(pp_lslot)) < 0)
-        return PP_NONE;
-    uint32_t s = t->nl;
-    if (pp_index_put(&t->lidx, key, s) < 0)
-        return PP_NONE;
-    memset(&t->l[s], 0, sizeof(pp_lslot));
-    t->l[s].code = code;
-    t->l[s].fid = fid;
-    t->l[s].line = line;
-    t->nl++;
+    uint32_t s = add_slot((void **)&t->l, &t->nl, &t->capl, sizeof(pp_lslot), &t->lidx, key);
+    if (s != PP_NONE) {
+        t->l[s].code = code;
+        t->l[s].fid = fid;
+        t->l[s].line = line;
+    }
     return s;
 }
 
 uint32_t pp_tables_add_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
 {
-    if (t->nc == t->capc && grow((void **)&t->c, &t->capc, sizeof(pp_cslot)) < 0)
-        return PP_NONE;
-    uint32_t s = t->nc;
-    if (pp_index_put(&t->cidx, ((uint64_t)lslot + 1) << 32 | callee, s) < 0)
-        return PP_NONE;
-    memset(&t->c[s], 0, sizeof(pp_cslot));
-    t->c[s].lslot = lslot;
-    t->c[s].callee = callee;
-    t->nc++;
+    uint32_t s = add_slot((void **)&t->c, &t->nc, &t->capc, sizeof(pp_cslot), &t->cidx,
+                          ((uint64_t)lslot + 1) << 32 | callee);
+    if (s != PP_NONE) {
+        t->c[s].lslot = lslot;
+        t->c[s].callee = callee;
+    }
     return s;
 }
 
