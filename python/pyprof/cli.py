@@ -70,6 +70,26 @@ def _run_parser() -> _Parser:
                    help="profile a library module run as a script (like python -m)")
     p.add_argument("-c", dest="code", action="store_true",
                    help="profile the program passed as a string (like python -c)")
+    smp = p.add_argument_group("sampling (docs/sampling.md)")
+    smp.add_argument("--sample", action="store_true",
+                     help="statistical sampling instead of tracing: low overhead, stacks with "
+                          "lines, no call counts")
+    smp.add_argument("--rate", type=float, metavar="HZ",
+                     help="samples per second (default: 250 for --cpu, 100 for --wall)")
+    mode = smp.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", action="store_true",
+                      help="sample the process's CPU time (the default): threads in proportion "
+                           "to the CPU they use")
+    mode.add_argument("--wall", action="store_true",
+                      help="sample every thread at the rate, running or not, labelled with its "
+                           "state (python, native, idle)")
+    smp.add_argument("--native", action="store_true",
+                     help="native (C) frames too, merged with the Python ones (needs libunwind)")
+    smp.add_argument("--dump-every", type=float, metavar="SECONDS", default=0.0,
+                     help="with a .cprof output, rewrite it every SECONDS while sampling")
+    smp.add_argument("--signal", metavar="NAME",
+                     help="with --sample: start and stop sampling each time the process "
+                          "receives this signal (e.g. USR2), instead of from the start")
     lines = p.add_argument_group("line profiling (docs/lines.md)")
     lines.add_argument("-l", "--lines", action="store_true",
                        help="time every line of the functions decorated with @profile (the "
@@ -109,7 +129,7 @@ def _run_parser() -> _Parser:
 
 
 _VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval", "--lines-of", "--include",
-               "--exclude", "--unit"}
+               "--exclude", "--unit", "--rate", "--dump-every", "--signal"}
 
 
 def _split_argv(argv):
@@ -240,11 +260,14 @@ class _Runner:
         self.out = sys.stdout
         self.written = False
         flush_to = None
-        if opts.outfile and format_for_path(opts.outfile) == "cprof" and opts.flush_interval > 0:
+        interval = opts.dump_every if opts.sample and opts.dump_every else opts.flush_interval
+        if opts.outfile and format_for_path(opts.outfile) == "cprof" and interval > 0:
             flush_to = os.path.abspath(opts.outfile)
         self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
+        sampling = dict(mode="sample", rate=opts.rate, wall=opts.wall,
+                        native=opts.native) if opts.sample else {}
         self.prof = Profile(builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
-                            flush_to=flush_to, flush_interval=opts.flush_interval,
+                            flush_to=flush_to, flush_interval=interval, **sampling,
                             lines=self.line_mode, lines_of=opts.lines_of,
                             lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
                             include=opts.include, exclude=opts.exclude)
@@ -257,10 +280,10 @@ class _Runner:
         self.written = True
         self.prof.disable()
         opts = self.opts
-        if self.outfile and format_for_path(self.outfile) == "lines":
-            from .export import linetable
-            linetable.write(self.prof.session(), self.outfile, unit=opts.unit,
-                            call_rows=not opts.no_call_rows)
+        if self.outfile and format_for_path(self.outfile) == "text":
+            from .export import text
+            text.write(self.prof.session(), self.outfile, unit=opts.unit,
+                       call_rows=not opts.no_call_rows, sort=opts.sort)
         elif self.outfile:
             self.prof.dump(self.outfile)
         else:
@@ -272,6 +295,9 @@ class _Runner:
                     from .export import linetable
                     linetable.write_text(self.prof.session(), out, unit=opts.unit,
                                          call_rows=not opts.no_call_rows)
+                elif opts.sample:
+                    from .export import sampletable
+                    sampletable.write_functions(self.prof.session(), out)
                 else:
                     self.prof.print_stats(opts.sort)
                 out.flush()
@@ -281,6 +307,15 @@ class _Runner:
         for text in self.unmatched:
             print(f"pyprof: warning: --lines-of {text!r} matched no code that ran",
                   file=sys.stderr)
+
+    def _toggle_on(self, name):
+        """Sampling starts and stops each time the signal `name` arrives."""
+        def toggle(signum, frame):
+            if self.prof.enabled:
+                self.prof.disable()
+            else:
+                self.prof.enable()
+        signal.signal(_signal_number(name), toggle)
 
     def _on_sigterm(self, signum, frame):
         # Write, then die by the same signal so the exit status is unchanged.
@@ -299,6 +334,8 @@ class _Runner:
 
     def _run(self) -> int:
         globs = self.target.install()
+        if self.prof.sampling:
+            self.prof._set_sample_root(_Runner._run.__code__)   # stacks start at the program
         if self.line_mode:
             import builtins
             from .lines import profile
@@ -306,7 +343,10 @@ class _Runner:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
-            self.prof.enable()
+            if self.opts.signal:
+                self._toggle_on(self.opts.signal)
+            else:
+                self.prof.enable()
             try:
                 try:
                     exec(self.target.code, globs)
@@ -340,6 +380,16 @@ class _Runner:
         return 0
 
 
+def _signal_number(name):
+    name = name.upper()
+    name = name if name.startswith("SIG") else "SIG" + name
+    num = getattr(signal, name, None)
+    if not isinstance(num, int) or name in ("SIGKILL", "SIGSTOP", "SIGPROF"):
+        raise PyprofError(f"--signal: {name[3:]!r} is not a signal pyprof can use "
+                          f"(e.g. USR1, USR2)")
+    return num
+
+
 def _print_program_exception():
     """Show the program's traceback without pyprof's own frames."""
     etype, value, tb = sys.exc_info()
@@ -365,6 +415,23 @@ def cmd_run(argv) -> int:
         raise PyprofError("--flush-interval must be >= 0")
     if opts.outfile:
         _check_writable(opts.outfile)
+    if not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.native or opts.signal
+                            or opts.dump_every):
+        raise PyprofError("--rate, --cpu, --wall, --native, --signal and --dump-every go with "
+                          "--sample")
+    if opts.sample:
+        if opts.rate is not None and not 0 < opts.rate <= 100000:
+            raise PyprofError(f"--rate must be in (0, 100000] Hz, not {opts.rate:g}")
+        if opts.lines or opts.lines_of or opts.lines_all or opts.include:
+            raise PyprofError("--sample and line tracing (-l, --lines-of, --lines-all) do not "
+                              "combine: sampling already reports lines")
+        if opts.native and "libunwind" not in _cprof.FEATURES:
+            raise PyprofError("--native needs libunwind, which this build of pyprof lacks "
+                              "(install libunwind-dev, then reinstall pyprof)")
+        if opts.signal:
+            _signal_number(opts.signal)
+        if opts.dump_every < 0:
+            raise PyprofError("--dump-every must be >= 0")
     target = _Target(opts, rest)
     return _Runner(opts, target).run()
 
@@ -407,6 +474,12 @@ def cmd_view(argv) -> int:
         from .export import linetable
         linetable.write_text(session, sys.stdout, unit=opts.unit,
                              call_rows=not opts.no_call_rows)
+    elif session.info.get("sampling"):
+        from .export import sampletable
+        sampletable.write_functions(session, sys.stdout)
+        if not opts.functions:
+            sys.stdout.write("\n")
+            sampletable.write_lines(session, sys.stdout)
     else:
         from .export.pstats import print_table
         print_table(session, opts.sort, sys.stdout)

@@ -54,8 +54,10 @@ class Profile(_cprof.Profiler):
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
-                 lines=False, lines_of=(), lines_all=None, include=(), exclude=()):
-        super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins)
+                 lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
+                 mode="trace", rate=None, wall=False, native=False):
+        super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
+                         mode=mode, rate=float(rate or 0.0), wall=wall, native=native)
         self._thread_names = {}
         self.meta = {}
         self.stats = {}
@@ -178,7 +180,8 @@ class Profile(_cprof.Profiler):
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "cwd": _safe_cwd(),
-            "modes": ["function", "lines"] if self.lines else ["function"],
+            "modes": (["sample"] if self.sampling else
+                      ["function", "lines"] if self.lines else ["function"]),
             "written_at": time.time(),
             "thread_names": dict(self._thread_names),
         }

@@ -27,11 +27,12 @@ from .errors import PyprofError
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
+REC_STACKS, REC_SAMPLES = 10, 11
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -39,6 +40,10 @@ _FSTAT = struct.Struct("<IIQQqq")
 _EDGE = struct.Struct("<IIIIQQqq")
 _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
+_SAMPLE = struct.Struct("<IIIIQq")
+
+# Thread states of a sample (docs/sampling.md).
+STATES = ("python", "native", "idle", "other")
 
 KINDS = ("python", "builtin")
 
@@ -112,6 +117,28 @@ class CallRow:
         self.time += other.time
 
 
+@dataclass(frozen=True)
+class Stack:
+    """A sampled stack: Python frames as (function id, line), root first; native
+    instruction pointers (with --native), leaf first."""
+
+    frames: tuple
+    native: tuple = ()
+
+
+@dataclass
+class SampleCounters:
+    """Samples of one stack in one thread and state: how many, and the time
+    they stand for (each sample weighs one sampling interval), in ns."""
+
+    count: int = 0
+    weight: int = 0
+
+    def add(self, other: "SampleCounters") -> None:
+        self.count += other.count
+        self.weight += other.weight
+
+
 @dataclass
 class Thread:
     index: int
@@ -131,6 +158,8 @@ class Session:
     edges: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict)       # (thread, fid, line) -> LineCounters
     callrows: dict = field(default_factory=dict)    # (thread, fid, line, callee) -> CallRow
+    stacks: dict = field(default_factory=dict)      # stack id -> Stack
+    samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -215,6 +244,11 @@ class Session:
                 elif rtype == REC_CALLROWS:
                     for t, fid, line, callee, calls, tm in _rows(_CALLROW, payload):
                         s.callrows[(t, fid, line, callee)] = CallRow(calls, tm)
+                elif rtype == REC_STACKS:
+                    s.stacks = _parse_stacks(payload)
+                elif rtype == REC_SAMPLES:
+                    for t, st, state, _, count, weight in _rows(_SAMPLE, payload):
+                        s.samples[(t, st, state)] = SampleCounters(count, weight)
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -254,6 +288,11 @@ class Session:
         out.append(_record(REC_EDGES, struct.pack("<I", len(self.edges)) + b"".join(
             _EDGE.pack(t, a, b, 0, c.calls, c.rec_calls, c.total, c.own)
             for (t, a, b), c in self.edges.items())))
+        if self.info.get("sampling"):
+            out.append(_record(REC_STACKS, _pack_stacks(self.stacks)))
+            out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
+                _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
+                for (t, st, state), c in self.samples.items())))
         if self.info.get("lines"):
             out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(
                 _LINE.pack(t, fid, line, 0, c.hits, c.time)
@@ -290,6 +329,14 @@ class Session:
         """(caller id, callee id) -> Counters summed over threads."""
         return _totals(self.edges, Counters, threads)
 
+    def sample_totals(self, threads=None, states=None) -> dict:
+        """stack id -> SampleCounters summed over threads (and the given states)."""
+        out: dict = {}
+        for (t, st, state), c in self.samples.items():
+            if (threads is None or t in threads) and (states is None or state in states):
+                out.setdefault(st, SampleCounters()).add(c)
+        return out
+
     def line_totals(self, threads=None) -> dict:
         """(function id, line) -> LineCounters summed over threads."""
         return _totals(self.lines, LineCounters, threads)
@@ -311,6 +358,31 @@ def _totals(table, counters, threads) -> dict:
             rest = key[1] if len(key) == 2 else key[1:]
             out.setdefault(rest, counters()).add(c)
     return out
+
+
+def _parse_stacks(payload) -> dict:
+    raw = bytes(payload)
+    (n,) = struct.unpack_from("<I", raw)
+    off, out = 4, {}
+    for sid in range(n):
+        nf, nn = struct.unpack_from("<II", raw, off)
+        off += 8
+        words = struct.unpack_from(f"<{nf}Q", raw, off)
+        off += 8 * nf
+        native = struct.unpack_from(f"<{nn}Q", raw, off)
+        off += 8 * nn
+        out[sid] = Stack(tuple((w >> 32, w & 0xFFFFFFFF) for w in words), tuple(native))
+    return out
+
+
+def _pack_stacks(stacks) -> bytes:
+    parts = [struct.pack("<I", len(stacks))]
+    for sid in range(len(stacks)):
+        st = stacks[sid]
+        parts.append(struct.pack(f"<II{len(st.frames)}Q{len(st.native)}Q", len(st.frames),
+                                 len(st.native), *(f << 32 | ln for f, ln in st.frames),
+                                 *st.native))
+    return b"".join(parts)
 
 
 def _rows(st: struct.Struct, payload):

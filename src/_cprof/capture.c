@@ -116,7 +116,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
         "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
         "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d,"
-        "\"cstack_asides\":%llu,\"lines\":%s}",
+        "\"cstack_asides\":%llu,\"lines\":%s",
         PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
         tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
         p->timer ? "true" : "false", p->timeunit,
@@ -128,6 +128,29 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
         pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides,
         p->lines ? "true" : "false");
+    if (n > 0 && (size_t)n < sizeof s && p->sampling) {
+        pp_sampler_info si;
+        pp_sampler_get_info(&si);
+        if (!p->enabled_ns && !p->enabled)
+            memset(&si, 0, sizeof si);
+        double elapsed = (double)(si.stopped_ns - si.started_ns) / 1e9;
+        n += snprintf(s + n, sizeof s - (size_t)n,
+            ",\"sampling\":{\"mode\":\"%s\",\"native\":%s,\"rate_requested\":%.6g,"
+            "\"interval_ns\":%.0f,\"signals\":%llu,\"recorded\":%llu,\"dropped\":%llu,"
+            "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
+            "\"cpu_s\":%.6f,\"rate_achieved\":%.6g}",
+            p->sopts.mode == PP_SAMPLE_WALL ? "wall" : "cpu", p->sopts.native ? "true" : "false",
+            p->sopts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
+            (unsigned long long)si.recorded, (unsigned long long)si.dropped,
+            (unsigned long long)si.foreign, (unsigned long long)p->samples.drained,
+            (unsigned long long)p->samples.truncated, elapsed, (double)si.cpu_ns / 1e9,
+            /* the CPU timer ticks per CPU second used; the wall one per second */
+            p->sopts.mode == PP_SAMPLE_CPU
+                ? (si.cpu_ns > 0 ? (double)si.signals / ((double)si.cpu_ns / 1e9) : 0.0)
+                : (elapsed > 0 ? (double)si.signals / elapsed : 0.0));
+    }
+    if (n > 0 && (size_t)n + 1 < sizeof s)
+        s[n++] = '}';
     if (n < 0 || (size_t)n >= sizeof s) {
         b->oom = 1;
         return;
@@ -163,6 +186,14 @@ static int put_names(buf *b, pp_profiler *p)
             name = intern_str(&st, co->co_name);
             qual = intern_str(&st, co->co_qualname);
             line = (uint32_t)co->co_firstlineno;
+        }
+        else if (kind == PP_KIND_GHOST) {           /* (filename, name, qualname, line) */
+            PyObject *t = p->fobj[fid];
+            file = intern_str(&st, PyTuple_GET_ITEM(t, 0));
+            name = intern_str(&st, PyTuple_GET_ITEM(t, 1));
+            qual = intern_str(&st, PyTuple_GET_ITEM(t, 2));
+            line = (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(t, 3));
+            kind = PP_KIND_PYTHON;                  /* for readers, it is a Python function */
         }
         else {
             file = tl;
@@ -280,6 +311,34 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
     }
 }
 
+/* STACKS and SAMPLES: the sampler's stack table. */
+static void put_samples(buf *b, const pp_samples *s)
+{
+    size_t r = record_begin(b, PP_REC_STACKS);
+    put_u32(b, s->nstacks);
+    for (uint32_t i = 0; i < s->nstacks; i++) {
+        const pp_stackent *st = &s->stacks[i];
+        put_u32(b, st->nframes);
+        put_u32(b, st->nnative);
+        put(b, s->frames + st->start, (size_t)st->nframes * sizeof(uint64_t));
+        for (uint32_t k = 0; k < st->nnative; k++)
+            put_u64(b, (uint64_t)s->native[st->nstart + k]);
+    }
+    record_end(b, r);
+    r = record_begin(b, PP_REC_SAMPLES);
+    put_u32(b, s->nsamples);
+    for (uint32_t i = 0; i < s->nsamples; i++) {
+        const pp_sampleent *x = &s->samples[i];
+        put_u32(b, x->thread);
+        put_u32(b, x->stack);
+        put_u32(b, x->state);
+        put_u32(b, 0);
+        put_u64(b, x->count);
+        put_i64(b, x->weight_ns);
+    }
+    record_end(b, r);
+}
+
 /* A table record: its u32 row count, then the rows. */
 static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
 {
@@ -303,6 +362,8 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
         time_unit = p->timeunit;
     }
     int64_t now = include_open ? pp_tracer_now(p) : 0;
+    if (p->sampling)
+        pp_sampler_drain(p);
 
     buf b = {0};
     statbufs sb = {0};
@@ -350,6 +411,8 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
         put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
         put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
     }
+    if (p->sampling)
+        put_samples(&b, &p->samples);
     size_t r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
     if (b.oom)

@@ -15,7 +15,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 1
+#define PP_FORMAT_MINOR 2
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -27,6 +27,9 @@ enum {
     PP_REC_EDGES = 7,           /* u32 n, n x <IIIIQQqq thread caller callee pad calls rec_calls tt it> */
     PP_REC_LINES = 8,           /* 1.1: u32 n, n x <IIIIQq thread fid line pad hits time> */
     PP_REC_CALLROWS = 9,        /* 1.1: u32 n, n x <IIIIQq thread fid line callee calls time> */
+    PP_REC_STACKS = 10,         /* 1.2: u32 n, n x (u32 nframes, u32 nnative, nframes x u64
+                                 * fid<<32|line root first, nnative x u64 ip leaf first) */
+    PP_REC_SAMPLES = 11,        /* 1.2: u32 n, n x <IIIIQq thread stack state pad count weight_ns> */
     PP_REC_END = 0xFFFF,
 };
 

@@ -17,6 +17,19 @@
 
 #define PP_USE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
 
+/* A frame as the sampler's signal handler records it: resolved to names and
+ * lines later, with the GIL held. */
+enum { PP_RAW_ENTRY = 1 };
+typedef struct {
+    uintptr_t code;             /* PyCodeObject *, alive until the next drain */
+    uint32_t offset;            /* instruction, in code units */
+    uint32_t flags;             /* PP_RAW_ENTRY */
+} pp_rawframe;
+
+/* Async-signal-safe (frames.c): the calling thread's state and its frames. */
+PyThreadState *pp_signal_tstate(int *attached);
+int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
+
 /* Borrowed code object of a frame given to a legacy profile hook. */
 static inline PyCodeObject *pp_frame_code_borrowed(PyFrameObject *frame)
 {

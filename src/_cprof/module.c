@@ -14,13 +14,21 @@
 
 static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins", NULL};
+    static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
+                             "mode", "rate", "wall", "native", NULL};
     PyObject *timer = NULL;
-    double timeunit = 0.0;
-    int subcalls = 1, builtins = 1, exact_builtins = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$p:Profiler", kwlist, &timer, &timeunit,
-                                     &subcalls, &builtins, &exact_builtins))
+    double timeunit = 0.0, rate = 0.0;
+    int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0;
+    const char *mode = "trace";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpp:Profiler", kwlist, &timer, &timeunit,
+                                     &subcalls, &builtins, &exact_builtins, &mode, &rate, &wall,
+                                     &native))
         return -1;
+    if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0)) {
+        PyErr_Format(PyExc_ValueError, "mode must be 'trace' or 'sample', not %s",
+                     mode ? mode : "None");
+        return -1;
+    }
     if (self->enabled) {
         PyErr_SetString(PyExc_RuntimeError, "cannot re-initialise an enabled profiler");
         return -1;
@@ -33,6 +41,14 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->subcalls = subcalls;
     self->builtins = builtins;
     self->exact_builtins = exact_builtins;
+    self->sampling = strcmp(mode, "sample") == 0;
+    self->sopts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
+    self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
+    self->sopts.native = native;
+    if (self->sampling && (rate < 0 || self->sopts.rate_hz > 100000)) {
+        PyErr_Format(PyExc_ValueError, "rate must be in (0, 100000] Hz, not %g", rate);
+        return -1;
+    }
     return 0;
 }
 
@@ -45,7 +61,8 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->subcalls = self->builtins = 1;
     self->tool_id = -1;
     self->threads_tail = &self->threads;
-    if (pp_index_init(&self->reg, 1024) < 0 || pp_index_init(&self->sites, 1024) < 0) {
+    if (pp_index_init(&self->reg, 1024) < 0 || pp_index_init(&self->sites, 1024) < 0
+        || pp_index_init(&self->native_threads, 64) < 0 || pp_samples_init(&self->samples) < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
@@ -74,6 +91,7 @@ static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
     Py_VISIT(self->prev_thread_hook);
     Py_VISIT(self->prev_trace_hook);
     Py_VISIT(self->line_filter);
+    Py_VISIT(self->sample_root);
     return 0;
 }
 
@@ -83,6 +101,7 @@ static int profiler_clear_refs(pp_profiler *self)
     Py_CLEAR(self->prev_thread_hook);
     Py_CLEAR(self->prev_trace_hook);
     Py_CLEAR(self->line_filter);
+    Py_CLEAR(self->sample_root);
     return 0;
 }
 
@@ -225,6 +244,16 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *code)
+{
+    if (code != Py_None && !PyCode_Check(code)) {
+        PyErr_SetString(PyExc_TypeError, "_set_sample_root(code or None)");
+        return NULL;
+    }
+    Py_XSETREF(self->sample_root, code == Py_None ? NULL : Py_NewRef(code));
+    Py_RETURN_NONE;
+}
+
 static PyObject *profiler_set_background(pp_profiler *self, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg);
@@ -253,6 +282,12 @@ static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
         Py_XDECREF(i);
     }
     return l;
+}
+
+static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->sampling);
 }
 
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
@@ -302,6 +337,9 @@ static PyMethodDef profiler_methods[] = {
      "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
      "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
      "each) and call rows."},
+    {"_set_sample_root", (PyCFunction)profiler_set_sample_root, METH_O,
+     "_set_sample_root(code)\nSampled stacks start above the frames of this code (the "
+     "runner's frame that runs the program)."},
     {"_set_background", (PyCFunction)profiler_set_background, METH_O,
      "_set_background(on)\nWhile enabled, step aside (disable) when another profiler is "
      "enabled, and resume when that one is disabled."},
@@ -317,6 +355,7 @@ static PyMethodDef profiler_methods[] = {
 static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
     {"lines", (getter)profiler_get_lines, NULL, "True in line mode.", NULL},
+    {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},

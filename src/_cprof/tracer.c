@@ -301,7 +301,7 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
         p->capfun = ncap;
     }
     PyObject *named;
-    if (kind == PP_KIND_PYTHON) {
+    if (kind != PP_KIND_BUILTIN) {
         named = Py_NewRef(obj);
     }
     else {
@@ -600,6 +600,12 @@ static inline uint64_t cfunc_key(PyObject *callable, PyObject *self_arg, PyObjec
 }
 
 /* ------------------------------------------------------ periodic flush */
+
+void pp_tracer_maybe_flush(pp_profiler *p)
+{
+    if (p->flush_interval_ns)
+        maybe_flush(p);
+}
 
 COLD void maybe_flush(pp_profiler *p)
 {
@@ -1376,7 +1382,7 @@ int pp_tracer_enable(pp_profiler *p)
         p->next_flush_ns = p->enabled_since_ns + p->flush_interval_ns;
     pp_active = p;
     p->enabled = 1;
-    if (install_hooks(p) < 0) {
+    if (p->sampling ? pp_sampler_start(p, &p->sopts) < 0 : install_hooks(p) < 0) {
         p->enabled = 0;
         pp_active = NULL;
         return -1;
@@ -1396,7 +1402,7 @@ int pp_tracer_disable(pp_profiler *p)
     if (pp_active == p)
         pp_active = NULL;
     p->enabled_ns += pp_clock_monotonic_ns() - p->enabled_since_ns;
-    int rc = remove_hooks(p);
+    int rc = p->sampling ? pp_sampler_stop(p) : remove_hooks(p);
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     int64_t now = now_ticks(p);
     for (pp_thread *ts = p->threads; ts; ts = ts->next)
@@ -1417,6 +1423,58 @@ int pp_tracer_disable(pp_profiler *p)
         Py_DECREF(bg);
     }
     return rc;
+}
+
+uint32_t pp_tracer_register_code(pp_profiler *p, PyObject *code)
+{
+    return register_function(p, (uint64_t)(uintptr_t)code, code, NULL, PP_KIND_PYTHON);
+}
+
+uint32_t pp_tracer_register_ghost(pp_profiler *p, PyObject *code)
+{
+    PyCodeObject *co = (PyCodeObject *)code;
+    PyObject *names = Py_BuildValue("(OOOi)", co->co_filename, co->co_name, co->co_qualname,
+                                    co->co_firstlineno);
+    if (names == NULL) {
+        PyErr_Clear();
+        return PP_NONE;
+    }
+    /* Keyed apart from code pointers: the address will be reused. */
+    uint32_t fid = register_function(p, (1ull << 63) | ++p->ghosts, names, NULL, PP_KIND_GHOST);
+    Py_DECREF(names);
+    return fid;
+}
+
+uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
+{
+    uint64_t key = (uint64_t)tid + 1;
+    uint32_t index = pp_index_get(&p->native_threads, key);
+    pp_thread *ts;
+    if (index != PP_NONE) {
+        for (ts = p->threads; ts && ts->index != index; ts = ts->next)
+            ;
+    }
+    else {
+        ts = calloc(1, sizeof *ts);
+        if (ts == NULL || pp_tables_init(&ts->t) < 0) {
+            free(ts);
+            return PP_NONE;
+        }
+        ts->ident = (unsigned long)ident;
+        ts->native_id = tid;
+        ts->name_tries = ident ? 8 : 0;
+        ts->index = p->nthreads++;
+        *p->threads_tail = ts;
+        p->threads_tail = &ts->next;
+        if (pp_index_put(&p->native_threads, key, ts->index) < 0)
+            return PP_NONE;
+    }
+    if (ts == NULL)
+        return PP_NONE;
+    ts->events++;
+    if (ts->name_tries && ts->name == NULL)
+        resolve_thread_name(ts);
+    return ts->index;
 }
 
 pp_profiler *pp_tracer_active(void)
@@ -1442,6 +1500,7 @@ uint32_t pp_tracer_add_line_target(pp_profiler *p, PyObject *code)
 
 void pp_tracer_clear(pp_profiler *p)
 {
+    pp_samples_clear(&p->samples);
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         pp_tables_clear(&ts->t);
         ts->st.depth = 0;
@@ -1476,9 +1535,12 @@ void pp_tracer_free(pp_profiler *p)
     p->nfun = p->capfun = 0;
     pp_index_free(&p->reg);
     pp_index_free(&p->sites);
+    pp_index_free(&p->native_threads);
+    pp_samples_free(&p->samples);
     Py_CLEAR(p->prev_thread_hook);
     Py_CLEAR(p->prev_trace_hook);
     Py_CLEAR(p->line_filter);
+    Py_CLEAR(p->sample_root);
     Py_CLEAR(p->meta);
     free(p->flush_path);
     p->flush_path = NULL;

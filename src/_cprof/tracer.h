@@ -12,10 +12,14 @@
 #define PP_TRACER_H
 
 #include "frames.h"
+#include "sampler.h"
 #include "stack.h"
 #include "table.h"
 
-enum { PP_KIND_PYTHON = 0, PP_KIND_BUILTIN = 1 };
+/* What names a function id: a code object (python), a C function's name
+ * (builtin), or (ghost) a tuple (filename, name, qualname, firstlineno) kept
+ * for a sampled code object destroyed before its samples were drained. */
+enum { PP_KIND_PYTHON = 0, PP_KIND_BUILTIN = 1, PP_KIND_GHOST = 2 };
 
 typedef struct pp_thread {
     struct pp_thread *next;
@@ -80,6 +84,13 @@ typedef struct pp_profiler {
     int64_t next_flush_ns;
     int flush_failed;
     long owner_pid;             /* a forked child never flushes over the parent's file */
+    /* sampling mode (sampler.c) */
+    int sampling;
+    pp_sample_opts sopts;
+    pp_samples samples;
+    pp_index native_threads;    /* kernel thread id -> thread index */
+    uint64_t ghosts;
+    PyObject *sample_root;      /* code of the runner's frame: stacks are cut below it */
     PyObject *weakreflist;
 } pp_profiler;
 
@@ -95,6 +106,9 @@ void pp_tracer_pause_thread(pp_profiler *p, int paused);
 /* The interpreter mechanism in use (or last used): for captures and messages. */
 static inline const char *pp_tracer_hook_name(const pp_profiler *p)
 {
+    if (p->sampling)
+        return p->sopts.mode == PP_SAMPLE_WALL ? "SIGPROF (wall-clock timer thread)"
+                                                : "SIGPROF (ITIMER_PROF, process CPU time)";
     return PP_USE_MONITORING ? "sys.monitoring"
                              : p->eval_mode ? "PEP 523 frame evaluation" : "PyEval_SetProfile";
 }
@@ -102,6 +116,13 @@ static inline const char *pp_tracer_hook_name(const pp_profiler *p)
 int64_t pp_tracer_now(pp_profiler *p);
 /* End the calls still open on `ts` at `now` (used by disable and snapshots). */
 void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, int lines);
+/* For the sampler's drain (GIL held): a code object's function id (it is then
+ * kept alive), a dying one's ghost id, and a sampled thread's index. */
+uint32_t pp_tracer_register_code(pp_profiler *p, PyObject *code);
+uint32_t pp_tracer_register_ghost(pp_profiler *p, PyObject *code);
+uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
+/* Write the periodic capture if one is due (GIL held). */
+void pp_tracer_maybe_flush(pp_profiler *p);
 /* The enabled profiler of this process, or NULL. */
 pp_profiler *pp_tracer_active(void);
 /* Line mode: make `code` a line target (registering it); its function id or

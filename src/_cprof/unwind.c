@@ -1,4 +1,9 @@
-/* unwind.c — libunwind access (see unwind.h). Local unwinding only. */
+/* unwind.c — libunwind access (see unwind.h). Local unwinding only.
+ * pp_unwind_signal runs in the sampler's signal handler: libunwind's local
+ * unwinding allocates nothing, but on a cache miss it walks the loaded
+ * objects with dl_iterate_phdr, which takes the loader's lock; a sample taken
+ * while that lock is held (during dlopen) would wait for it. Opt-in (--native),
+ * documented. */
 #include "unwind.h"
 
 #ifdef PP_HAVE_LIBUNWIND
@@ -8,6 +13,21 @@
 int pp_unwind_available(void)
 {
     return 1;
+}
+
+int pp_unwind_signal(void *uctx, uintptr_t *ips, int max)
+{
+    unw_cursor_t cur;
+    if (unw_init_local2(&cur, (unw_context_t *)uctx, UNW_INIT_SIGNAL_FRAME) < 0)
+        return 0;
+    int n = 0;
+    do {
+        unw_word_t ip;
+        if (unw_get_reg(&cur, UNW_REG_IP, &ip) < 0 || ip == 0)
+            break;
+        ips[n++] = (uintptr_t)ip;
+    } while (n < max && unw_step(&cur) > 0);
+    return n;
 }
 
 int pp_unwind_self_depth(void)
@@ -24,6 +44,12 @@ int pp_unwind_self_depth(void)
 #else
 int pp_unwind_available(void)
 {
+    return 0;
+}
+
+int pp_unwind_signal(void *uctx, uintptr_t *ips, int max)
+{
+    (void)uctx; (void)ips; (void)max;
     return 0;
 }
 

@@ -1,11 +1,13 @@
-/* unwind.h — native stacks through libunwind (compiled out without it).
- * This issue only links and self-tests libunwind; the sampler (a later
- * issue) unwinds from signal contexts here. Never used without PP_HAVE_LIBUNWIND.
- */
+/* unwind.h — native stacks through libunwind (compiled out without it). */
 #ifndef PP_UNWIND_H
 #define PP_UNWIND_H
 
+#include <stdint.h>
+
 int pp_unwind_available(void);
+/* The native stack of the interrupted code (instruction pointers, leaf
+ * first) from a signal handler's context; 0 frames without libunwind. */
+int pp_unwind_signal(void *uctx, uintptr_t *ips, int max);
 /* Frames of the calling thread's native stack, or -1 when unavailable. */
 int pp_unwind_self_depth(void);
 

@@ -14,23 +14,28 @@ FORMATS = {
     "pstats": ("pstats", (".prof", ".pstats", ".pstat", ".out")),
     "cprof": (None, (".cprof",)),
     "callgrind": ("callgrind", (".callgrind", ".cg")),
-    "lines": ("linetable", (".txt",)),
+    "text": ("text", (".txt",)),
+    "collapsed": ("collapsed", (".collapsed", ".folded")),
+    "speedscope": ("speedscope", (".speedscope.json",)),
+    "pprof": ("pprof", (".pb.gz", ".pprof")),
+    "flamegraph": ("flamegraph", (".html",)),
 }
+ALIASES = {"lines": "text"}
 
 
 def format_for_path(path, default="pstats") -> str:
     base = os.path.basename(os.fspath(path)).lower()
     if base.startswith("callgrind.out"):
         return "callgrind"
-    suffix = os.path.splitext(base)[1]
     for name, (_, suffixes) in FORMATS.items():
-        if suffix in suffixes:
+        if base.endswith(suffixes):
             return name
     return default
 
 
 def export(session, fmt: str, path) -> None:
     """Write `session` to `path` in format `fmt` (atomically where the format allows)."""
+    fmt = ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise PyprofError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
     modname = FORMATS[fmt][0]

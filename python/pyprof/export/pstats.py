@@ -18,6 +18,8 @@ from ..errors import PyprofError
 
 
 def to_dict(session, threads=None) -> dict:
+    if session.samples and not session.fstats:
+        return _from_samples(session, threads)
     funcs = session.functions
     sec = session.seconds
     stats: dict = {}
@@ -39,6 +41,40 @@ def to_dict(session, threads=None) -> dict:
             nc, cc, tt, ct = prev[0] + nc, prev[1] + cc, prev[2] + tt, prev[3] + ct
         callers[ckey] = (nc, cc, tt, ct)
     return stats
+
+
+def _from_samples(session, threads=None) -> dict:
+    """pstats from a sampling capture: tt/ct are the time the samples stand
+    for (self / total); call counts are unknown to a sampler and written as 0
+    (pstats prints 0, and divides by them only when they are not)."""
+    funcs = session.functions
+    stats: dict = {}
+    edges: dict = {}
+    for (t, sid, state), c in session.samples.items():
+        if threads is not None and t not in threads:
+            continue
+        secs = c.weight / 1e9
+        keys = [funcs[fid].pstats_key for fid, _ in session.stacks[sid].frames]
+        seen, seen_edges = set(), set()
+        for i, key in enumerate(keys):
+            row = stats.setdefault(key, [0, 0, 0.0, 0.0])
+            if key not in seen:
+                seen.add(key)
+                row[3] += secs
+            if i == len(keys) - 1:
+                row[2] += secs
+            if i:
+                edge = (keys[i - 1], key)
+                e = edges.setdefault(edge, [0, 0, 0.0, 0.0])
+                if edge not in seen_edges:
+                    seen_edges.add(edge)
+                    e[3] += secs
+                if i == len(keys) - 1:
+                    e[2] += secs
+    out = {k: (v[0], v[1], v[2], v[3], {}) for k, v in stats.items()}
+    for (caller, callee), e in edges.items():
+        out[callee][4][caller] = tuple(e)
+    return out
 
 
 def write(session, path) -> None:

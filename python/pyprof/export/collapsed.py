@@ -1,0 +1,28 @@
+"""Collapsed ("folded") stacks: ``root;child;...;leaf count``, one line per
+stack, sorted; read by flamegraph.pl, inferno, speedscope, gprof2dot. Frames are
+``name (file:line)`` (so no name ends in a number, which flamegraph.pl would
+read as a differential count); counts are samples."""
+from __future__ import annotations
+
+import os
+
+from .linetable import _atomic_write_text
+from .stacks import named_stacks
+
+
+def _name(frame):
+    label, file, line = frame
+    text = f"{label} ({os.path.basename(file)}:{line})" if file else label
+    return text.replace(";", ":").replace("\n", " ")
+
+
+def render(session, lines=False, threads=True) -> str:
+    counts: dict = {}
+    for t, state, frames, count, weight in named_stacks(session, lines=lines, threads=threads):
+        key = ";".join(_name(f) for f in frames)
+        counts[key] = counts.get(key, 0) + count
+    return "".join(f"{k} {v}\n" for k, v in sorted(counts.items()))
+
+
+def write(session, path):
+    _atomic_write_text(path, render(session))

@@ -1,0 +1,129 @@
+"""A self-contained interactive flame graph: one HTML file with its own small
+JS and CSS (written for pyprof; no CDN, works offline). Hover for details,
+click a box to zoom into it, search to highlight matching frames (with their
+share of the samples), choose the thread. Data is embedded as JSON with every
+``<`` escaped, so no name or path can break the page."""
+from __future__ import annotations
+
+import html
+import json
+
+from .._version import __version__
+from .linetable import _atomic_write_text
+from .stacks import named_stacks
+
+
+def tree(session, lines=False, weight="count"):
+    """{thread name: nested node} with node = [name, file, line, value, children]."""
+    roots: dict = {}
+    for t, state, frames, count, wt in named_stacks(session, lines=lines, threads=False):
+        th = session.threads.get(t)
+        name = th.name if th else f"thread {t}"
+        v = count if weight == "count" else wt
+        for key in (name, "all threads"):
+            node = roots.setdefault(key, {"": ["all", "", 0, 0, {}]})[""]
+            node[3] += v
+            for f in frames:
+                child = node[4].get(f)
+                if child is None:
+                    child = node[4][f] = [f[0], f[1], f[2], 0, {}]
+                child[3] += v
+                node = child
+
+    def pack(n):
+        return [n[0], n[1], n[2], n[3], [pack(c) for c in sorted(n[4].values(),
+                                                                  key=lambda c: -c[3])]]
+    return {k: pack(v[""]) for k, v in roots.items()}
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>%(title)s</title>
+<style>
+body{font:13px system-ui,sans-serif;margin:0;background:#fff;color:#222}
+header{padding:8px 12px;border-bottom:1px solid #ddd;display:flex;gap:12px;align-items:center;flex-wrap:wrap}
+header h1{font-size:15px;margin:0}
+#fg{position:relative;margin:8px 12px}
+.box{position:absolute;height:17px;line-height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
+ border-right:1px solid #fff;box-sizing:border-box;padding-left:3px;cursor:pointer;color:#000}
+.box.hit{background:#e040fb!important;color:#fff}
+#tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:6px 8px;border-radius:4px;
+ font-size:12px;display:none;max-width:60ch;white-space:pre-wrap;z-index:9}
+#status{color:#555}
+</style></head><body>
+<header><h1>%(title)s</h1>
+<label>thread <select id="thread"></select></label>
+<input id="search" placeholder="search (regex)" size="24">
+<button id="reset">reset zoom</button><span id="status"></span></header>
+<div id="fg"></div><div id="tip"></div>
+<script type="application/json" id="data">%(data)s</script>
+<script>
+"use strict";
+const DATA = JSON.parse(document.getElementById("data").textContent);
+const fg = document.getElementById("fg"), tip = document.getElementById("tip");
+const sel = document.getElementById("thread"), search = document.getElementById("search");
+const status = document.getElementById("status"), ROW = 18;
+let root = null, zoom = null, unit = DATA.unit;
+for (const name of Object.keys(DATA.threads)) {
+  const o = document.createElement("option"); o.textContent = name; sel.appendChild(o);
+}
+sel.value = DATA.threads["all threads"] ? "all threads" : Object.keys(DATA.threads)[0];
+function color(name) {
+  let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+  if (name.startsWith("[")) return "#bbb";
+  return "hsl(" + (20 + h %% 40) + "," + (60 + h %% 30) + "%%," + (55 + h %% 15) + "%%)";
+}
+function fmt(v) {
+  return unit === "ns" ? (v / 1e9).toFixed(3) + " s" : v + " samples";
+}
+function render() {
+  fg.textContent = "";
+  const top = zoom || root, width = fg.clientWidth || 1000, total = top[3] || 1;
+  let depth = 0;
+  const re = search.value ? safeRe(search.value) : null;
+  let matched = 0;
+  function walk(n, x, d, inHit) {
+    const w = n[3] / total * width;
+    if (w < 0.5) return;
+    depth = Math.max(depth, d);
+    const b = document.createElement("div");
+    b.className = "box"; b.style.left = x + "px"; b.style.width = w + "px";
+    b.style.top = d * ROW + "px"; b.style.background = color(n[0]);
+    b.textContent = w > 30 ? n[0] : "";
+    const hit = re && re.test(n[0]);
+    if (hit) { b.classList.add("hit"); if (!inHit) matched += n[3]; }
+    b.onmousemove = e => {
+      tip.style.display = "block"; tip.style.left = (e.clientX + 12) + "px";
+      tip.style.top = (e.clientY + 12) + "px";
+      tip.textContent = n[0] + (n[1] ? "\\n" + n[1] + ":" + n[2] : "") + "\\n" + fmt(n[3]) +
+        " (" + (100 * n[3] / (root[3] || 1)).toFixed(1) + "%% of all)";
+    };
+    b.onmouseleave = () => { tip.style.display = "none"; };
+    b.onclick = () => { zoom = n; render(); };
+    fg.appendChild(b);
+    let cx = x;
+    for (const c of n[4]) { walk(c, cx, d + 1, inHit || hit); cx += c[3] / total * width; }
+  }
+  walk(top, 0, 0, false);
+  fg.style.height = (depth + 1) * ROW + "px";
+  status.textContent = fmt(root[3]) + (re ? "; matched " + (100 * matched / (root[3] || 1)).toFixed(1) + "%%" : "");
+}
+function safeRe(s) { try { return new RegExp(s); } catch (e) { return null; } }
+function pick() { root = DATA.threads[sel.value]; zoom = null; render(); }
+sel.onchange = pick; search.oninput = render;
+document.getElementById("reset").onclick = () => { zoom = null; render(); };
+window.onresize = render;
+pick();
+</script></body></html>
+"""
+
+
+def render(session, lines=False) -> str:
+    data = {"unit": "samples", "threads": tree(session, lines=lines), "version": __version__}
+    text = json.dumps(data, ensure_ascii=True, allow_nan=False)
+    text = text.replace("<", "\\u003c")        # no "</script>" or "<!--" can end the data
+    title = html.escape("pyprof flame graph: " + " ".join(session.meta.get("argv", [])))
+    return PAGE % {"title": title, "data": text}
+
+
+def write(session, path):
+    _atomic_write_text(path, render(session))

@@ -1,0 +1,74 @@
+"""Tables from samples: the function table (self and total samples and time;
+call counts are not known to a sampler and are shown as "?") and the line table
+(self and total samples per line)."""
+from __future__ import annotations
+
+import io
+import os
+
+from .linetable import _atomic_write_text, _source
+from .stacks import totals
+
+
+def header(session) -> str:
+    si = session.info.get("sampling", {})
+    n = sum(c.count for c in session.samples.values())
+    what = "CPU time" if si.get("mode") == "cpu" else "wall-clock time"
+    return (f"Samples: {n} of {what} ({si.get('mode', '?')} mode, {si.get('rate_requested', 0):g} Hz "
+            f"requested, {si.get('rate_achieved', 0):.0f} Hz achieved, {si.get('dropped', 0)} "
+            f"dropped); each sample stands for {si.get('interval_ns', 0) / 1e6:g} ms\n")
+
+
+def write_functions(session, out, limit=40):
+    rows = totals(session)
+    n = sum(c.count for c in session.samples.values()) or 1
+    out.write(header(session) + "\n")
+    out.write(f"{'Self':>8} {'Self %':>7} {'Self s':>9} {'Total':>8} {'Total %':>7} "
+              f"{'Total s':>9} {'Calls':>6}  Function\n")
+    for f, (sc, tc, sw, tw) in sorted(rows.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:limit]:
+        label, file, line = f
+        where = f" ({os.path.basename(file)}:{line})" if file else ""
+        out.write(f"{sc:>8} {100 * sc / n:>6.1f}% {sw / 1e9:>9.3f} {tc:>8} {100 * tc / n:>6.1f}% "
+                  f"{tw / 1e9:>9.3f} {'?':>6}  {label}{where}\n")
+
+
+def write_lines(session, out, limit=20):
+    """The functions with the most samples, line by line."""
+    n = sum(c.count for c in session.samples.values()) or 1
+    per_line = totals(session, lines=True)
+    by_func: dict = {}
+    for (label, file, line), row in per_line.items():
+        if not file:
+            continue
+        by_func.setdefault((label.rsplit(":", 1)[0], file), {})[line] = row
+    funcs = sorted(by_func.items(), key=lambda kv: -max(r[1] for r in kv[1].values()))[:limit]
+    out.write(header(session) + "\n")
+    for (name, file), lines in funcs:
+        first = min(lines)
+        fn = next((f for f in session.functions.values()
+                   if f.qualname == name and f.filename == file), None)
+        if fn is not None:
+            first = min(first, fn.line)
+        src, note = _source(file, session.meta.get("sources", {}).get(file))
+        out.write(f"File: {file}\nFunction: {name} at line {first}\n")
+        if note:
+            out.write(f"Note: {note}\n")
+        out.write(f"\n{'Line #':>6} {'Self':>8} {'Self %':>7} {'Total':>8} {'Total %':>7}  "
+                  f"Line Contents\n" + "=" * 60 + "\n")
+        for line in range(first, max(lines) + 1):
+            text = src[line - 1].rstrip("\r\n") if 0 < line <= len(src) else ""
+            row = lines.get(line)
+            if row is None:
+                out.write(f"{line:>6} {'':>8} {'':>7} {'':>8} {'':>7}  {text}\n")
+            else:
+                out.write(f"{line:>6} {row[0]:>8} {100 * row[0] / n:>6.1f}% {row[1]:>8} "
+                          f"{100 * row[1] / n:>6.1f}%  {text}\n")
+        out.write("\n\n")
+
+
+def write(session, path):
+    buf = io.StringIO()
+    write_functions(session, buf)
+    buf.write("\n")
+    write_lines(session, buf)
+    _atomic_write_text(path, buf.getvalue())

@@ -1,0 +1,47 @@
+"""speedscope's file format (https://www.speedscope.app/file-format-schema.json):
+one sampled profile per thread, weights in nanoseconds (each sample weighs one
+sampling interval), frames shared."""
+from __future__ import annotations
+
+import json
+
+from .._version import __version__
+from .linetable import _atomic_write_text
+from .stacks import named_stacks
+
+
+def render(session, lines=False) -> str:
+    frames, index = [], {}
+    profiles: dict = {}
+    for t, state, fr, count, weight in named_stacks(session, lines=lines, threads=False):
+        ids = []
+        for f in fr:
+            if f not in index:
+                index[f] = len(frames)
+                entry = {"name": f[0]}
+                if f[1]:
+                    entry["file"] = f[1]
+                    entry["line"] = f[2]
+                frames.append(entry)
+            ids.append(index[f])
+        prof = profiles.setdefault(t, {"samples": [], "weights": []})
+        for _ in range(count):              # a sample per sample: speedscope sums weights
+            prof["samples"].append(ids)
+            prof["weights"].append(weight // count)
+    out = []
+    for t in sorted(profiles):
+        p = profiles[t]
+        th = session.threads.get(t)
+        total = sum(p["weights"])
+        out.append({"type": "sampled", "name": th.name if th else f"thread {t}",
+                    "unit": "nanoseconds", "startValue": 0, "endValue": total,
+                    "samples": p["samples"], "weights": p["weights"]})
+    doc = {"$schema": "https://www.speedscope.app/file-format-schema.json",
+           "shared": {"frames": frames}, "profiles": out,
+           "name": " ".join(session.meta.get("argv", [])) or "pyprof",
+           "exporter": f"pyprof@{__version__}"}
+    return json.dumps(doc, ensure_ascii=True, allow_nan=False)
+
+
+def write(session, path):
+    _atomic_write_text(path, render(session))

@@ -1,0 +1,768 @@
+/* sampler.c — timers, the SIGPROF handler, the ring, the drain (sampler.h).
+ *
+ * Signal handler (on_sigprof): async-signal-safe only. It reads the
+ * interrupted thread's own thread state and frames (frames.c), optionally its
+ * native stack (unwind.c), and copies raw (code pointer, offset) frames into
+ * one lock-free multi-producer ring: space is reserved with a CAS on `head`,
+ * the record is written, then published by a release store of its length.
+ * No allocation, no lock, no Python API, no reference count; a full ring
+ * drops the sample and counts it. errno is preserved.
+ *
+ * Helper thread (sampler_main): a plain pthread. In wall mode it sends
+ * SIGPROF to every known Python thread at the rate; in both modes it drains
+ * the ring every DRAIN_NS with the GIL (PyGILState_Ensure).
+ *
+ * Drain (GIL held): resolves code pointers to function ids (the profiler's
+ * registry then keeps the code objects alive) and offsets to lines, and
+ * aggregates stacks. A code object that dies before its samples are drained
+ * would leave a dangling pointer in the ring: a code watcher (3.12+) or a
+ * tp_dealloc shim (3.11) drains first; the dying object itself is recorded by
+ * name (a "ghost" entry), never referenced.
+ *
+ * fork: timers are paused around fork(); the child inherits no sampler.
+ *
+ * The handler stays installed after stop (inactive): a SIGPROF already sent
+ * but not yet delivered would otherwise meet SIGPROF's default action, which
+ * kills the process.
+ */
+#define _GNU_SOURCE
+#include "sampler.h"
+
+#include "clock.h"
+#include "tracer.h"
+#include "unwind.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_FRAMES 256
+#define MAX_NATIVE 128
+#define RING_BYTES (8u << 20)           /* 8 MiB: ~30 s of deep stacks at 1 kHz */
+#define RING_SLACK (64u << 10)          /* a record never wraps: it may spill here */
+/* Draining takes the GIL from the program: seldom (or when half full). */
+#define DRAIN_NS (250 * 1000 * 1000)
+#define REC_ALIGN 8
+
+/* One raw sample, as the handler writes it. */
+typedef struct {
+    _Atomic uint32_t len;       /* bytes with padding; 0 until published */
+    uint32_t tid;               /* kernel thread id */
+    uint64_t ident;             /* threading.get_ident() of its thread state, 0 if none */
+    int64_t t_ns;               /* CLOCK_MONOTONIC */
+    uint8_t state;
+    uint8_t truncated;
+    uint16_t nframes;
+    uint16_t nnative;
+    uint16_t pad;
+    /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
+} rawrec;
+
+static struct {
+    /* shared with the handler */
+    _Atomic int active;
+    _Atomic int paused;             /* around fork() */
+    int native;
+    int mode;
+    int64_t interval_ns;
+    unsigned char *buf;
+    _Atomic uint64_t head, tail;
+    _Atomic uint64_t signals, recorded, dropped, foreign;
+    /* helper thread and control (GIL held) */
+    pthread_t thread;
+    int have_thread;
+    _Atomic int stop;
+    pid_t pid;
+    pid_t helper_tid;
+    _Atomic(pid_t *) tids;          /* wall mode: threads to signal (helper-owned array) */
+    _Atomic uint32_t ntids;
+    struct pp_profiler *prof;       /* strong while sampling */
+    int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
+    double rate_hz;
+    int draining;
+} S;
+
+/* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
+static __thread struct {
+    int64_t cpu_ns, wall_ns;
+} s_tls __attribute__((tls_model("initial-exec")));
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t process_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------- handler */
+
+static rawrec *ring_reserve(uint32_t len)
+{
+    uint64_t head = atomic_load_explicit(&S.head, memory_order_relaxed);
+    for (int tries = 0; tries < 64; tries++) {
+        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_acquire);
+        if (head + len - tail > RING_BYTES)
+            return NULL;
+        if (atomic_compare_exchange_weak_explicit(&S.head, &head, head + len,
+                                                  memory_order_acq_rel, memory_order_relaxed))
+            return (rawrec *)(S.buf + (head & (RING_BYTES - 1)));
+    }
+    return NULL;
+}
+
+static void on_sigprof(int sig, siginfo_t *info, void *uctx)
+{
+    (void)sig; (void)info;
+    int saved_errno = errno;
+    if (!atomic_load_explicit(&S.active, memory_order_acquire)
+        || atomic_load_explicit(&S.paused, memory_order_relaxed))
+        goto out;
+    atomic_fetch_add_explicit(&S.signals, 1, memory_order_relaxed);
+
+    pp_rawframe frames[MAX_FRAMES];
+    uintptr_t native[MAX_NATIVE];
+    int attached = 0, truncated = 0, nframes = 0, nnative = 0;
+    PyThreadState *ts = pp_signal_tstate(&attached);
+    uint8_t state;
+    if (ts == NULL) {
+        state = PP_STATE_OTHER;
+        atomic_fetch_add_explicit(&S.foreign, 1, memory_order_relaxed);
+    }
+    else {
+        nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
+        state = PP_STATE_PYTHON;
+        if (!attached) {
+            /* Detached: C code that released the GIL (using CPU) or blocked. */
+            int64_t cpu = thread_cpu_ns(), wall = mono_ns();
+            int64_t dcpu = cpu - s_tls.cpu_ns, dwall = wall - s_tls.wall_ns;
+            state = s_tls.wall_ns && dwall > 0 && dcpu * 2 > dwall ? PP_STATE_NATIVE
+                                                                   : PP_STATE_IDLE;
+            s_tls.cpu_ns = cpu;
+            s_tls.wall_ns = wall;
+        }
+        else {
+            s_tls.wall_ns = 0;
+        }
+    }
+    if (S.native)
+        nnative = pp_unwind_signal(uctx, native, MAX_NATIVE);
+
+    uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
+                              + (size_t)nnative * sizeof(uintptr_t));
+    len = (len + REC_ALIGN - 1) & ~(uint32_t)(REC_ALIGN - 1);
+    rawrec *r = ring_reserve(len);
+    if (r == NULL) {
+        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
+        goto out;
+    }
+    r->tid = ts ? (uint32_t)ts->native_thread_id : (uint32_t)syscall(SYS_gettid);
+    r->ident = ts ? (uint64_t)ts->thread_id : 0;
+    r->t_ns = mono_ns();
+    r->state = state;
+    r->truncated = (uint8_t)truncated;
+    r->nframes = (uint16_t)nframes;
+    r->nnative = (uint16_t)nnative;
+    r->pad = 0;
+    unsigned char *p = (unsigned char *)(r + 1);
+    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));
+    memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
+    atomic_store_explicit(&r->len, len, memory_order_release);
+    atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
+out:
+    errno = saved_errno;
+}
+
+/* ------------------------------------------------------- stack table */
+
+static int grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint32_t ncap = *cap ? *cap : 256;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*arr, (size_t)ncap * elem);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+int pp_samples_init(pp_samples *s)
+{
+    memset(s, 0, sizeof *s);
+    if (pp_index_init(&s->stackidx, 256) < 0 || pp_index_init(&s->sampleidx, 256) < 0
+        || pp_index_init(&s->linecache, 1024) < 0) {
+        pp_samples_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void pp_samples_free(pp_samples *s)
+{
+    free(s->frames);
+    free(s->native);
+    free(s->stacks);
+    free(s->samples);
+    pp_index_free(&s->stackidx);
+    pp_index_free(&s->sampleidx);
+    pp_index_free(&s->linecache);
+    memset(s, 0, sizeof *s);
+}
+
+void pp_samples_clear(pp_samples *s)
+{
+    s->nframes = s->nnative = s->nstacks = s->nsamples = 0;
+    pp_index_clear(&s->stackidx);
+    pp_index_clear(&s->sampleidx);
+    s->drained = s->truncated = s->foreign = 0;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+/* The id of the stack (frames root first, native leaf first), added if new. */
+static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
+                         uint32_t nn)
+{
+    uint64_t h = 0xCBF29CE484222325ull ^ n ^ ((uint64_t)nn << 32);
+    for (uint32_t i = 0; i < n; i++)
+        h = mix(h, fr[i]);
+    for (uint32_t i = 0; i < nn; i++)
+        h = mix(h, nat[i]);
+    if (h == 0)
+        h = 1;
+    uint32_t i = pp_hash64(h, s->stackidx.mask);
+    for (;;) {
+        pp_ient *e = &s->stackidx.e[i];
+        if (e->key == 0)
+            break;
+        if (e->key == h) {
+            pp_stackent *st = &s->stacks[e->val];
+            if (st->nframes == n && st->nnative == nn
+                && memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0
+                && memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0)
+                return e->val;
+        }
+        i = (i + 1) & s->stackidx.mask;
+    }
+    if (grow_array((void **)&s->frames, &s->capframes, s->nframes + n, sizeof *s->frames) < 0
+        || grow_array((void **)&s->native, &s->capnative, s->nnative + nn, sizeof *s->native) < 0
+        || grow_array((void **)&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) < 0
+        || pp_index_put(&s->stackidx, h, s->nstacks) < 0)
+        return PP_NONE;
+    pp_stackent *st = &s->stacks[s->nstacks];
+    st->hash = h;
+    st->start = s->nframes;
+    st->nframes = n;
+    st->nstart = s->nnative;
+    st->nnative = nn;
+    memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
+    memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
+    s->nframes += n;
+    s->nnative += nn;
+    return s->nstacks++;
+}
+
+static int add_sample(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
+                      int64_t weight)
+{
+    uint64_t key = ((uint64_t)stack + 1) << 24 ^ ((uint64_t)thread << 4) ^ state;
+    key = key ? key : 1;
+    uint32_t i = pp_hash64(key, s->sampleidx.mask);
+    for (;;) {
+        pp_ient *e = &s->sampleidx.e[i];
+        if (e->key == 0)
+            break;
+        pp_sampleent *x = &s->samples[e->val];
+        if (e->key == key && x->thread == thread && x->stack == stack && x->state == state) {
+            x->count++;
+            x->weight_ns += weight;
+            return 0;
+        }
+        i = (i + 1) & s->sampleidx.mask;
+    }
+    if (grow_array((void **)&s->samples, &s->capsamples, s->nsamples + 1, sizeof *s->samples) < 0
+        || pp_index_put(&s->sampleidx, key, s->nsamples) < 0)
+        return -1;
+    pp_sampleent *x = &s->samples[s->nsamples++];
+    memset(x, 0, sizeof *x);
+    x->thread = thread;
+    x->stack = stack;
+    x->state = state;
+    x->count = 1;
+    x->weight_ns = weight;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- drain */
+
+static PyObject *dying_code;    /* set while draining for a code object being destroyed */
+static uint32_t dying_fid;
+
+/* Function id of a sampled code object: registered (and so kept alive), or,
+ * for the one being destroyed, a ghost entry that only keeps its names. */
+static uint32_t code_fid(struct pp_profiler *p, PyObject *code)
+{
+    uint64_t key = (uint64_t)(uintptr_t)code;
+    if (code == dying_code) {
+        if (dying_fid == PP_NONE)
+            dying_fid = pp_tracer_register_ghost(p, code);
+        return dying_fid;
+    }
+    uint32_t fid = pp_index_get(&p->reg, key);
+    if (fid != PP_NONE)
+        return fid;
+    return pp_tracer_register_code(p, code);
+}
+
+static uint32_t frame_line(pp_samples *s, struct pp_profiler *p, uint32_t fid, PyObject *code,
+                           uint32_t offset)
+{
+    uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
+    uint32_t line = pp_index_get(&s->linecache, key);
+    if (line != PP_NONE)
+        return line;
+    int l = PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2));
+    line = l < 0 ? 0 : (uint32_t)l;
+    if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
+        pp_index_put(&s->linecache, key, line);
+    (void)p;
+    return line;
+}
+
+static void drain_locked(struct pp_profiler *p)
+{
+    pp_samples *s = &p->samples;
+    uint64_t fr[MAX_FRAMES];
+    int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
+    for (;;) {
+        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
+        uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
+        if (tail == head)
+            break;
+        rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
+        uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
+        if (len == 0)
+            break;                      /* reserved, not yet published */
+        const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
+        const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
+        uint32_t n = r->nframes;
+        /* Frames from the root up to the runner's (the CLI's frame running
+         * the program) are pyprof's, not the program's. */
+        int runner_only = 0;
+        for (uint32_t i = 0; p->sample_root && i < n; i++) {
+            if (raw[i].code == (uintptr_t)p->sample_root) {
+                runner_only = i == 0;       /* in the runner itself: not the program's */
+                n = i;
+                break;
+            }
+        }
+        for (uint32_t i = 0; i < n; i++) {        /* leaf first -> root first */
+            PyObject *code = (PyObject *)raw[i].code;
+            uint32_t fid = code_fid(p, code);
+            uint32_t line = fid == PP_NONE ? 0 : frame_line(s, p, fid, code, raw[i].offset);
+            fr[n - 1 - i] = (uint64_t)fid << 32 | line;
+        }
+        uint32_t thread = runner_only ? PP_NONE : pp_tracer_sample_thread(p, r->tid, r->ident);
+        uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
+        if (st != PP_NONE)
+            add_sample(s, thread, st, r->state, S.interval_ns);
+        s->drained++;
+        s->truncated += r->truncated;
+        s->foreign += r->state == PP_STATE_OTHER;
+        atomic_store_explicit(&r->len, 0, memory_order_relaxed);
+        atomic_store_explicit(&S.tail, tail + len, memory_order_release);
+    }
+    if (gc_was)
+        PyGC_Enable();
+}
+
+void pp_sampler_drain(struct pp_profiler *p)
+{
+    if (S.buf == NULL || p != S.prof || S.draining)
+        return;
+    S.draining = 1;
+    drain_locked(p);
+    S.draining = 0;
+}
+
+static int pending(void)
+{
+    return S.buf != NULL && atomic_load(&S.head) != atomic_load(&S.tail);
+}
+
+/* Before a code object goes, the samples that name it are drained. */
+static void drain_for_dying(PyObject *code)
+{
+    if (!pending() || S.prof == NULL || S.draining)
+        return;
+    pp_err_state es;
+    pp_err_save(&es);
+    dying_code = code;
+    dying_fid = PP_NONE;
+    pp_sampler_drain(S.prof);
+    dying_code = NULL;
+    PyErr_Clear();
+    pp_err_restore(&es);
+}
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int code_watcher = -1;
+
+static int on_code_event(PyCodeEvent event, PyCodeObject *co)
+{
+    if (event == PY_CODE_EVENT_DESTROY)
+        drain_for_dying((PyObject *)co);
+    return 0;
+}
+
+static int watch_code(int on)
+{
+    if (on && code_watcher < 0) {
+        code_watcher = PyCode_AddWatcher(on_code_event);
+        return code_watcher < 0 ? -1 : 0;
+    }
+    return 0;                           /* kept: the callback does nothing when idle */
+}
+#else
+static destructor code_dealloc;
+
+static void pp_code_dealloc(PyObject *co)
+{
+    drain_for_dying(co);
+    code_dealloc(co);
+}
+
+static int watch_code(int on)
+{
+    if (on && code_dealloc == NULL) {
+        code_dealloc = PyCode_Type.tp_dealloc;
+        PyCode_Type.tp_dealloc = pp_code_dealloc;
+    }
+    else if (!on && code_dealloc != NULL && PyCode_Type.tp_dealloc == pp_code_dealloc) {
+        PyCode_Type.tp_dealloc = code_dealloc;
+        code_dealloc = NULL;
+    }
+    return 0;
+}
+#endif
+
+/* ---------------------------------------------------------- helper thread */
+
+/* Wall mode: the kernel ids of the interpreter's threads (GIL held). */
+static void refresh_tids(void)
+{
+    pid_t *old = atomic_load(&S.tids);
+    uint32_t n = 0, cap = 64;
+    pid_t *t = malloc(cap * sizeof *t);
+    if (t == NULL)
+        return;
+    PyInterpreterState *interp = PyInterpreterState_Main();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts; ts = PyThreadState_Next(ts)) {
+        pid_t tid = (pid_t)ts->native_thread_id;
+        if (tid == 0 || tid == S.helper_tid)
+            continue;
+        if (n == cap) {
+            pid_t *nt = realloc(t, 2 * cap * sizeof *t);
+            if (nt == NULL)
+                break;
+            t = nt;
+            cap *= 2;
+        }
+        t[n++] = tid;
+    }
+    /* The helper is the only reader: swap, then free the old array. */
+    atomic_store(&S.ntids, 0);
+    atomic_store(&S.tids, t);
+    atomic_store(&S.ntids, n);
+    free(old);
+}
+
+/* Wall mode: has the process a kernel thread not seen before? Listing
+ * /proc/self/task needs neither the GIL nor Python: a new thread then gets
+ * the interpreter's thread list refreshed at once, not at the next drain. */
+static int new_kernel_thread(void)
+{
+    static pid_t seen[4096];
+    static uint32_t nseen;
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return 0;
+    int fresh = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid <= 0)
+            continue;
+        uint32_t i = 0;
+        while (i < nseen && seen[i] != tid)
+            i++;
+        if (i == nseen) {
+            fresh = 1;
+            if (nseen < sizeof seen / sizeof seen[0])
+                seen[nseen++] = tid;
+            else
+                nseen = 0;              /* pathological churn: start over */
+        }
+    }
+    closedir(d);
+    return fresh;
+}
+
+static void sleep_until(int64_t t)
+{
+    struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    /* The helper is not sampled: keep SIGPROF away from it. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    S.helper_tid = (pid_t)syscall(SYS_gettid);
+    int64_t tick = S.mode == PP_SAMPLE_WALL ? S.interval_ns : DRAIN_NS;
+    int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS;
+    while (!atomic_load(&S.stop)) {
+        sleep_until(next);
+        next += tick;
+        int64_t now = mono_ns();
+        if (next < now)                 /* fell behind: skip ticks, do not burst */
+            next = now + tick;
+        if (S.mode == PP_SAMPLE_WALL && !atomic_load(&S.paused)) {
+            pid_t *t = atomic_load(&S.tids);
+            uint32_t n = atomic_load(&S.ntids);
+            for (uint32_t i = 0; t && i < n; i++)
+                syscall(SYS_tgkill, S.pid, t[i], SIGPROF);
+        }
+        int refresh = S.mode == PP_SAMPLE_WALL && new_kernel_thread();
+        if (refresh || now >= next_drain
+            || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
+            next_drain = now + DRAIN_NS;
+            if (atomic_load(&S.stop))
+                break;
+            PyGILState_STATE g = PyGILState_Ensure();
+            if (!atomic_load(&S.stop) && S.prof) {
+                pp_sampler_drain(S.prof);
+                if (S.mode == PP_SAMPLE_WALL)
+                    refresh_tids();
+                pp_tracer_maybe_flush(S.prof);      /* --dump-every */
+            }
+            PyGILState_Release(g);
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------ start / stop */
+
+static int timer_arm(int64_t interval_ns)
+{
+    struct itimerval it;
+    it.it_interval.tv_sec = (time_t)(interval_ns / 1000000000);
+    it.it_interval.tv_usec = (suseconds_t)((interval_ns % 1000000000) / 1000);
+    it.it_value = it.it_interval;
+    return setitimer(ITIMER_PROF, &it, NULL);
+}
+
+static void atfork_prepare(void)
+{
+    if (atomic_load(&S.active)) {
+        atomic_store(&S.paused, 1);
+        if (S.mode == PP_SAMPLE_CPU)
+            timer_arm(0);
+    }
+}
+
+static void atfork_parent(void)
+{
+    if (atomic_load(&S.active)) {
+        if (S.mode == PP_SAMPLE_CPU)
+            timer_arm(S.interval_ns);
+        atomic_store(&S.paused, 0);
+    }
+}
+
+static void atfork_child(void)
+{
+    /* No helper thread here: the child does not sample (its profiler's stop
+     * knows, by pid). */
+    atomic_store(&S.active, 0);
+    atomic_store(&S.paused, 0);
+}
+
+int pp_sampler_active(void)
+{
+    return atomic_load(&S.active);
+}
+
+int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
+{
+    static int atfork_done;
+    if (atomic_load(&S.active) || S.have_thread) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: a sampler is already running in this process");
+        return -1;
+    }
+    if (o->rate_hz <= 0 || o->rate_hz > 100000) {
+        PyErr_Format(PyExc_ValueError, "pyprof: sampling rate must be in (0, 100000] Hz, not %g",
+                     o->rate_hz);
+        return -1;
+    }
+    if (o->native && !pp_unwind_available()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyprof: native stacks need libunwind, which this build lacks "
+                        "(install libunwind-dev and rebuild)");
+        return -1;
+    }
+    struct sigaction cur;
+    struct itimerval it;
+    if (sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
+            ? cur.sa_sigaction != on_sigprof
+            : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyprof: the program already handles SIGPROF (another profiler?); "
+                        "pyprof's sampler needs that signal");
+        return -1;
+    }
+    if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyprof: the program already runs a profiling timer (ITIMER_PROF)");
+        return -1;
+    }
+    if (S.buf == NULL) {
+        S.buf = calloc(1, RING_BYTES + RING_SLACK);
+        if (S.buf == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (watch_code(1) < 0)
+        return -1;
+    if (!atfork_done && pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0)
+        atfork_done = 1;
+    S.mode = o->mode;
+    S.native = o->native;
+    S.rate_hz = o->rate_hz;
+    S.interval_ns = (int64_t)(1e9 / o->rate_hz);
+    S.pid = getpid();
+    atomic_store(&S.head, 0);
+    atomic_store(&S.tail, 0);
+    atomic_store(&S.signals, 0);
+    atomic_store(&S.recorded, 0);
+    atomic_store(&S.dropped, 0);
+    atomic_store(&S.foreign, 0);
+    atomic_store(&S.stop, 0);
+    atomic_store(&S.paused, 0);
+    memset(S.buf, 0, RING_BYTES + RING_SLACK);
+    S.prof = (struct pp_profiler *)Py_NewRef((PyObject *)p);
+    if (S.mode == PP_SAMPLE_WALL)
+        refresh_tids();
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigprof;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGPROF, &sa, NULL) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        Py_CLEAR(S.prof);
+        return -1;
+    }
+    S.started_ns = mono_ns();
+    S.cpu0_ns = process_cpu_ns();
+    atomic_store_explicit(&S.active, 1, memory_order_release);
+    if (pthread_create(&S.thread, NULL, sampler_main, NULL) != 0) {
+        atomic_store(&S.active, 0);
+        Py_CLEAR(S.prof);
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
+        return -1;
+    }
+    S.have_thread = 1;
+    if (S.mode == PP_SAMPLE_CPU && timer_arm(S.interval_ns) != 0) {
+        pp_sampler_stop(p);
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+int pp_sampler_stop(struct pp_profiler *p)
+{
+    if (p != S.prof)
+        return 0;
+    int own_process = S.pid == getpid();
+    if (own_process && S.mode == PP_SAMPLE_CPU)
+        timer_arm(0);
+    atomic_store(&S.stop, 1);
+    if (S.have_thread) {
+        if (own_process) {
+            /* The helper may be waiting for the GIL we hold. */
+            Py_BEGIN_ALLOW_THREADS
+            pthread_join(S.thread, NULL);
+            Py_END_ALLOW_THREADS
+        }
+        S.have_thread = 0;
+    }
+    atomic_store_explicit(&S.active, 0, memory_order_release);
+    S.stopped_ns = mono_ns();
+    S.cpu1_ns = process_cpu_ns();
+    /* Take what the handlers published (one still writing is dropped). */
+    pp_sampler_drain(p);
+    free(atomic_load(&S.tids));
+    atomic_store(&S.tids, NULL);
+    atomic_store(&S.ntids, 0);
+    watch_code(0);
+    struct pp_profiler *prof = S.prof;
+    S.prof = NULL;
+    Py_XDECREF((PyObject *)prof);
+    return 0;
+}
+
+void pp_sampler_get_info(pp_sampler_info *out)
+{
+    out->mode = S.mode;
+    out->native = S.native;
+    out->rate_hz = S.rate_hz;
+    out->interval_ns = (double)S.interval_ns;
+    out->signals = atomic_load(&S.signals);
+    out->recorded = atomic_load(&S.recorded);
+    out->dropped = atomic_load(&S.dropped);
+    out->foreign = atomic_load(&S.foreign);
+    out->started_ns = S.started_ns;
+    out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
+    out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+}

@@ -1,0 +1,90 @@
+/* sampler.h — the statistical sampler.
+ *
+ * Owns: the timers (the process CPU-time timer, or a helper thread that
+ * signals every Python thread at the wall-clock rate), the SIGPROF handler,
+ * the ring the handler writes raw samples into, the helper thread that drains
+ * it with the GIL held, and the stack table the samples end up in.
+ * Never, in the signal handler: malloc, locks, the Python API (beyond the
+ * thread-state reads of frames.h), reference counts; a full ring drops the
+ * sample and counts it.
+ */
+#ifndef PP_SAMPLER_H
+#define PP_SAMPLER_H
+
+#include "frames.h"
+#include "table.h"
+
+enum { PP_SAMPLE_CPU = 0, PP_SAMPLE_WALL = 1 };
+
+/* Thread states a sample is labelled with. */
+enum {
+    PP_STATE_PYTHON = 0,        /* attached: running Python code (or C code holding the GIL) */
+    PP_STATE_NATIVE = 1,        /* detached, using CPU: C code that released the GIL */
+    PP_STATE_IDLE = 2,          /* detached, not using CPU: blocked, sleeping, waiting for the GIL */
+    PP_STATE_OTHER = 3,         /* a thread that never ran Python (wall/CPU time of C threads) */
+};
+
+/* The stack table: a stack is (function id, line) pairs, root first, plus
+ * native instruction pointers, leaf first; samples are aggregated by
+ * (thread, stack, state). */
+typedef struct {
+    uint64_t hash;
+    uint32_t start;             /* into frames[] */
+    uint32_t nframes;
+    uint32_t nstart;            /* into native[] */
+    uint32_t nnative;
+} pp_stackent;
+
+typedef struct {
+    uint32_t thread;
+    uint32_t stack;
+    uint32_t state;
+    uint32_t pad;
+    uint64_t count;
+    int64_t weight_ns;
+} pp_sampleent;
+
+typedef struct pp_samples {
+    uint64_t *frames;           /* fid << 32 | line */
+    uint32_t nframes, capframes;
+    uintptr_t *native;
+    uint32_t nnative, capnative;
+    pp_stackent *stacks;
+    uint32_t nstacks, capstacks;
+    pp_index stackidx;          /* hash -> stack id (hashes may repeat: compared) */
+    pp_sampleent *samples;
+    uint32_t nsamples, capsamples;
+    pp_index sampleidx;
+    pp_index linecache;         /* fid << 32 | offset -> line */
+    uint64_t drained, truncated, foreign;
+} pp_samples;
+
+struct pp_profiler;
+
+typedef struct {
+    int mode;                   /* PP_SAMPLE_CPU / PP_SAMPLE_WALL */
+    double rate_hz;             /* requested */
+    int native;                 /* unwind native frames too (libunwind) */
+} pp_sample_opts;
+
+/* Start / stop sampling for profiler p (GIL held). One sampler per process. */
+int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o);
+int pp_sampler_stop(struct pp_profiler *p);
+/* Move what the handler recorded into p's stack table (GIL held). */
+void pp_sampler_drain(struct pp_profiler *p);
+/* Counters of the running or last sampler, for the capture's INFO. */
+typedef struct {
+    int mode, native;
+    double rate_hz, interval_ns;
+    uint64_t signals, recorded, dropped, foreign;
+    int64_t started_ns, stopped_ns;
+    int64_t cpu_ns;             /* process CPU time while sampling */
+} pp_sampler_info;
+void pp_sampler_get_info(pp_sampler_info *out);
+int pp_sampler_active(void);
+
+int pp_samples_init(pp_samples *s);
+void pp_samples_free(pp_samples *s);
+void pp_samples_clear(pp_samples *s);
+
+#endif
