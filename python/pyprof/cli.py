@@ -335,7 +335,8 @@ class _Runner:
     def _run(self) -> int:
         globs = self.target.install()
         if self.prof.sampling:
-            self.prof._set_sample_root(_Runner._run.__code__)   # stacks start at the program
+            # stacks start at the program; the runner's own work is not sampled
+            self.prof._set_sample_root(_Runner._run.__code__, self.target.code)
         if self.line_mode:
             import builtins
             from .lines import profile

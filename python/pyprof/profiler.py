@@ -151,7 +151,9 @@ class Profile(_cprof.Profiler):
         (``.txt``), else pstats."""
         self.disable()
         fmt = format_for_path(path)
-        if fmt == "cprof":
+        if fmt == "cprof" and self.sampling:
+            self.session().save(path)           # with the native frames' names
+        elif fmt == "cprof":
             self._refresh_meta()
             try:
                 self.write_capture(os.fspath(path))
@@ -165,7 +167,10 @@ class Profile(_cprof.Profiler):
     # -------------------------------------------------------- internals
     def _session(self, include_open):
         self._refresh_meta()
-        return Session.from_blob(self.snapshot(include_open))
+        session = Session.from_blob(self.snapshot(include_open))
+        if session.stacks:
+            _name_native_frames(session)
+        return session
 
     def _refresh_meta(self):
         for t in threading.enumerate():
@@ -189,6 +194,18 @@ class Profile(_cprof.Profiler):
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)
         self.set_meta(json.dumps(meta, default=str).encode())
+
+
+def _name_native_frames(session):
+    """Native addresses mean something only in this process: name them now."""
+    ips, returns = set(), set()
+    for st in session.stacks.values():
+        ips.update(st.native)
+        returns.update(st.native[1:])           # all but the leaf are return addresses
+    if ips:
+        from . import native
+        session.meta["native_symbols"] = {str(ip): name for ip, name
+                                          in native.symbolize(ips, returns).items()}
 
 
 def _line_meta(objs, fids) -> dict:

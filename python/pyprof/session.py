@@ -42,6 +42,8 @@ _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
 
+_LINE_ENTRY, _LINE_MASK = 0x80000000, 0x7FFFFFFF
+
 # Thread states of a sample (docs/sampling.md).
 STATES = ("python", "native", "idle", "other")
 
@@ -120,10 +122,12 @@ class CallRow:
 @dataclass(frozen=True)
 class Stack:
     """A sampled stack: Python frames as (function id, line), root first; native
-    instruction pointers (with --native), leaf first."""
+    instruction pointers (with --native), leaf first; with native frames, the
+    indices of the Python frames that start a C-level call of the interpreter."""
 
     frames: tuple
     native: tuple = ()
+    entries: tuple = ()
 
 
 @dataclass
@@ -371,7 +375,8 @@ def _parse_stacks(payload) -> dict:
         off += 8 * nf
         native = struct.unpack_from(f"<{nn}Q", raw, off)
         off += 8 * nn
-        out[sid] = Stack(tuple((w >> 32, w & 0xFFFFFFFF) for w in words), tuple(native))
+        out[sid] = Stack(tuple((w >> 32, w & _LINE_MASK) for w in words), tuple(native),
+                         tuple(i for i, w in enumerate(words) if w & _LINE_ENTRY))
     return out
 
 
@@ -379,9 +384,11 @@ def _pack_stacks(stacks) -> bytes:
     parts = [struct.pack("<I", len(stacks))]
     for sid in range(len(stacks)):
         st = stacks[sid]
+        entries = set(st.entries)
         parts.append(struct.pack(f"<II{len(st.frames)}Q{len(st.native)}Q", len(st.frames),
-                                 len(st.native), *(f << 32 | ln for f, ln in st.frames),
-                                 *st.native))
+                                 len(st.native),
+                                 *(f << 32 | ln | (_LINE_ENTRY if i in entries else 0)
+                                   for i, (f, ln) in enumerate(st.frames)), *st.native))
     return b"".join(parts)
 
 

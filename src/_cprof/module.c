@@ -8,6 +8,7 @@
 #include "tracer.h"
 #include "unwind.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,7 +47,9 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->sopts.native = native;
     if (self->sampling && (rate < 0 || self->sopts.rate_hz > 100000)) {
-        PyErr_Format(PyExc_ValueError, "rate must be in (0, 100000] Hz, not %g", rate);
+        char msg[80];
+        snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);
+        PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
     return 0;
@@ -92,6 +95,7 @@ static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
     Py_VISIT(self->prev_trace_hook);
     Py_VISIT(self->line_filter);
     Py_VISIT(self->sample_root);
+    Py_VISIT(self->sample_program);
     return 0;
 }
 
@@ -102,6 +106,7 @@ static int profiler_clear_refs(pp_profiler *self)
     Py_CLEAR(self->prev_trace_hook);
     Py_CLEAR(self->line_filter);
     Py_CLEAR(self->sample_root);
+    Py_CLEAR(self->sample_program);
     return 0;
 }
 
@@ -244,13 +249,17 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
     Py_RETURN_NONE;
 }
 
-static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *code)
+static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *args)
 {
-    if (code != Py_None && !PyCode_Check(code)) {
-        PyErr_SetString(PyExc_TypeError, "_set_sample_root(code or None)");
+    PyObject *root, *program = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:_set_sample_root", &root, &program))
+        return NULL;
+    if ((root != Py_None && !PyCode_Check(root)) || (program != Py_None && !PyCode_Check(program))) {
+        PyErr_SetString(PyExc_TypeError, "_set_sample_root(code or None, program code or None)");
         return NULL;
     }
-    Py_XSETREF(self->sample_root, code == Py_None ? NULL : Py_NewRef(code));
+    Py_XSETREF(self->sample_root, root == Py_None ? NULL : Py_NewRef(root));
+    Py_XSETREF(self->sample_program, program == Py_None ? NULL : Py_NewRef(program));
     Py_RETURN_NONE;
 }
 
@@ -337,9 +346,10 @@ static PyMethodDef profiler_methods[] = {
      "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
      "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
      "each) and call rows."},
-    {"_set_sample_root", (PyCFunction)profiler_set_sample_root, METH_O,
-     "_set_sample_root(code)\nSampled stacks start above the frames of this code (the "
-     "runner's frame that runs the program)."},
+    {"_set_sample_root", (PyCFunction)profiler_set_sample_root, METH_VARARGS,
+     "_set_sample_root(root, program=None)\nSampled stacks start above the frames of code "
+     "`root` (the runner's frame running the program); a sample whose frame above it is not "
+     "`program`'s is the runner's own work and is dropped."},
     {"_set_background", (PyCFunction)profiler_set_background, METH_O,
      "_set_background(on)\nWhile enabled, step aside (disable) when another profiler is "
      "enabled, and resume when that one is disabled."},
@@ -421,6 +431,34 @@ static PyObject *mod_active(PyObject *m, PyObject *unused)
     return Py_NewRef(p ? (PyObject *)p : Py_None);
 }
 
+static PyObject *mod_native_modules(PyObject *m, PyObject *ips)
+{
+    (void)m;
+    PyObject *seq = PySequence_Fast(ips, "native_modules(ips): a sequence of addresses");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        uintptr_t ip = (uintptr_t)PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        const char *path;
+        uintptr_t base;
+        PyObject *item;
+        if (PyErr_Occurred())
+            item = NULL;
+        else if (pp_native_module(ip, &path, &base))
+            item = Py_BuildValue("(sK)", path, (unsigned long long)base);
+        else
+            item = Py_NewRef(Py_None);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, item);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
@@ -434,6 +472,9 @@ static PyMethodDef module_methods[] = {
      "write_blob(path, blob, final=True)\nWrite a capture blob as a .cprof file atomically."},
     {"active", mod_active, METH_NOARGS,
      "active() -> Profiler or None\nThe profiler enabled in this process, if any."},
+    {"native_modules", mod_native_modules, METH_O,
+     "native_modules(ips) -> [(path, load base) or None]\nThe loaded objects holding these "
+     "addresses (dladdr)."},
     {"native_stack_depth", mod_native_depth, METH_NOARGS,
      "Frames on this thread's native stack via libunwind, -1 when built without it."},
     {NULL},

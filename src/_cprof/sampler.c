@@ -35,6 +35,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -156,11 +157,13 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
         state = PP_STATE_PYTHON;
         if (!attached) {
-            /* Detached: C code that released the GIL (using CPU) or blocked. */
+            /* Detached: C code that released the GIL (using CPU since the last
+             * sample: a blocked thread uses ~0; a runnable one short of a CPU
+             * still gets a share) or blocked. */
             int64_t cpu = thread_cpu_ns(), wall = mono_ns();
             int64_t dcpu = cpu - s_tls.cpu_ns, dwall = wall - s_tls.wall_ns;
-            state = s_tls.wall_ns && dwall > 0 && dcpu * 2 > dwall ? PP_STATE_NATIVE
-                                                                   : PP_STATE_IDLE;
+            state = s_tls.wall_ns && dwall > 0 && dcpu * 10 > dwall ? PP_STATE_NATIVE
+                                                                    : PP_STATE_IDLE;
             s_tls.cpu_ns = cpu;
             s_tls.wall_ns = wall;
         }
@@ -382,7 +385,10 @@ static void drain_locked(struct pp_profiler *p)
         int runner_only = 0;
         for (uint32_t i = 0; p->sample_root && i < n; i++) {
             if (raw[i].code == (uintptr_t)p->sample_root) {
-                runner_only = i == 0;       /* in the runner itself: not the program's */
+                /* In the runner's own work (waiting for threads...), not the
+                 * program's: its frame calls something else than the program. */
+                runner_only = i == 0 || (p->sample_program
+                                         && raw[i - 1].code != (uintptr_t)p->sample_program);
                 n = i;
                 break;
             }
@@ -391,6 +397,8 @@ static void drain_locked(struct pp_profiler *p)
             PyObject *code = (PyObject *)raw[i].code;
             uint32_t fid = code_fid(p, code);
             uint32_t line = fid == PP_NONE ? 0 : frame_line(s, p, fid, code, raw[i].offset);
+            if (S.native && (raw[i].flags & PP_RAW_ENTRY))
+                line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
             fr[n - 1 - i] = (uint64_t)fid << 32 | line;
         }
         uint32_t thread = runner_only ? PP_NONE : pp_tracer_sample_thread(p, r->tid, r->ident);
@@ -638,8 +646,10 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
         return -1;
     }
     if (o->rate_hz <= 0 || o->rate_hz > 100000) {
-        PyErr_Format(PyExc_ValueError, "pyprof: sampling rate must be in (0, 100000] Hz, not %g",
-                     o->rate_hz);
+        char msg[96];
+        snprintf(msg, sizeof msg, "pyprof: sampling rate must be in (0, 100000] Hz, not %g",
+                 o->rate_hz);
+        PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
     if (o->native && !pp_unwind_available()) {

@@ -15,6 +15,9 @@
 #include "table.h"
 
 enum { PP_SAMPLE_CPU = 0, PP_SAMPLE_WALL = 1 };
+/* With native stacks, a stack frame's line carries this bit when the frame is
+ * the first run by one C-level call of the interpreter. */
+#define PP_LINE_ENTRY 0x80000000u
 
 /* Thread states a sample is labelled with. */
 enum {

@@ -1541,6 +1541,7 @@ void pp_tracer_free(pp_profiler *p)
     Py_CLEAR(p->prev_trace_hook);
     Py_CLEAR(p->line_filter);
     Py_CLEAR(p->sample_root);
+    Py_CLEAR(p->sample_program);
     Py_CLEAR(p->meta);
     free(p->flush_path);
     p->flush_path = NULL;

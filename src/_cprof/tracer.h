@@ -91,6 +91,7 @@ typedef struct pp_profiler {
     pp_index native_threads;    /* kernel thread id -> thread index */
     uint64_t ghosts;
     PyObject *sample_root;      /* code of the runner's frame: stacks are cut below it */
+    PyObject *sample_program;   /* the program's code the runner runs (else: runner's work) */
     PyObject *weakreflist;
 } pp_profiler;
 

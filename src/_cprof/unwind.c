@@ -4,7 +4,21 @@
  * objects with dl_iterate_phdr, which takes the loader's lock; a sample taken
  * while that lock is held (during dlopen) would wait for it. Opt-in (--native),
  * documented. */
+#define _GNU_SOURCE
 #include "unwind.h"
+
+#include <dlfcn.h>
+#include <stddef.h>
+
+int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base)
+{
+    Dl_info info;
+    if (dladdr((void *)ip, &info) == 0 || info.dli_fname == NULL)
+        return 0;
+    *path = info.dli_fname;
+    *base = (uintptr_t)info.dli_fbase;
+    return 1;
+}
 
 #ifdef PP_HAVE_LIBUNWIND
 #define UNW_LOCAL_ONLY

@@ -8,6 +8,9 @@ int pp_unwind_available(void);
 /* The native stack of the interrupted code (instruction pointers, leaf
  * first) from a signal handler's context; 0 frames without libunwind. */
 int pp_unwind_signal(void *uctx, uintptr_t *ips, int max);
+/* The loaded object holding address `ip`: its path and load base (dladdr);
+ * 0 if none. Not for signal handlers. */
+int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base);
 /* Frames of the calling thread's native stack, or -1 when unavailable. */
 int pp_unwind_self_depth(void);
 

@@ -12,7 +12,12 @@ from .stacks import named_stacks
 
 def _name(frame):
     label, file, line = frame
-    text = f"{label} ({os.path.basename(file)}:{line})" if file else label
+    if not file:
+        text = label
+    elif line:
+        text = f"{label} ({os.path.basename(file)}:{line})"
+    else:                                   # a native frame: its object
+        text = f"{label} ({os.path.basename(file)})"
     return text.replace(";", ":").replace("\n", " ")
 
 

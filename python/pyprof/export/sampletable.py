@@ -33,7 +33,8 @@ def write_functions(session, out, limit=40):
 
 
 def write_lines(session, out, limit=20):
-    """The functions with the most samples, line by line."""
+    """The functions with the most samples, line by line: the lines with
+    samples, a line of context around them, ``...`` for the rest."""
     n = sum(c.count for c in session.samples.values()) or 1
     per_line = totals(session, lines=True)
     by_func: dict = {}
@@ -44,18 +45,22 @@ def write_lines(session, out, limit=20):
     funcs = sorted(by_func.items(), key=lambda kv: -max(r[1] for r in kv[1].values()))[:limit]
     out.write(header(session) + "\n")
     for (name, file), lines in funcs:
-        first = min(lines)
         fn = next((f for f in session.functions.values()
                    if f.qualname == name and f.filename == file), None)
-        if fn is not None:
-            first = min(first, fn.line)
+        first = fn.line if fn is not None else min(lines)
         src, note = _source(file, session.meta.get("sources", {}).get(file))
         out.write(f"File: {file}\nFunction: {name} at line {first}\n")
         if note:
             out.write(f"Note: {note}\n")
         out.write(f"\n{'Line #':>6} {'Self':>8} {'Self %':>7} {'Total':>8} {'Total %':>7}  "
                   f"Line Contents\n" + "=" * 60 + "\n")
-        for line in range(first, max(lines) + 1):
+        shown = sorted({x for ln in lines for x in (ln - 1, ln, ln + 1) if x >= first}
+                       | {first})
+        prev = None
+        for line in shown:
+            if prev is not None and line > prev + 1:
+                out.write(f"{'...':>6}\n")
+            prev = line
             text = src[line - 1].rstrip("\r\n") if 0 < line <= len(src) else ""
             row = lines.get(line)
             if row is None:

@@ -37,13 +37,43 @@ def named_stacks(session, lines=False, threads=True, states=None, thread_ids=Non
         st = session.stacks[sid]
         frames = [frame_label(session, fid, ln, lines) for fid, ln in st.frames]
         if st.native:
-            frames += [native_label(session, ip) for ip in reversed(st.native)]
+            frames = merge_native(session, frames, st)
         if threads:
             th = session.threads.get(t)
             frames.insert(0, (th.name if th else f"thread {t}", "", 0))
         if state != 0:
             frames.append((f"[{STATES[state]}]", "", 0))
         yield t, STATES[state], frames, c.count, c.weight
+
+
+EVAL = "_PyEval_EvalFrameDefault"
+
+
+def merge_native(session, py_frames, st):
+    """One stack from the Python frames (root first) and the native ones (leaf
+    first): from the leaf up, each call of the interpreter's evaluation loop is
+    replaced by the run of Python frames it executed (they start at the entry
+    frames). Native frames below the outermost matched call (the interpreter's
+    start-up) are left out; Python frames the native walk did not reach stay
+    at the root."""
+    native = [native_label(session, ip) for ip in st.native]              # leaf first
+    bounds = sorted(set(st.entries) | {0})
+    segments = [py_frames[a:b] for a, b in zip(bounds, bounds[1:] + [len(py_frames)])]
+    segments = [seg for seg in segments if seg]
+    out = []                                                                # leaf first
+    last_eval = None
+    for label in native:
+        if label[0] == EVAL and segments:
+            out.extend(reversed(segments.pop()))
+            last_eval = len(out)
+        else:
+            out.append(label)
+    if last_eval is None:               # no evaluation frame found: C code under Python
+        return py_frames + list(reversed(out))
+    out = out[:last_eval]
+    for seg in reversed(segments):      # not reached by the native walk
+        out.extend(reversed(seg))
+    return list(reversed(out))
 
 
 def totals(session, lines=False):

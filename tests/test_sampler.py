@@ -1,0 +1,496 @@
+"""The statistical sampler: attribution against known splits, thread states,
+a program's blocking calls unchanged under 1 kHz signals, threads, fork, code
+objects freed while sampling, conflicts, and every output read back."""
+import gzip
+import json
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pyprof
+from pyprof import Session
+from pyprof.session import STATES
+
+
+def spin(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def a():
+    return spin(500_000)
+
+
+def b():
+    return spin(300_000)
+
+
+def c():
+    return spin(200_000)
+
+
+def shares(session, names):
+    """Samples whose stack contains each named function, as % of all."""
+    total = sum(x.count for x in session.samples.values())
+    out = dict.fromkeys(names, 0)
+    for (t, sid, state), x in session.samples.items():
+        fnames = {session.functions[fid].name for fid, _ in session.stacks[sid].frames}
+        for n in names:
+            if n in fnames:
+                out[n] += x.count
+    return {n: 100.0 * v / max(total, 1) for n, v in out.items()}, total
+
+
+def sample(run, **kw):
+    p = pyprof.Profile(mode="sample", **kw)
+    p.enable()
+    try:
+        run()
+    finally:
+        p.disable()
+    return p.session()
+
+
+def test_known_split_cpu_mode():
+    def run():
+        t0 = time.process_time()
+        while time.process_time() - t0 < 2.0:
+            a(); b(); c()
+    s = sample(run, rate=1000)
+    got, n = shares(s, ["a", "b", "c"])
+    assert n > 300, s.info["sampling"]
+    # 50/30/20 by construction; sampling noise at this n is ~2-3 points.
+    assert abs(got["a"] - 50) < 10 and abs(got["b"] - 30) < 10 and abs(got["c"] - 20) < 10, got
+    si = s.info["sampling"]
+    assert si["mode"] == "cpu" and si["dropped"] == 0
+    assert s.info["hook"].startswith("SIGPROF")
+
+
+def test_wall_mode_labels_thread_states():
+    import hashlib
+
+    def sleeper():
+        time.sleep(0.6)
+
+    def hasher():
+        data = b"x" * (64 << 20)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.6:
+            hashlib.sha256(data).digest()          # releases the GIL, uses CPU
+
+    def run():
+        ts = [threading.Thread(target=sleeper, name="sleepy"),
+              threading.Thread(target=hasher, name="hashy")]
+        for t in ts:
+            t.start()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.6:
+            spin(10_000)
+        for t in ts:
+            t.join()
+
+    s = sample(run, wall=True, rate=200)
+    by = {}
+    for (t, sid, state), x in s.samples.items():
+        name = s.threads[t].name
+        by.setdefault(name, {}).setdefault(STATES[state], 0)
+        by[name][STATES[state]] += x.count
+    sleepy, hashy, main = by["sleepy"], by["hashy"], by["MainThread"]
+    assert sleepy.get("idle", 0) >= 0.8 * sum(sleepy.values()) and sum(sleepy.values()) > 60
+    assert hashy.get("native", 0) >= 0.5 * sum(hashy.values())
+    assert main.get("python", 0) >= 0.5 * sum(main.values())
+
+
+def test_cpu_mode_does_not_see_sleep():
+    def run():
+        time.sleep(0.4)
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.4:
+            spin(10_000)
+    s = sample(run, rate=500)
+    got, n = shares(s, ["spin"])
+    assert got["spin"] > 90, (got, n)
+
+
+BLOCKING = textwrap.dedent("""
+    import os, queue, select, socket, subprocess, sys, threading, time
+    import pyprof
+
+    def check(name, seconds, fn):
+        t0 = time.monotonic()
+        fn()
+        took = time.monotonic() - t0
+        assert took >= seconds * 0.98, (name, took)
+        print(name, "ok", round(took, 3))
+
+    p = pyprof.Profile(mode="sample", wall=True, rate=1000)
+    p.enable()
+
+    check("sleep", 0.3, lambda: time.sleep(0.3))
+
+    a, b = socket.socketpair()
+    threading.Timer(0.3, lambda: b.send(b"hi")).start()
+    check("recv", 0.3, lambda: a.recv(2))
+
+    a2, b2 = socket.socketpair()
+    threading.Timer(0.3, lambda: b2.send(b"x")).start()
+    check("select", 0.3, lambda: select.select([a2], [], [], 5))
+
+    check("subprocess", 0.3, lambda: subprocess.run(["sleep", "0.3"], check=True))
+
+    q = queue.Queue()
+    threading.Timer(0.3, lambda: q.put(1)).start()
+    check("queue", 0.3, lambda: q.get(timeout=5))
+
+    ev = threading.Event()
+    check("event-timeout", 0.3, lambda: ev.wait(0.3))
+
+    def io():
+        with open(sys.argv[1], "wb") as f:
+            for _ in range(64):
+                f.write(os.urandom(1 << 20))
+        with open(sys.argv[1], "rb") as f:
+            while f.read(1 << 20):
+                pass
+    check("file-io", 0.0, io)
+
+    p.disable()
+    si = p.session().info["sampling"]
+    print("signals", si["signals"])
+""")
+
+
+def test_blocking_calls_behave_as_without_pyprof(tmp_path):
+    script = tmp_path / "blocking.py"
+    script.write_text(BLOCKING)
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "big.bin")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for name in ("sleep", "recv", "select", "subprocess", "queue", "event-timeout", "file-io"):
+        assert f"{name} ok" in r.stdout, r.stdout
+    signals = int(r.stdout.split("signals")[1])
+    assert signals > 1000              # the program was interrupted, and did not notice
+
+
+def test_threads_started_while_sampling_are_sampled():
+    def late():
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.3:
+            spin(5_000)
+
+    def run():
+        time.sleep(0.05)
+        t = threading.Thread(target=late, name="late")
+        t.start()
+        t.join()
+    s = sample(run, wall=True, rate=200)
+    late_samples = sum(x.count for (t, sid, st), x in s.samples.items()
+                       if s.threads[t].name == "late")
+    assert late_samples >= 30
+
+
+def test_fork_while_sampling(tmp_path):
+    prog = textwrap.dedent("""
+        import os, sys, time, pyprof
+        def spin(n):
+            return sum(i * i for i in range(n))
+        p = pyprof.Profile(mode="sample", rate=1000)
+        p.enable()
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:
+                spin(300_000)           # no timer here: no SIGPROF, no sampler thread
+                os._exit(7)
+            _, status = os.waitpid(pid, 0)
+            assert os.WEXITSTATUS(status) == 7, status
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.4:      # CPU timers tick at most ~250 Hz
+            spin(10_000)
+        p.disable()
+        n = sum(x.count for x in p.session().samples.values())
+        print("samples", n)
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[1]) > 40
+
+
+def test_code_objects_freed_between_sample_and_drain():
+    """Functions compiled, run and dropped at a high rate while sampling: each
+    code object may die with samples naming it still in the ring."""
+    def churn():
+        t0 = time.monotonic()
+        k = 0
+        while time.monotonic() - t0 < 1.0:
+            ns = {}
+            exec(compile(f"def f{k}(n):\n    return sum(i * i for i in range(n))\n",
+                         f"<gen{k}>", "exec"), ns)
+            ns[f"f{k}"](20_000)
+            k += 1
+        return k
+    s = sample(churn, rate=2000)
+    names = {s.functions[fid].name for st in s.stacks.values() for fid, _ in st.frames}
+    generated = [n for n in names if n.startswith("f") and n[1:].isdigit()]
+    assert generated                       # named, whether alive or already gone
+    assert sum(x.count for x in s.samples.values()) > 100
+
+
+def test_conflicts_and_bad_rates():
+    with pytest.raises(ValueError, match="rate"):
+        pyprof.Profile(mode="sample", rate=-5)
+    with pytest.raises(ValueError, match="rate"):
+        pyprof.Profile(mode="sample", rate=1e9)
+    p = pyprof.Profile(mode="sample")
+    p.enable()
+    try:
+        q = pyprof.Profile(mode="sample")
+        with pytest.raises((RuntimeError, ValueError), match="already"):
+            q.enable()
+    finally:
+        p.disable()
+    old = signal.signal(signal.SIGPROF, lambda *a: None)
+    try:
+        with pytest.raises(RuntimeError, match="already handles SIGPROF"):
+            pyprof.Profile(mode="sample").enable()
+    finally:
+        signal.signal(signal.SIGPROF, old)
+    signal.setitimer(signal.ITIMER_PROF, 10)
+    try:
+        with pytest.raises(RuntimeError, match="ITIMER_PROF"):
+            pyprof.Profile(mode="sample").enable()
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory):
+    d = tmp_path_factory.mktemp("smp")
+    script = d / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import time
+
+        def work(n):
+            s = 0
+            for i in range(n):
+                s += i % 7
+            return s
+
+        def idle():
+            time.sleep(0.3)
+
+        def main():
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 0.8:
+                work(20_000)
+            idle()
+
+        main()
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--wall", "--rate", "500",
+                        "-o", "run.cprof", str(script)], cwd=d, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return d, script, Session.load(d / "run.cprof")
+
+
+def test_cli_capture_starts_at_the_program(capture):
+    d, script, s = capture
+    assert s.meta["modes"] == ["sample"]
+    roots = {s.functions[st.frames[0][0]].name for st in s.stacks.values() if st.frames}
+    assert roots == {"<module>"}, roots             # no runpy, no pyprof frames
+    got, n = shares(s, ["work", "idle"])
+    assert n > 400 and abs(got["work"] - 73) < 12 and abs(got["idle"] - 27) < 12, got
+
+
+def convert(d, name):
+    r = subprocess.run([sys.executable, "-m", "pyprof", "convert", "run.cprof", "-o", name],
+                       cwd=d, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return d / name
+
+
+def test_collapsed_output(capture):
+    d, script, s = capture
+    lines = convert(d, "run.collapsed").read_text().splitlines()
+    assert lines == sorted(lines)
+    total = 0
+    for ln in lines:
+        stack, count = ln.rsplit(" ", 1)
+        total += int(count)
+        assert stack.startswith("MainThread;<module> (prog.py:")
+    assert total == sum(x.count for x in s.samples.values())
+    assert any(ln.endswith(";[idle] " + ln.rsplit(" ", 1)[1]) and ";idle (prog.py:" in ln
+               for ln in lines)
+
+
+def test_speedscope_output(capture):
+    d, script, s = capture
+    doc = json.loads(convert(d, "run.speedscope.json").read_text())
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    frames = doc["shared"]["frames"]
+    (prof,) = doc["profiles"]
+    assert prof["type"] == "sampled" and prof["unit"] == "nanoseconds"
+    assert len(prof["samples"]) == len(prof["weights"]) == sum(x.count for x in s.samples.values())
+    assert all(0 <= i < len(frames) for smp in prof["samples"] for i in smp)
+    assert all(w > 0 for w in prof["weights"])
+    assert prof["endValue"] == sum(prof["weights"])
+    assert {"work", "idle", "main"} <= {f["name"] for f in frames}
+
+
+def test_pstats_from_samples(capture):
+    d, script, s = capture
+    st = pstats.Stats(str(convert(d, "run.prof"))).stats
+    work = next(v for k, v in st.items() if k[2] == "work")
+    main = next(v for k, v in st.items() if k[2] == "main")
+    assert work[0] == work[1] == 0                  # call counts: unknown, not invented
+    assert 0.4 < work[3] <= main[3] <= 1.3
+    assert set(main[4]) == {next(k for k in st if k[2] == "<module>")}
+
+
+def test_flamegraph_html(capture):
+    d, script, s = capture
+    page = convert(d, "run.html").read_text()
+    assert "<script src" not in page and "http" not in page.split("<script")[1][:200]
+    data = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+    doc = json.loads(data)
+    assert doc["threads"]["all threads"][3] == sum(x.count for x in s.samples.values())
+
+
+def test_flamegraph_escapes_names(tmp_path):
+    s = Session()
+    from pyprof.session import Function, SampleCounters, Stack, Thread
+    s.info = {"sampling": {"mode": "cpu", "interval_ns": 1000000}}
+    s.functions = {0: Function(0, "</script><script>alert(1)</script>", 1, "<!--x", "<!--x",
+                               "python")}
+    s.threads = {0: Thread(0, 1, 1, 0, "main")}
+    s.stacks = {0: Stack(((0, 1),))}
+    s.samples = {(0, 0, 0): SampleCounters(3, 3000000)}
+    from pyprof.export import flamegraph
+    page = flamegraph.render(s)
+    assert page.count("</script>") == 2 and "<!--x" not in page
+    data = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
+    assert json.loads(data)["threads"]["main"][4][0][0] == "<!--x"
+
+
+def test_function_and_line_tables(capture):
+    d, script, s = capture
+    text = convert(d, "run.txt").read_text()
+    assert text.startswith("Samples: ")
+    row = next(ln for ln in text.splitlines() if ln.endswith("work (prog.py:4)"))
+    assert row.split()[6] == "?"                      # calls: unknown
+    section = text.split("Function: work at line 4")[1].split("File:")[0]
+    loop = next(ln for ln in section.splitlines() if ln.rstrip().endswith("s += i % 7"))
+    assert int(loop.split()[1]) > 0
+
+
+def _go():
+    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/lib/go/bin"]:
+        if os.path.exists(os.path.join(d, "go")):
+            return os.path.join(d, "go")
+    return None
+
+
+@pytest.mark.skipif(_go() is None, reason="go tool pprof needs Debian's golang-go")
+def test_pprof_read_by_go_tool_pprof(capture):
+    d, script, s = capture
+    path = convert(d, "run.pb.gz")
+    assert gzip.decompress(path.read_bytes())
+    env = dict(os.environ, HOME=str(d), GOCACHE=str(d / "gocache"), PPROF_TMPDIR=str(d))
+    top = subprocess.run([_go(), "tool", "pprof", "-top", "-sample_index=wall", str(path)],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert top.returncode == 0, top.stderr
+    assert "work" in top.stdout and "idle" in top.stdout
+    for flag in ("-traces", "-list=work"):
+        r = subprocess.run([_go(), "tool", "pprof", flag, str(path)], capture_output=True,
+                           text=True, timeout=120, env=env)
+        assert r.returncode == 0 and "work" in r.stdout, r.stderr
+
+
+def test_dump_every_survives_os_exit(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        def busy():
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.2:
+                sum(i for i in range(1000))
+        busy()
+        os._exit(5)
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--dump-every", "0.3",
+                        "-o", "c.cprof", str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 5
+    s = Session.load(tmp_path / "c.cprof")
+    assert not s.final and sum(x.count for x in s.samples.values()) > 50
+
+
+def test_signal_starts_and_stops_sampling(tmp_path):
+    script = tmp_path / "sig.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time
+        def before():
+            t0 = time.process_time()
+            while time.process_time() - t0 < 0.3: pass
+        def during():
+            t0 = time.process_time()
+            while time.process_time() - t0 < 0.5: pass
+        before()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        during()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        before()
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--signal", "USR2",
+                        "-o", "s.cprof", str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = Session.load(tmp_path / "s.cprof")
+    got, n = shares(s, ["before", "during"])
+    assert n > 50 and got["during"] > 90, (got, n)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sample", "--rate", "0"], "--rate must be in"),
+    (["--rate", "100"], "go with --sample"),
+    (["--sample", "--signal", "KILL"], "not a signal pyprof can use"),
+    (["--sample", "-l"], "do not combine"),
+])
+def test_cli_bad_sampling_options(tmp_path, args, message):
+    script = tmp_path / "x.py"
+    script.write_text("print('ran')\n")
+    r = subprocess.run([sys.executable, "-m", "pyprof", *args, str(script)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "ran" not in r.stdout
+    assert r.stderr.startswith("pyprof: error:") and message in r.stderr, r.stderr
+
+
+@pytest.mark.skipif("libunwind" not in pyprof._cprof.FEATURES, reason="built without libunwind")
+def test_native_frames_under_python_lines(tmp_path):
+    script = tmp_path / "nat.py"
+    script.write_text(textwrap.dedent("""
+        import os, zlib
+        data = os.urandom(1 << 20) * 4
+        def compress():
+            for _ in range(8):
+                zlib.compress(data, 6)
+        compress()
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--native", "-o",
+                        "n.collapsed", str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "n.collapsed").read_text().splitlines()
+    total = sum(int(ln.rsplit(" ", 1)[1]) for ln in lines)
+    deflate = sum(int(ln.rsplit(" ", 1)[1]) for ln in lines
+                  if ";compress (nat.py:4);" in ln and "deflate (libz" in ln)
+    assert deflate > 0.5 * total, lines[:5]
