@@ -36,10 +36,10 @@ BENCH_ARGS   ?=
 DEMO_LINES   ?= 45
 
 # apt packages: build-essential ones (the build fails without them) and the rest
-# (libunwind-dev: optional native stacks; graphviz/valgrind: `dot` and
-# `callgrind_annotate`, used by tests that validate exported files).
+# (libunwind-dev: optional native stacks; graphviz/valgrind/golang-go: `dot`,
+# `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files).
 APT_REQUIRED := zlib1g-dev
-APT_OPTIONAL := libunwind-dev graphviz valgrind
+APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go
 
 .PHONY: help deps pythons venv test demo asan bench clean
 

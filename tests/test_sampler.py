@@ -494,3 +494,44 @@ def test_native_frames_under_python_lines(tmp_path):
     deflate = sum(int(ln.rsplit(" ", 1)[1]) for ln in lines
                   if ";compress (nat.py:4);" in ln and "deflate (libz" in ln)
     assert deflate > 0.5 * total, lines[:5]
+
+
+def test_pyprof_signal_environment(tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, time
+        import pyprof                               # honours PYPROF_SIGNAL
+        def handle():
+            t0 = time.process_time()
+            while time.process_time() - t0 < 0.4: pass
+        def idle_work():
+            t0 = time.process_time()
+            while time.process_time() - t0 < 0.2: pass
+        idle_work()
+        os.kill(os.getpid(), signal.SIGUSR1)        # an operator starts sampling...
+        handle()
+        os.kill(os.getpid(), signal.SIGUSR1)        # ...and stops it: a capture is written
+        idle_work()
+    """))
+    env = dict(os.environ, PYPROF_SIGNAL="USR1", PYPROF_OUTPUT=str(tmp_path / "live.cprof"))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"pyprof: wrote {tmp_path / 'live.cprof'}" in r.stderr
+    got, n = shares(Session.load(tmp_path / "live.cprof"), ["handle", "idle_work"])
+    assert n > 30 and got["handle"] > 90, got
+
+
+def test_profile_as_decorator():
+    prof = pyprof.Profile(mode="sample", rate=1000)
+
+    @prof
+    def busy():
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.2:
+            spin(5_000)
+        return 42
+
+    assert busy() == 42 and not prof.enabled
+    got, n = shares(prof.session(), ["busy"])
+    assert n > 20 and got["busy"] > 95

@@ -23,3 +23,7 @@ from .session import CallRow, Counters, Function, LineCounters, Session, Thread,
 
 __all__ = ["Profile", "profile", "run", "runctx", "Session", "Function", "Counters",
            "LineCounters", "CallRow", "Thread", "load", "PyprofError", "__version__"]
+
+from . import control as _control
+
+_control.install_from_environment()         # PYPROF_SIGNAL: sampling on a signal

@@ -382,12 +382,10 @@ class _Runner:
 
 
 def _signal_number(name):
-    name = name.upper()
-    name = name if name.startswith("SIG") else "SIG" + name
-    num = getattr(signal, name, None)
-    if not isinstance(num, int) or name in ("SIGKILL", "SIGSTOP", "SIGPROF"):
-        raise PyprofError(f"--signal: {name[3:]!r} is not a signal pyprof can use "
-                          f"(e.g. USR1, USR2)")
+    from .control import signal_number
+    num = signal_number(name)
+    if num is None:
+        raise PyprofError(f"--signal: {name!r} is not a signal pyprof can use (e.g. USR1, USR2)")
     return num
 
 
@@ -489,6 +487,8 @@ def cmd_view(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from . import control
+    control.uninstall()                         # this process's profiling is the CLI's
     try:
         if argv and argv[0] == "convert":
             return cmd_convert(argv[1:])

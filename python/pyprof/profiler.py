@@ -6,6 +6,7 @@ writes a .cprof capture (or pstats, by file suffix).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -121,6 +122,16 @@ class Profile(_cprof.Profiler):
             return func(*args, **kw)
         finally:
             self.disable()
+
+    def __call__(self, func):
+        """As a decorator: every call of `func` runs profiled (calls made while
+        the profiler is already enabled just run)."""
+        @functools.wraps(func)
+        def profiled(*args, **kw):
+            if self.enabled:
+                return func(*args, **kw)
+            return self.runcall(func, *args, **kw)
+        return profiled
 
     def __enter__(self):
         self.enable()

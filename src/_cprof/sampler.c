@@ -191,7 +191,7 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     r->nnative = (uint16_t)nnative;
     r->pad = 0;
     unsigned char *p = (unsigned char *)(r + 1);
-    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));
+    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
     memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
     atomic_store_explicit(&r->len, len, memory_order_release);
     atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
@@ -272,8 +272,8 @@ static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const ui
         if (e->key == h) {
             pp_stackent *st = &s->stacks[e->val];
             if (st->nframes == n && st->nnative == nn
-                && memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0
-                && memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0)
+                && (n == 0 || memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0)
+                && (nn == 0 || memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0))
                 return e->val;
         }
         i = (i + 1) & s->stackidx.mask;
@@ -289,8 +289,10 @@ static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const ui
     st->nframes = n;
     st->nstart = s->nnative;
     st->nnative = nn;
-    memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
-    memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
+    if (n)              /* (no arrays yet when every stack so far was empty) */
+        memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
+    if (nn)
+        memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
     s->nframes += n;
     s->nnative += nn;
     return s->nstacks++;

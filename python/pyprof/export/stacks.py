@@ -28,22 +28,28 @@ def native_label(session, ip):
 
 
 def named_stacks(session, lines=False, threads=True, states=None, thread_ids=None):
-    """Yield (thread index, state name, [frames root first], count, weight_ns)."""
+    """Yield (thread index, state name, [frames root first], count, weight_ns).
+
+    With native frames, a detached thread whose native stack passes through
+    CPython's take_gil is waiting for the GIL: its state is reported as "gil"."""
     for (t, sid, state), c in session.samples.items():
-        if states is not None and STATES[state] not in states:
-            continue
         if thread_ids is not None and t not in thread_ids:
             continue
         st = session.stacks[sid]
         frames = [frame_label(session, fid, ln, lines) for fid, ln in st.frames]
+        name = STATES[state]
         if st.native:
             frames = merge_native(session, frames, st)
+            if state != 0 and any(f[0] == "take_gil" for f in frames):
+                name = "gil"
+        if states is not None and name not in states:
+            continue
         if threads:
             th = session.threads.get(t)
             frames.insert(0, (th.name if th else f"thread {t}", "", 0))
-        if state != 0:
-            frames.append((f"[{STATES[state]}]", "", 0))
-        yield t, STATES[state], frames, c.count, c.weight
+        if name != "python":
+            frames.append((f"[{name}]", "", 0))
+        yield t, name, frames, c.count, c.weight
 
 
 EVAL = "_PyEval_EvalFrameDefault"
@@ -56,7 +62,11 @@ def merge_native(session, py_frames, st):
     frames). Native frames below the outermost matched call (the interpreter's
     start-up) are left out; Python frames the native walk did not reach stay
     at the root."""
-    native = [native_label(session, ip) for ip in st.native]              # leaf first
+    native = []                                                             # leaf first
+    for ip in st.native:
+        label = native_label(session, ip)
+        if not (native and label == native[-1] and label[0].startswith("[")):
+            native.append(label)        # one frame for a run of unnamed code of one object
     bounds = sorted(set(st.entries) | {0})
     segments = [py_frames[a:b] for a, b in zip(bounds, bounds[1:] + [len(py_frames)])]
     segments = [seg for seg in segments if seg]
