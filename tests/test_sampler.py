@@ -464,6 +464,8 @@ def test_signal_starts_and_stops_sampling(tmp_path):
     (["--rate", "100"], "go with --sample"),
     (["--sample", "--signal", "KILL"], "not a signal pyprof can use"),
     (["--sample", "-l"], "do not combine"),
+    (["-o", "flame.html"], "add --sample"),
+    (["-o", "x.speedscope.json"], "add --sample"),
 ])
 def test_cli_bad_sampling_options(tmp_path, args, message):
     script = tmp_path / "x.py"
@@ -472,6 +474,21 @@ def test_cli_bad_sampling_options(tmp_path, args, message):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "ran" not in r.stdout
     assert r.stderr.startswith("pyprof: error:") and message in r.stderr, r.stderr
+
+
+def test_stack_formats_refuse_a_tracing_capture(tmp_path):
+    """A tracing capture has no stacks: converting it to a flame graph is an
+    error that says why, not an empty graph."""
+    p = pyprof.Profile()
+    p.enable()
+    spin(1000)
+    p.disable()
+    p.dump(str(tmp_path / "t.cprof"))
+    for out in ("f.html", "f.collapsed", "f.speedscope.json", "f.pb.gz"):
+        r = subprocess.run([sys.executable, "-m", "pyprof", "convert", "t.cprof", "-o", out],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "sampled stacks" in r.stderr and not (tmp_path / out).exists()
 
 
 @pytest.mark.skipif("libunwind" not in pyprof._cprof.FEATURES, reason="built without libunwind")

@@ -1,8 +1,9 @@
 """pyprof's command line.
 
-    python -m pyprof [run] [-o FILE] [-s SORT] [-l | --lines-of P | --lines-all] [-m module | -c code | script] [args...]
-    pyprof convert FILE.cprof -o OUT [--format pstats|cprof|callgrind|lines]
-    pyprof view FILE.cprof [--lines] [--unit U]
+    python -m pyprof [run] [-o FILE] [-s SORT] [--sample | -l | --lines-of P | --lines-all]
+                     [-m module | -c code | script] [args...]
+    pyprof convert FILE.cprof -o OUT [-f FORMAT]
+    pyprof view FILE.cprof [--lines | --functions] [--unit U]
     pyprof --version
 
 `run` (the default) is a drop-in for ``python -m cProfile``: the program runs as
@@ -29,7 +30,7 @@ import types
 from . import _cprof
 from ._version import __version__
 from .errors import PyprofError
-from .export import FORMATS, export, format_for_path
+from .export import ALIASES, FORMATS, STACK_FORMATS, export, format_for_path
 
 EXIT_USAGE = 2
 SUBCOMMANDS = ("run", "convert", "view")
@@ -61,8 +62,10 @@ def _run_parser() -> _Parser:
                     "'pyprof view FILE.cprof'.")
     p.add_argument("-o", "--outfile", metavar="FILE",
                    help="write the profile to FILE, in the format its name asks for: .cprof "
-                        "(capture), callgrind.out.* or .callgrind (callgrind), .txt (line "
-                        "tables), else pstats (default: print a table to stdout)")
+                        "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
+                        "tables), .collapsed or .folded (collapsed stacks), .speedscope.json, "
+                        ".pb.gz (pprof), .html (flame graph), else pstats (default: print a "
+                        "table to stdout)")
     p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
                    help="sort key of the printed table, as pstats: "
                         + ", ".join(SORT_KEYS) + " (default: cumulative)")
@@ -355,7 +358,7 @@ class _Runner:
                     # The interpreter waits for non-daemon threads at exit, after
                     # results would be written: wait here, still profiling them,
                     # but not this thread's waiting (pyprof's calls, not the program's).
-                    self.prof._pause_thread(True)
+                    self.prof._thread_paused = True
                     for t in threading.enumerate():
                         if t is not threading.main_thread() and not t.daemon and t.is_alive():
                             t.join()
@@ -414,6 +417,10 @@ def cmd_run(argv) -> int:
         raise PyprofError("--flush-interval must be >= 0")
     if opts.outfile:
         _check_writable(opts.outfile)
+        fmt = format_for_path(opts.outfile)
+        if fmt in STACK_FORMATS and not opts.sample:
+            raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
+                              f"does not record: add --sample")
     if not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.native or opts.signal
                             or opts.dump_every):
         raise PyprofError("--rate, --cpu, --wall, --native, --signal and --dump-every go with "
@@ -441,7 +448,7 @@ def cmd_convert(argv) -> int:
                 description="Convert a .cprof capture file to another format.")
     p.add_argument("input", help="a .cprof capture file")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
-    p.add_argument("-f", "--format", choices=sorted(FORMATS),
+    p.add_argument("-f", "--format", choices=sorted([*FORMATS, *ALIASES]),
                    help="output format (default: from the output suffix, else pstats)")
     opts = p.parse_args(argv)
     from .session import Session

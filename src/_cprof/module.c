@@ -221,13 +221,23 @@ static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObj
     Py_RETURN_NONE;
 }
 
-static PyObject *profiler_pause_thread(pp_profiler *self, PyObject *arg)
+/* An attribute, not a method: setting it is no call event, so the pause
+ * leaves no frame of its own open on the thread (that frame would collect
+ * all the paused time). */
+static PyObject *profiler_get_thread_paused(pp_profiler *self, void *closure)
 {
-    int paused = PyObject_IsTrue(arg);
+    (void)closure;
+    return PyBool_FromLong(pp_tracer_thread_paused(self));
+}
+
+static int profiler_set_thread_paused(pp_profiler *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    int paused = value ? PyObject_IsTrue(value) : 0;
     if (paused < 0)
-        return NULL;
+        return -1;
     pp_tracer_pause_thread(self, paused);
-    Py_RETURN_NONE;
+    return 0;
 }
 
 static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject *kw)
@@ -339,9 +349,6 @@ static PyMethodDef profiler_methods[] = {
     {"set_flush", (PyCFunction)(void (*)(void))profiler_set_flush, METH_VARARGS | METH_KEYWORDS,
      "set_flush(path=None, interval=0.0)\n"
      "While enabled, write a capture to path every interval seconds (0: never)."},
-    {"_pause_thread", (PyCFunction)profiler_pause_thread, METH_O,
-     "_pause_thread(paused)\nStop (True) or resume (False) recording the calling thread's "
-     "events while enabled; the next enable() resumes it."},
     {"_set_lines", (PyCFunction)(void (*)(void))profiler_set_lines, METH_VARARGS | METH_KEYWORDS,
      "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
      "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
@@ -369,6 +376,10 @@ static PyGetSetDef profiler_getset[] = {
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},
+    {"_thread_paused", (getter)profiler_get_thread_paused,
+     (setter)profiler_set_thread_paused,
+     "True: the calling thread's events are not recorded (until set False or the next "
+     "enable).", NULL},
     {"tool_id", (getter)profiler_get_tool_id, NULL,
      "sys.monitoring tool id in use (3.12+), -1 when none.", NULL},
     {NULL},

@@ -161,6 +161,11 @@ void pp_tracer_pause_thread(pp_profiler *p, int paused)
     }
 }
 
+int pp_tracer_thread_paused(pp_profiler *p)
+{
+    return p->enabled && pp_tls.gen == p->gen && pp_tls.paused != NULL;
+}
+
 /* A thread's name from threading._active (a dict lookup: no Python code
  * runs). A new thread enters _active only after its first events, so this is
  * retried on later returns, a bounded number of times (raw _thread threads

@@ -21,6 +21,7 @@ FORMATS = {
     "flamegraph": ("flamegraph", (".html",)),
 }
 ALIASES = {"lines": "text"}
+STACK_FORMATS = ("collapsed", "speedscope", "pprof", "flamegraph")
 
 
 def format_for_path(path, default="pstats") -> str:
@@ -38,6 +39,9 @@ def export(session, fmt: str, path) -> None:
     fmt = ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise PyprofError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if fmt in STACK_FORMATS and not session.info.get("sampling"):
+        raise PyprofError(f"{fmt} is made of sampled stacks, which a tracing profile does not "
+                          f"record: profile with --sample (or mode='sample')")
     modname = FORMATS[fmt][0]
     if modname is None:
         session.save(path)
