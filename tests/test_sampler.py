@@ -392,6 +392,24 @@ def test_function_and_line_tables(capture):
     assert int(loop.split()[1]) > 0
 
 
+def test_view_a_sampling_capture(capture):
+    d, script, s = capture
+    n = sum(x.count for x in s.samples.values())
+
+    def view(*args):
+        r = subprocess.run([sys.executable, "-m", "pyprof", "view", "run.cprof", *args], cwd=d,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.count("Samples: ") == 1 and f"Samples: {n} of wall-clock" in r.stdout
+        return r.stdout
+
+    both, lines, funcs = view(), view("--lines"), view("--functions")
+    assert "Total %" in funcs and "Line #" not in funcs
+    assert "Line #" in lines and "Calls" not in lines and "No line was profiled" not in lines
+    assert "Calls" in both and "Function: work at line 4" in both
+    assert lines.split("\n", 1)[1] in both            # the same line tables
+
+
 def _go():
     for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/lib/go/bin"]:
         if os.path.exists(os.path.join(d, "go")):

@@ -476,16 +476,18 @@ def cmd_view(argv) -> int:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
     from .session import Session
     session = Session.load(opts.input)
-    if opts.lines or (session.info.get("lines") and not opts.functions):
+    if session.info.get("sampling"):
+        from .export import sampletable
+        if not opts.lines:
+            sampletable.write_functions(session, sys.stdout)
+        if not opts.functions:
+            if not opts.lines:
+                sys.stdout.write("\n")
+            sampletable.write_lines(session, sys.stdout, header_line=opts.lines)
+    elif opts.lines or (session.info.get("lines") and not opts.functions):
         from .export import linetable
         linetable.write_text(session, sys.stdout, unit=opts.unit,
                              call_rows=not opts.no_call_rows)
-    elif session.info.get("sampling"):
-        from .export import sampletable
-        sampletable.write_functions(session, sys.stdout)
-        if not opts.functions:
-            sys.stdout.write("\n")
-            sampletable.write_lines(session, sys.stdout)
     else:
         from .export.pstats import print_table
         print_table(session, opts.sort, sys.stdout)

@@ -3,10 +3,9 @@ call counts are not known to a sampler and are shown as "?") and the line table
 (self and total samples per line)."""
 from __future__ import annotations
 
-import io
 import os
 
-from .linetable import _atomic_write_text, _source
+from .linetable import _source
 from .stacks import totals
 
 
@@ -32,7 +31,7 @@ def write_functions(session, out, limit=40):
                   f"{tw / 1e9:>9.3f} {'?':>6}  {label}{where}\n")
 
 
-def write_lines(session, out, limit=20):
+def write_lines(session, out, limit=20, header_line=True):
     """The functions with the most samples, line by line: the lines with
     samples, a line of context around them, ``...`` for the rest."""
     n = sum(c.count for c in session.samples.values()) or 1
@@ -43,7 +42,8 @@ def write_lines(session, out, limit=20):
             continue
         by_func.setdefault((label.rsplit(":", 1)[0], file), {})[line] = row
     funcs = sorted(by_func.items(), key=lambda kv: -max(r[1] for r in kv[1].values()))[:limit]
-    out.write(header(session) + "\n")
+    if header_line:
+        out.write(header(session) + "\n")
     for (name, file), lines in funcs:
         fn = next((f for f in session.functions.values()
                    if f.qualname == name and f.filename == file), None)
@@ -54,8 +54,8 @@ def write_lines(session, out, limit=20):
             out.write(f"Note: {note}\n")
         out.write(f"\n{'Line #':>6} {'Self':>8} {'Self %':>7} {'Total':>8} {'Total %':>7}  "
                   f"Line Contents\n" + "=" * 60 + "\n")
-        shown = sorted({x for ln in lines for x in (ln - 1, ln, ln + 1) if x >= first}
-                       | {first})
+        shown = sorted(x for x in {x for ln in lines for x in (ln - 1, ln, ln + 1)} | {first}
+                       if x >= first and (x in lines or not src or x <= len(src)))
         prev = None
         for line in shown:
             if prev is not None and line > prev + 1:
@@ -70,10 +70,3 @@ def write_lines(session, out, limit=20):
                           f"{100 * row[1] / n:>6.1f}%  {text}\n")
         out.write("\n\n")
 
-
-def write(session, path):
-    buf = io.StringIO()
-    write_functions(session, buf)
-    buf.write("\n")
-    write_lines(session, buf)
-    _atomic_write_text(path, buf.getvalue())

@@ -16,7 +16,7 @@ def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
         from .sampletable import write_functions, write_lines
         write_functions(session, buf)
         buf.write("\n")
-        write_lines(session, buf)
+        write_lines(session, buf, header_line=False)
     else:
         from .pstats import print_table
         print_table(session, sort, buf)
