@@ -64,6 +64,11 @@ LINE_WORKLOADS = {b: CORE[b] for b in ("richards", "raytrace", "go", "chaos", "n
                                        "json_dumps")}
 LINE_CONFIGS = ["base", "pyprof-lines-file", "lineprof-file", "pyprof-lines-all", "pprofile",
                 "floor-lines"]
+# Sampling: pyprof at its defaults (CPU time, 250 Hz), with native frames, and
+# in wall mode at 1 kHz, against pyinstrument (in-process, 1 ms), py-spy and
+# austin (out of process, at 250 Hz like pyprof) and scalene --cpu-only.
+SAMPLE_CONFIGS = ["base", "pyprof-sample", "pyprof-sample-native", "pyprof-wall-1k",
+                  "pyinstrument", "py-spy", "austin", "scalene"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
 LEGACY_ONLY = {"floor-pep523"}
 
@@ -76,7 +81,7 @@ def py_info(python):
     code = ("import sys, platform, json, importlib.metadata as m, pyperformance, os\n"
             "v = {}\n"
             "for d in ('pyprof', 'yappi', 'pyinstrument', 'pyperformance', 'pyperf',\n"
-            "          'line_profiler', 'pprofile'):\n"
+            "          'line_profiler', 'pprofile', 'py-spy', 'austin-dist', 'scalene'):\n"
             "    try: v[d] = m.version(d)\n"
             "    except Exception: v[d] = None\n"
             "print(json.dumps({'version': platform.python_version(), 'minor': '%d.%d' % "
@@ -121,8 +126,19 @@ class Runner:
         out = os.path.join(self.tmp, "r.json")
         if os.path.exists(out):
             os.unlink(out)
-        cmd = [self.python, os.path.join(HERE, "target.py"), config, out, self.script(bench),
-               "--worker", "-l", str(loops), "-w", "0", "-n", "1"]
+        target = [os.path.join(HERE, "target.py"), config, out, self.script(bench),
+                  "--worker", "-l", str(loops), "-w", "0", "-n", "1"]
+        cmd = [self.python] + target
+        tools = os.path.dirname(self.python)
+        if config == "py-spy":          # its default (blocking) mode, at pyprof's rate
+            cmd = [os.path.join(tools, "py-spy"), "record", "--rate", "250", "--format", "raw",
+                   "-o", os.path.join(self.tmp, "py-spy.txt"), "--"] + cmd
+        elif config == "austin":
+            cmd = [os.path.join(tools, "austin"), "-i", "4000",
+                   "-o", os.path.join(self.tmp, "austin.txt")] + cmd
+        elif config == "scalene":
+            cmd = [self.python, "-m", "scalene", "run", "--cpu-only",
+                   "-o", os.path.join(self.tmp, "scalene.json"), target[0], "---"] + target[1:]
         if self.cpu is not None and shutil.which("taskset"):
             cmd = ["taskset", "-c", str(self.cpu)] + cmd
         p = subprocess.run(cmd, env=self.env, capture_output=True, text=True,
@@ -170,10 +186,12 @@ def measure(python, benches, configs, rounds, seconds, cpu, timeout, suite="func
     for bench in benches:
         loops = calibrate(runner, bench, seconds)
         count = "count-lines" if suite == "lines" else "count"
-        events = runner.run(count, bench, loops).get("lines" if suite == "lines" else "calls")
+        events = (None if suite == "sample" else
+                  runner.run(count, bench, loops).get("lines" if suite == "lines" else "calls"))
         result["workloads"][bench] = {"loops": loops, "calls": events,
                                       "runs": {c: [] for c in configs}}
-        log(f"[{minor}] {bench}: {loops} loops, {events} {'line' if suite == 'lines' else 'call'} events")
+        log(f"[{minor}] {bench}: {loops} loops" + ("" if events is None else
+            f", {events} {'line' if suite == 'lines' else 'call'} events"))
     rng = random.Random(12345)
     for rnd in range(rounds + 1):
         for bench in benches:
@@ -244,12 +262,17 @@ def fmt_ratio(row):
 def render(results) -> str:
     lines = []
     suite = None
-    for res in sorted(results, key=lambda r: (r.get("suite") == "lines", r["minor"])):
+    order = {"function": 0, "lines": 1, "sample": 2}
+    for res in sorted(results, key=lambda r: (order[r.get("suite", "function")], r["minor"])):
         if res.get("suite", "function") != suite:
             suite = res.get("suite", "function")
-            lines += [f"## {'Line' if suite == 'lines' else 'Function'} mode", ""]
+            lines += [f"## {dict(function='Function', lines='Line', sample='Sampling')[suite]} "
+                      f"mode", ""]
         if suite == "lines":
             lines += render_lines(res)
+            continue
+        if suite == "sample":
+            lines += render_sample(res)
             continue
         rows = analyse(res)
         summ = summarise(res, rows)
@@ -357,6 +380,73 @@ def render_lines(res) -> list:
     return out + [""]
 
 
+def render_sample(res) -> list:
+    rows = analyse(res)
+    configs = [c for c in res["configs"] if c != "base"]
+    pk = res["packages"]
+    out = [f"### CPython {res['python']}: sampling", "",
+           f"pyprof {pk.get('pyprof')}, pyinstrument {pk.get('pyinstrument')} (1 ms, wall), "
+           f"py-spy {pk.get('py-spy')} (`record --rate 250`, its default blocking mode), austin "
+           f"{pk.get('austin-dist')} (`-i 4000`: 250 Hz), scalene {pk.get('scalene')} "
+           f"(`run --cpu-only`); {res['rounds']} rounds after a discarded warm-up, "
+           f"~{res['seconds']} s unprofiled per run, every process pinned to CPU {res['cpu']}; "
+           f"{res['started']} – {res.get('finished', '?')}.", "",
+           "Wall-time overhead = profiled / unprofiled time of the region, median of paired "
+           "ratios [bootstrap 95% interval]:", ""]
+    head = ["workload", "base CV"] + configs
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for bench, r in rows.items():
+        cv = r["base"].get("cv", 0)
+        cells = [bench, f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
+        for c in configs:
+            row = r.get(c, {})
+            cells.append(f"{row['ratio']:.3f} [{row['ci'][0]:.3f}–{row['ci'][1]:.3f}]"
+                         if "ratio" in row else "failed")
+        out.append("| " + " | ".join(cells) + " |")
+    summ = {c: [rows[b][c] for b in rows if "ratio" in rows[b].get(c, {})] for c in configs}
+    out += ["", "CPU time of every process involved (the program, its threads, and for py-spy "
+            "and austin their own process) during the region, profiled / unprofiled, median "
+            "of paired ratios; then wall and CPU over the workloads:", ""]
+    out += ["| " + " | ".join(["workload", *configs]) + " |", "|" + "---|" * (len(configs) + 1)]
+    for bench, r in rows.items():
+        out.append("| " + " | ".join([bench] + [
+            f"{r[c]['cpu_ratio']:.3f}" if "cpu_ratio" in r.get(c, {}) else "failed"
+            for c in configs]) + " |")
+    for label, key, fn in (("wall geomean", "ratio", geomean), ("wall max", "ratio", max),
+                           ("CPU geomean", "cpu_ratio", geomean), ("CPU max", "cpu_ratio", max)):
+        out.append("| **" + label + "** | " + " | ".join(
+            f"{fn([x[key] for x in summ[c]]):.3f}" if summ[c] else "–" for c in configs) + " |")
+    growth = {}
+    for c in ("pyprof-sample", "pyprof-sample-native", "pyprof-wall-1k"):
+        rates = [r["capture_bytes"] / r["wall"] / 1e3 for w in res["workloads"].values()
+                 for r in w["runs"].get(c, []) if "capture_bytes" in r]
+        if rates:
+            growth[c] = (statistics.median(rates), max(rates))
+    if growth:
+        out += ["", "Capture file size per second of profiled time (KB/s, median / max over "
+                "runs): " + ", ".join(f"{c} {m:.1f} / {x:.1f}" for c, (m, x) in growth.items())]
+    out += ["", "Targets:"]
+
+    def g(c, key="ratio", fn=geomean):
+        return fn([x[key] for x in summ.get(c, [])]) if summ.get(c) else math.nan
+    if summ.get("pyprof-sample"):
+        a, m = g("pyprof-sample"), g("pyprof-sample", fn=max)
+        out.append(f"- default sampling (CPU, 250 Hz): geomean {a:.3f} (target ≤ 1.03), max "
+                   f"{m:.3f} (target ≤ 1.05): {'met' if a <= 1.03 and m <= 1.05 else 'NOT met'}")
+    if summ.get("pyprof-sample-native"):
+        a, m = g("pyprof-sample-native"), g("pyprof-sample-native", fn=max)
+        out.append(f"- with native frames: geomean {a:.3f}, max {m:.3f} (target ≤ 1.08): "
+                   f"{'met' if m <= 1.08 else 'NOT met'}")
+    if summ.get("pyprof-wall-1k"):
+        out.append(f"- wall mode at 1 kHz (reported, no target): geomean "
+                   f"{g('pyprof-wall-1k'):.3f}, max {g('pyprof-wall-1k', fn=max):.3f}")
+    if "pyprof-sample" in growth:
+        m, x = growth["pyprof-sample"]
+        out.append(f"- capture growth at the default rate: median {m:.1f} KB/s, max {x:.1f} "
+                   f"(target ≤ 100): {'met' if x <= 100 else 'NOT met'}")
+    return out + [""]
+
+
 def targets(res, rows, summ):
     """The issue's targets, checked."""
     if "pyprof" not in summ or "cProfile" not in summ:
@@ -426,7 +516,7 @@ def main():
     ap.add_argument("--python", action="append", default=[],
                     help="interpreter of a bench venv (pyprof, pyperformance and peers "
                          "installed); repeatable")
-    ap.add_argument("--suite", choices=["function", "lines"], default="function")
+    ap.add_argument("--suite", choices=["function", "lines", "sample"], default="function")
     ap.add_argument("--set", choices=["core", "stress", "all"], default="core")
     ap.add_argument("--only", help="comma-separated workloads (overrides --set)")
     ap.add_argument("--configs", help="comma-separated configurations (default: the suite's)")
@@ -450,14 +540,15 @@ def main():
                    list(CORE) if a.set == "core" else list(STRESS) if a.set == "stress"
                    else list(CORE) + list(STRESS))
         configs = (a.configs.split(",") if a.configs else
-                   LINE_CONFIGS if a.suite == "lines" else DEFAULT_CONFIGS)
+                   LINE_CONFIGS if a.suite == "lines" else
+                   SAMPLE_CONFIGS if a.suite == "sample" else DEFAULT_CONFIGS)
         if "base" not in configs:
             configs.insert(0, "base")
         for py in a.python:
             t0 = time.time()
             res = measure(py, benches, configs, a.rounds, a.seconds,
                           None if a.cpu < 0 else a.cpu, a.timeout, a.suite)
-            tag = ("-lines" if a.suite == "lines" else "") + (
+            tag = ("" if a.suite == "function" else "-" + a.suite) + (
                 "" if not a.only and a.set == "core" else "-" + (a.only or a.set).replace(",", "+"))
             with open(os.path.join(OUT_DIR, f"{res['minor']}{tag}.json"), "w") as f:
                 json.dump(res, f, indent=1)
@@ -466,7 +557,9 @@ def main():
     if a.results:
         results = []
         for name in sorted(os.listdir(OUT_DIR)):
-            if name.endswith(".json") and name.removesuffix("-lines.json").count("-") == 0:
+            if (name.endswith(".json") and not name.startswith("accuracy")
+                    and name.removesuffix("-lines.json").removesuffix("-sample.json")
+                    .count("-") == 0):
                 with open(os.path.join(OUT_DIR, name)) as f:
                     results.append(json.load(f))
         if results:

@@ -13,6 +13,13 @@ CONFIG is one of CONFIGS below. "count" and "count-lines" are not timed: they
 count call events (cProfile's call count, builtins included) and line events
 (pyprof's hits with every line traced) for the ns-per-event figures.
 
+Sampling configurations: "pyprof-sample" (the defaults: CPU time, 250 Hz),
+"pyprof-sample-native", "pyprof-wall-1k" (wall clock, 1 kHz), "pyinstrument"
+in-process; "py-spy", "austin" and "scalene" run this script under them (see
+run.py): the region is timed the same way, and its CPU time includes the
+sampler's own process (our parent) for the out-of-process ones. A pyprof
+sampling run also writes its capture and reports its size.
+
 Line-mode configurations: "pyprof-lines-file" and "lineprof-file" trace every
 function of the benchmark's file (line_profiler through its auto-profile mode,
 kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs.
@@ -102,7 +109,38 @@ CONFIGS = {
     "floor-py": lambda: _floor(PY_EVENTS),
     "floor-lines": lambda: _floor(PY_EVENTS | C_EVENTS | LINE),
     "floor-pep523": lambda: _floor_pep523(),
+    "pyprof-sample": lambda: _pyprof_sample(),
+    "pyprof-sample-native": lambda: _pyprof_sample(native=True),
+    "pyprof-wall-1k": lambda: _pyprof_sample(wall=True, rate=1000),
+    # run under an out-of-process sampler (py-spy, austin) or in-process from
+    # its own launcher (scalene): nothing to start here
+    "py-spy": lambda: (lambda: None, lambda: None),
+    "austin": lambda: (lambda: None, lambda: None),
+    "scalene": lambda: (lambda: None, lambda: None),
 }
+EXTERNAL = {"py-spy", "austin"}
+_sampler = []
+
+
+def _pyprof_sample(**kw):
+    import pyprof
+    p = pyprof.Profile(mode="sample", **kw)
+    _sampler.append(p)
+    return p.enable, p.disable
+
+
+def _parent_cpu():
+    """CPU seconds used so far by our parent process (an out-of-process sampler),
+    summed over its threads (schedstat: nanoseconds, not clock ticks)."""
+    total = 0
+    task_dir = f"/proc/{os.getppid()}/task"
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass                        # a thread that just exited
+    return total / 1e9
 # Configurations that need the script path.
 ARGV_CONFIGS = {
     "pyprof-lines-file": lambda argv: _pyprof_lines(argv, file=True),
@@ -162,6 +200,7 @@ def main():
             made = ARGV_CONFIGS[config](argv) if config in ARGV_CONFIGS else CONFIGS[config]()
             start, stop = made[:2]
             runner = made[2] if len(made) > 2 else _run_script
+            p0 = _parent_cpu() if config in EXTERNAL else 0.0
             c0 = time.process_time()
             t0 = time.perf_counter()
             start()
@@ -171,7 +210,14 @@ def main():
                 stop()
                 t1 = time.perf_counter()
                 c1 = time.process_time()
-            result.update(wall=t1 - t0, cpu=c1 - c0)
+                p1 = _parent_cpu() if config in EXTERNAL else 0.0
+            result.update(wall=t1 - t0, cpu=c1 - c0 + p1 - p0)
+            if _sampler:
+                path = out + ".cprof"
+                _sampler[0].dump(path)
+                result["capture_bytes"] = os.path.getsize(path)
+                result["samples"] = sum(c.count for c in _sampler[0].session().samples.values())
+                os.unlink(path)
     finally:
         sys.stdout = saved_stdout
     with open(out, "w") as f:

@@ -51,6 +51,8 @@
 #define RING_SLACK (64u << 10)          /* a record never wraps: it may spill here */
 /* Draining takes the GIL from the program: seldom (or when half full). */
 #define DRAIN_NS (250 * 1000 * 1000)
+/* Wall mode: how often the helper looks for new threads to give a timer. */
+#define SCAN_NS (10 * 1000 * 1000)
 #define REC_ALIGN 8
 
 /* One raw sample, as the handler writes it. */
@@ -83,8 +85,10 @@ static struct {
     _Atomic int stop;
     pid_t pid;
     pid_t helper_tid;
-    _Atomic(pid_t *) tids;          /* wall mode: threads to signal (helper-owned array) */
-    _Atomic uint32_t ntids;
+    /* wall mode: one kernel timer per Python thread, signalling that thread
+     * directly (touched with the GIL held: start, the helper's refresh, stop) */
+    struct wall_timer { uint64_t ts_id; pid_t tid; timer_t timer; int alive; } *timers;
+    uint32_t ntimers, cap_timers;
     struct pp_profiler *prof;       /* strong while sampling */
     int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
     double rate_hz;
@@ -489,33 +493,70 @@ static int watch_code(int on)
 
 /* ---------------------------------------------------------- helper thread */
 
-/* Wall mode: the kernel ids of the interpreter's threads (GIL held). */
-static void refresh_tids(void)
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+/* Wall mode: every Python thread gets a CLOCK_MONOTONIC timer whose signal the
+ * kernel sends to that thread at expiry. A helper sending the signals instead
+ * must itself be scheduled on time: on a busy CPU it runs late while the
+ * program computes and on time while it sleeps, which biases wall shares
+ * toward sleeping code. Timers of threads that are gone are deleted (GIL
+ * held: the thread list cannot change under us). */
+static void refresh_timers(void)
 {
-    pid_t *old = atomic_load(&S.tids);
-    uint32_t n = 0, cap = 64;
-    pid_t *t = malloc(cap * sizeof *t);
-    if (t == NULL)
-        return;
+    for (uint32_t i = 0; i < S.ntimers; i++)
+        S.timers[i].alive = 0;
     PyInterpreterState *interp = PyInterpreterState_Main();
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts; ts = PyThreadState_Next(ts)) {
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+         ts = PyThreadState_Next(ts)) {
         pid_t tid = (pid_t)ts->native_thread_id;
         if (tid == 0 || tid == S.helper_tid)
             continue;
-        if (n == cap) {
-            pid_t *nt = realloc(t, 2 * cap * sizeof *t);
-            if (nt == NULL)
-                break;
-            t = nt;
-            cap *= 2;
+        uint32_t i = 0;
+        while (i < S.ntimers && !(S.timers[i].ts_id == ts->id && S.timers[i].tid == tid))
+            i++;
+        if (i < S.ntimers) {
+            S.timers[i].alive = 1;
+            continue;
         }
-        t[n++] = tid;
+        if (S.ntimers == S.cap_timers
+            && grow_array((void **)&S.timers, &S.cap_timers, S.ntimers + 1,
+                          sizeof *S.timers) < 0)
+            break;
+        struct sigevent ev;
+        memset(&ev, 0, sizeof ev);
+        ev.sigev_notify = SIGEV_THREAD_ID;
+        ev.sigev_signo = SIGPROF;
+        ev.sigev_notify_thread_id = tid;
+        timer_t t;
+        if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0)
+            continue;                   /* the thread just exited, or out of timers */
+        struct itimerspec its;
+        its.it_interval.tv_sec = (time_t)(S.interval_ns / 1000000000);
+        its.it_interval.tv_nsec = (long)(S.interval_ns % 1000000000);
+        its.it_value = its.it_interval;
+        if (timer_settime(t, 0, &its, NULL) != 0) {
+            timer_delete(t);
+            continue;
+        }
+        S.timers[S.ntimers++] = (struct wall_timer){ts->id, tid, t, 1};
     }
-    /* The helper is the only reader: swap, then free the old array. */
-    atomic_store(&S.ntids, 0);
-    atomic_store(&S.tids, t);
-    atomic_store(&S.ntids, n);
-    free(old);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < S.ntimers; i++) {
+        if (S.timers[i].alive)
+            S.timers[k++] = S.timers[i];
+        else
+            timer_delete(S.timers[i].timer);
+    }
+    S.ntimers = k;
+}
+
+static void delete_timers(void)
+{
+    for (uint32_t i = 0; i < S.ntimers; i++)
+        timer_delete(S.timers[i].timer);
+    S.ntimers = 0;
 }
 
 /* Wall mode: has the process a kernel thread not seen before? Listing
@@ -565,7 +606,7 @@ static void *sampler_main(void *arg)
     sigaddset(&set, SIGPROF);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     S.helper_tid = (pid_t)syscall(SYS_gettid);
-    int64_t tick = S.mode == PP_SAMPLE_WALL ? S.interval_ns : DRAIN_NS;
+    int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
     int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
@@ -573,23 +614,18 @@ static void *sampler_main(void *arg)
         int64_t now = mono_ns();
         if (next < now)                 /* fell behind: skip ticks, do not burst */
             next = now + tick;
-        if (S.mode == PP_SAMPLE_WALL && !atomic_load(&S.paused)) {
-            pid_t *t = atomic_load(&S.tids);
-            uint32_t n = atomic_load(&S.ntids);
-            for (uint32_t i = 0; t && i < n; i++)
-                syscall(SYS_tgkill, S.pid, t[i], SIGPROF);
-        }
         int refresh = S.mode == PP_SAMPLE_WALL && new_kernel_thread();
         if (refresh || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
-            next_drain = now + DRAIN_NS;
+            if (now >= next_drain)
+                next_drain = now + DRAIN_NS;
             if (atomic_load(&S.stop))
                 break;
             PyGILState_STATE g = PyGILState_Ensure();
             if (!atomic_load(&S.stop) && S.prof) {
                 pp_sampler_drain(S.prof);
                 if (S.mode == PP_SAMPLE_WALL)
-                    refresh_tids();
+                    refresh_timers();
                 pp_tracer_maybe_flush(S.prof);      /* --dump-every */
             }
             PyGILState_Release(g);
@@ -701,8 +737,6 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     atomic_store(&S.paused, 0);
     memset(S.buf, 0, RING_BYTES + RING_SLACK);
     S.prof = (struct pp_profiler *)Py_NewRef((PyObject *)p);
-    if (S.mode == PP_SAMPLE_WALL)
-        refresh_tids();
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -717,6 +751,8 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     S.started_ns = mono_ns();
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
+    if (S.mode == PP_SAMPLE_WALL)
+        refresh_timers();
     if (pthread_create(&S.thread, NULL, sampler_main, NULL) != 0) {
         atomic_store(&S.active, 0);
         Py_CLEAR(S.prof);
@@ -740,6 +776,10 @@ int pp_sampler_stop(struct pp_profiler *p)
     if (own_process && S.mode == PP_SAMPLE_CPU)
         timer_arm(0);
     atomic_store(&S.stop, 1);
+    if (own_process)
+        delete_timers();
+    else
+        S.ntimers = 0;                  /* a forked child has none of them */
     if (S.have_thread) {
         if (own_process) {
             /* The helper may be waiting for the GIL we hold. */
@@ -754,9 +794,6 @@ int pp_sampler_stop(struct pp_profiler *p)
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     pp_sampler_drain(p);
-    free(atomic_load(&S.tids));
-    atomic_store(&S.tids, NULL);
-    atomic_store(&S.ntids, 0);
     watch_code(0);
     struct pp_profiler *prof = S.prof;
     S.prof = NULL;
