@@ -590,11 +590,43 @@ static int new_kernel_thread(void)
     return fresh;
 }
 
+/* The helper sleeps on a condition variable, so that stop() wakes it at once
+ * (joining it must not wait out a drain period). */
+static pthread_mutex_t wake_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cv;
+static int wake_cv_ready;
+
+static int init_wake(void)
+{
+    if (wake_cv_ready)
+        return 0;
+    pthread_condattr_t a;
+    if (pthread_condattr_init(&a) != 0)
+        return -1;
+    int rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC) || pthread_cond_init(&wake_cv, &a);
+    pthread_condattr_destroy(&a);
+    if (rc)
+        return -1;
+    wake_cv_ready = 1;
+    return 0;
+}
+
 static void sleep_until(int64_t t)
 {
     struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+    pthread_mutex_lock(&wake_mu);
+    while (!atomic_load(&S.stop) && mono_ns() < t)
+        if (pthread_cond_timedwait(&wake_cv, &wake_mu, &ts) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&wake_mu);
+}
+
+static void wake_helper(void)
+{
+    pthread_mutex_lock(&wake_mu);
+    atomic_store(&S.stop, 1);
+    pthread_cond_signal(&wake_cv);
+    pthread_mutex_unlock(&wake_mu);
 }
 
 static void *sampler_main(void *arg)
@@ -665,6 +697,9 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+    /* The helper may have held the mutex at fork(): the child's copy is new. */
+    pthread_mutex_init(&wake_mu, NULL);
+    wake_cv_ready = 0;
     /* No helper thread here: the child does not sample (its profiler's stop
      * knows, by pid). */
     atomic_store(&S.active, 0);
@@ -717,6 +752,10 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
             PyErr_NoMemory();
             return -1;
         }
+    }
+    if (init_wake() < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
+        return -1;
     }
     if (watch_code(1) < 0)
         return -1;
@@ -775,7 +814,10 @@ int pp_sampler_stop(struct pp_profiler *p)
     int own_process = S.pid == getpid();
     if (own_process && S.mode == PP_SAMPLE_CPU)
         timer_arm(0);
-    atomic_store(&S.stop, 1);
+    if (own_process && S.have_thread)
+        wake_helper();
+    else
+        atomic_store(&S.stop, 1);
     if (own_process)
         delete_timers();
     else
