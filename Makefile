@@ -4,6 +4,7 @@
 #   make test     build (-Werror) and run tests/ on every CPython 3.11-3.13 found
 #   make asan     the test suite against an ASan+UBSan build (3.11 and the newest)
 #   make bench    overhead vs peers on every CPython found -> benchmarks/RESULTS.md
+#   make accuracy the sampler's accuracy against known time splits -> benchmarks/RESULTS.md
 #   make deps     system packages (apt-get when root)
 #   make venv     create/update .venv/3.X for every version found
 #   make pythons  list the interpreters that would be used
@@ -14,7 +15,7 @@
 #   PYTHONS       explicit interpreter paths, skipping discovery
 #   PYTEST_ARGS   arguments for pytest                 (default: -q)
 #   TEST_TIMEOUT  seconds allowed for one pytest run   (default: 1200)
-#   BENCH_ARGS    arguments for benchmarks/run.py (e.g. --rounds 3 --only richards)
+#   BENCH_ARGS    arguments for benchmarks/run.py or accuracy.py (e.g. --rounds 3 --only richards)
 #
 # Each venv gets its own *built* copy of pyprof (never an editable install), so
 # the tests import exactly what a user would get. Every build recompiles the C
@@ -41,7 +42,7 @@ DEMO_LINES   ?= 45
 APT_REQUIRED := zlib1g-dev
 APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go
 
-.PHONY: help deps pythons venv test demo asan bench clean
+.PHONY: help deps pythons venv test demo asan bench accuracy clean
 
 # Shell helpers prepended to the recipes that need them (one shell per recipe).
 define SH_LIB
@@ -273,7 +274,7 @@ asan: deps
 	done <<< "$$sel"
 	exit $$failed
 
-bench: deps
+bench accuracy: deps
 	@$(SH_LIB)
 	pythons_or_die
 	declare -a args=()
@@ -283,8 +284,9 @@ bench: deps
 	  install_pkg "$$dir" "cp$${minor/./}"
 	  args+=(--python "$$dir/bin/python")
 	done <<< "$$PYS"
-	msg "benchmarks/run.py $${args[*]} $(BENCH_ARGS)"
-	"$$dir/bin/python" benchmarks/run.py "$${args[@]}" $(BENCH_ARGS)
+	script=benchmarks/$(if $(filter accuracy,$@),accuracy,run).py
+	msg "$$script $${args[*]} $(BENCH_ARGS)"
+	"$$dir/bin/python" "$$script" "$${args[@]}" $(BENCH_ARGS)
 
 clean:
 	rm -rf build .venv .bench
