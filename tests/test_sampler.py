@@ -545,6 +545,43 @@ def test_native_frames_under_python_lines(tmp_path):
     assert deflate > 0.5 * total, lines[:5]
 
 
+@pytest.mark.skipif("libunwind" not in pyprof._cprof.FEATURES, reason="built without libunwind")
+def test_native_frames_between_python_frames(tmp_path):
+    """C calling back into Python: sorted() calling a Python key function shows
+    the caller, the C sort under it, and the key function under the C frames."""
+    script = tmp_path / "cb.py"
+    script.write_text(textwrap.dedent("""
+        import random
+        def slow_key(x):
+            s = 0
+            for i in range(200):
+                s += i
+            return x
+        def caller():
+            data = [random.random() for _ in range(20000)]
+            for _ in range(5):
+                sorted(data, key=slow_key)
+        caller()
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--native", "-o",
+                        "cb.collapsed", str(script)], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = [ln.rsplit(" ", 1) for ln in (tmp_path / "cb.collapsed").read_text().splitlines()]
+    total = sum(int(c) for _, c in rows)
+    nested = 0
+    for stack, c in rows:
+        frames = stack.split(";")
+        names = [f.split(" (")[0] for f in frames]
+        if "slow_key" in names:
+            i, k = names.index("caller"), names.index("slow_key")
+            between = names[i + 1:k]
+            assert between and all(f.endswith(")") and ".py:" not in f
+                                   for f in frames[i + 1:k]), frames   # native only
+            nested += int(c) * any("sort" in n for n in between)
+    assert nested > 0.5 * total, rows[:3]
+
+
 def test_pyprof_signal_environment(tmp_path):
     script = tmp_path / "server.py"
     script.write_text(textwrap.dedent("""
