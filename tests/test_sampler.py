@@ -271,6 +271,37 @@ def test_conflicts_and_bad_rates():
         signal.setitimer(signal.ITIMER_PROF, 0)
 
 
+def test_program_taking_sigprof_back_is_reported(tmp_path):
+    """A program that installs its own SIGPROF handler (or stops the profiling
+    timer) while sampled cannot be stopped from doing so: pyprof says so."""
+    script = tmp_path / "take.py"
+    script.write_text(textwrap.dedent("""
+        import signal
+        def work(n):
+            return sum(i * i for i in range(n))
+        work(300_000)
+        signal.signal(signal.SIGPROF, lambda *a: None)
+        work(300_000)
+        print("done")
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "-o", "t.cprof", str(script)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+    assert r.stderr.startswith("pyprof: warning: the program replaced") and \
+        r.stderr.count("\n") == 1, r.stderr
+    assert Session.load(tmp_path / "t.cprof").info["sampling"]["handler_replaced"] is True
+
+    p = pyprof.Profile(mode="sample")
+    p.enable()
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    with pytest.warns(RuntimeWarning, match="replaced"):
+        p.disable()
+    q = pyprof.Profile(mode="sample")             # nothing carried over
+    q.enable()
+    q.disable()
+    assert q.session().info["sampling"]["handler_replaced"] is False
+
+
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory):
     d = tmp_path_factory.mktemp("smp")

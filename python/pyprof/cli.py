@@ -29,7 +29,7 @@ import types
 
 from . import _cprof
 from ._version import __version__
-from .errors import PyprofError
+from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, STACK_FORMATS, export, format_for_path
 
 EXIT_USAGE = 2
@@ -269,7 +269,7 @@ class _Runner:
         self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
         sampling = dict(mode="sample", rate=opts.rate, wall=opts.wall,
                         native=opts.native) if opts.sample else {}
-        self.prof = Profile(builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
+        self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
                             flush_to=flush_to, flush_interval=interval, **sampling,
                             lines=self.line_mode, lines_of=opts.lines_of,
                             lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
@@ -310,6 +310,8 @@ class _Runner:
         for text in self.unmatched:
             print(f"pyprof: warning: --lines-of {text!r} matched no code that ran",
                   file=sys.stderr)
+        if opts.sample and self.prof.sampling_replaced:
+            print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
 
     def _toggle_on(self, name):
         """Sampling starts and stops each time the signal `name` arrives."""

@@ -6,3 +6,7 @@ class PyprofError(Exception):
 
     The CLI prints ``pyprof: <message>`` on stderr and exits with status 2.
     """
+
+
+REPLACED = ("the program replaced pyprof's SIGPROF handler or profiling timer while it was "
+            "sampled: samples after that moment are missing")

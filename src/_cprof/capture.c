@@ -137,17 +137,20 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         n += snprintf(s + n, sizeof s - (size_t)n,
             ",\"sampling\":{\"mode\":\"%s\",\"native\":%s,\"rate_requested\":%.6g,"
             "\"interval_ns\":%.0f,\"signals\":%llu,\"recorded\":%llu,\"dropped\":%llu,"
+            "\"throttled\":%llu,"
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
-            "\"cpu_s\":%.6f,\"rate_achieved\":%.6g}",
+            "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s}",
             p->sopts.mode == PP_SAMPLE_WALL ? "wall" : "cpu", p->sopts.native ? "true" : "false",
             p->sopts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
             (unsigned long long)si.recorded, (unsigned long long)si.dropped,
+            (unsigned long long)si.throttled,
             (unsigned long long)si.foreign, (unsigned long long)p->samples.drained,
             (unsigned long long)p->samples.truncated, elapsed, (double)si.cpu_ns / 1e9,
             /* the CPU timer ticks per CPU second used; the wall one per second */
             p->sopts.mode == PP_SAMPLE_CPU
                 ? (si.cpu_ns > 0 ? (double)si.signals / ((double)si.cpu_ns / 1e9) : 0.0)
-                : (elapsed > 0 ? (double)si.signals / elapsed : 0.0));
+                : (elapsed > 0 ? (double)si.signals / elapsed : 0.0),
+            si.replaced ? "true" : "false");
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';

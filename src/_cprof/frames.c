@@ -5,11 +5,16 @@
  * internal headers.
  * Never: calls into libpython from pp_frames_walk/pp_signal_tstate beyond the
  * documented lock-free thread-state reads; they run inside a signal handler
- * (no allocation, no locks, no reference counts).
+ * (no allocation, no locks, no reference counts, no unchecked pointer).
  */
+#define _GNU_SOURCE 1             /* process_vm_readv */
 #define Py_BUILD_CORE 1
 #include <Python.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "frames.h"
 #include "internal/pycore_frame.h"
@@ -38,21 +43,121 @@ PyThreadState *pp_signal_tstate(int *attached)
     return mine;
 }
 
+/* ---------------------------------------------------------- checked reads
+ *
+ * The handler interrupts the interpreter anywhere, including inside the few
+ * instructions that link a new frame: 3.11 and 3.12 publish tstate->cframe
+ * before setting its current_frame, and the compiler may order the stores
+ * that fill a frame after the one that links it. A pointer read from the
+ * chain may then be garbage. So nothing is dereferenced unchecked: a frame
+ * inside one of the thread's data-stack chunks is read directly (that memory
+ * is mapped), anything else (generator frames, entry frames on the C stack, a
+ * garbage pointer) is copied with process_vm_readv, which fails on a bad
+ * address instead of faulting; a code object is accepted only if its type is
+ * the code type (checked the same way, then remembered until it dies). */
+
+static pid_t self_pid;
+
+#define CODE_CACHE_BITS 12
+static _Atomic uintptr_t code_cache[1 << CODE_CACHE_BITS];   /* known code objects */
+
+void pp_frames_init(void)
+{
+    self_pid = getpid();
+    for (size_t i = 0; i < sizeof code_cache / sizeof code_cache[0]; i++)
+        atomic_store(&code_cache[i], 0);
+}
+
+static int checked_copy(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return process_vm_readv(self_pid, &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
+static inline size_t code_slot(uintptr_t p)
+{
+    return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - CODE_CACHE_BITS));
+}
+
+static int is_code(uintptr_t p)
+{
+    if (p == 0 || p % sizeof(void *))
+        return 0;
+    _Atomic uintptr_t *slot = &code_cache[code_slot(p)];
+    if (atomic_load_explicit(slot, memory_order_relaxed) == p)
+        return 1;
+    PyTypeObject *type;
+    if (!checked_copy(&type, &((PyObject *)p)->ob_type, sizeof type) || type != &PyCode_Type)
+        return 0;
+    atomic_store_explicit(slot, p, memory_order_relaxed);
+    return 1;
+}
+
+/* A code object is about to be freed (GIL held): its address may come back as
+ * something else. */
+void pp_frames_forget_code(PyObject *code)
+{
+    uintptr_t p = (uintptr_t)code;
+    _Atomic uintptr_t *slot = &code_cache[code_slot(p)];
+    uintptr_t expected = p;
+    atomic_compare_exchange_strong(slot, &expected, 0);
+}
+
+typedef struct { uintptr_t lo, hi; } span;
+#define MAX_CHUNKS 32
+#define FRAME_HEAD offsetof(_PyInterpreterFrame, localsplus)
+
+static int stack_chunks(PyThreadState *ts, span *out)
+{
+    int n = 0;
+    _PyStackChunk *c = ts->datastack_chunk;
+    while (c != NULL && n < MAX_CHUNKS) {
+        _PyStackChunk head;
+        if (!checked_copy(&head, c, offsetof(_PyStackChunk, data)))
+            break;
+        out[n++] = (span){(uintptr_t)c, (uintptr_t)c + head.size};
+        c = head.previous;
+    }
+    return n;
+}
+
+/* Copies the head of the frame at p into *f; 0 if p cannot be read. */
+static int read_frame(uintptr_t p, const span *chunks, int nchunks, _PyInterpreterFrame *f)
+{
+    if (p == 0 || p % sizeof(void *))
+        return 0;
+    for (int i = 0; i < nchunks; i++) {
+        if (p >= chunks[i].lo && p + FRAME_HEAD <= chunks[i].hi) {
+            memcpy(f, (void *)p, FRAME_HEAD);
+            return 1;
+        }
+    }
+    return checked_copy(f, (void *)p, FRAME_HEAD);
+}
+
 /* The Python frames of `ts`, leaf first: (code, instruction offset in code
  * units, entry flag). The entry flag marks the outermost Python frame run by
  * one C-level call of the interpreter (to merge with native stacks). Only the
  * thread that owns ts changes its frames, and it is the one running this (in
- * a signal handler): the chain is stable. Async-signal-safe: reads only. */
+ * a signal handler): the chain does not move while we read it, but it may be
+ * half-linked (see above). Async-signal-safe: reads and process_vm_readv. */
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
 {
     *truncated = 0;
+    span chunks[MAX_CHUNKS];
+    int nchunks = stack_chunks(ts, chunks);
 #if PY_VERSION_HEX >= 0x030D0000
-    _PyInterpreterFrame *f = ts->current_frame;
+    uintptr_t p = (uintptr_t)ts->current_frame;
 #else
-    _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
+    uintptr_t p = ts->cframe ? (uintptr_t)ts->cframe->current_frame : 0;
 #endif
+    /* FRAME_HEAD bytes, aligned for the struct */
+    union { _PyInterpreterFrame f; char bytes[sizeof(_PyInterpreterFrame)]; } buf;
+    _PyInterpreterFrame *f = &buf.f;
     int n = 0;
-    for (int guard = 0; f != NULL && guard < (1 << 20); f = f->previous, guard++) {
+    /* bounded: a half-linked chain may loop through readable memory */
+    for (int guard = 0; guard < max + 64 && read_frame(p, chunks, nchunks, f);
+         p = (uintptr_t)f->previous, guard++) {
 #if PY_VERSION_HEX >= 0x030C0000
         if (f->owner == FRAME_OWNED_BY_CSTACK) {
             if (n)
@@ -61,23 +166,21 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
         }
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
-        PyObject *ex = f->f_executable;
-        if (ex == NULL || Py_TYPE(ex) != &PyCode_Type)
-            continue;
-        PyCodeObject *co = (PyCodeObject *)ex;
-        ptrdiff_t off = f->instr_ptr - _PyCode_CODE(co);
+        uintptr_t co = (uintptr_t)f->f_executable;
+        const _Py_CODEUNIT *instr = f->instr_ptr;
 #else
-        PyCodeObject *co = f->f_code;
-        if (co == NULL)
-            continue;
-        ptrdiff_t off = f->prev_instr - _PyCode_CODE(co);
+        uintptr_t co = (uintptr_t)f->f_code;
+        const _Py_CODEUNIT *instr = f->prev_instr;
 #endif
+        if (!is_code(co))
+            continue;                   /* half-built: its code comes with the next sample */
+        ptrdiff_t off = instr - _PyCode_CODE((PyCodeObject *)co);   /* address arithmetic only */
         if (n == max) {
             *truncated = 1;
             break;
         }
-        out[n].code = (uintptr_t)co;
-        out[n].offset = off < 0 ? 0 : (uint32_t)off;
+        out[n].code = co;
+        out[n].offset = off < 0 || off > 0x7FFFFFFF ? 0 : (uint32_t)off;
         out[n].flags = 0;
 #if PY_VERSION_HEX < 0x030C0000
         if (f->is_entry)

@@ -29,6 +29,10 @@ typedef struct {
 /* Async-signal-safe (frames.c): the calling thread's state and its frames. */
 PyThreadState *pp_signal_tstate(int *attached);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
+/* Before sampling starts (after a fork too): the process id for checked reads. */
+void pp_frames_init(void);
+/* A code object is being freed (GIL held): forget that it was one. */
+void pp_frames_forget_code(PyObject *code);
 
 /* Borrowed code object of a frame given to a legacy profile hook. */
 static inline PyCodeObject *pp_frame_code_borrowed(PyFrameObject *frame)

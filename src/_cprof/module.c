@@ -5,6 +5,7 @@
  */
 #include "capture.h"
 #include "clock.h"
+#include <structmember.h>
 #include "tracer.h"
 #include "unwind.h"
 
@@ -62,6 +63,7 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (self == NULL)
         return NULL;
     self->subcalls = self->builtins = 1;
+    self->warn_replaced = 1;
     self->tool_id = -1;
     self->threads_tail = &self->threads;
     if (pp_index_init(&self->reg, 1024) < 0 || pp_index_init(&self->sites, 1024) < 0
@@ -132,6 +134,15 @@ static PyObject *profiler_disable(pp_profiler *self, PyObject *unused)
     (void)unused;
     if (pp_tracer_disable(self) < 0)
         return NULL;
+    if (self->sampling && self->warn_replaced) {
+        pp_sampler_info si;
+        pp_sampler_get_info(&si);
+        if (si.replaced) {
+            self->warn_replaced = 0;
+            if (PyErr_WarnEx(PyExc_RuntimeWarning, PP_REPLACED_MESSAGE, 1) < 0)
+                return NULL;
+        }
+    }
     Py_RETURN_NONE;
 }
 
@@ -309,6 +320,16 @@ static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
     return PyBool_FromLong(self->sampling);
 }
 
+static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->sampling)
+        Py_RETURN_FALSE;
+    pp_sampler_info si;
+    pp_sampler_get_info(&si);
+    return PyBool_FromLong(si.replaced);
+}
+
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
 {
     (void)c;
@@ -373,6 +394,9 @@ static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
     {"lines", (getter)profiler_get_lines, NULL, "True in line mode.", NULL},
     {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
+    {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
+     "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
+     "while it sampled (later samples are missing).", NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},
@@ -382,6 +406,12 @@ static PyGetSetDef profiler_getset[] = {
      "enable).", NULL},
     {"tool_id", (getter)profiler_get_tool_id, NULL,
      "sys.monitoring tool id in use (3.12+), -1 when none.", NULL},
+    {NULL},
+};
+
+static PyMemberDef profiler_members[] = {
+    {"_warn_replaced", T_BOOL, offsetof(pp_profiler, warn_replaced), 0,
+     "Sampling: disable() warns (RuntimeWarning) when the program took SIGPROF back."},
     {NULL},
 };
 
@@ -398,6 +428,7 @@ PyTypeObject pp_profiler_type = {
     .tp_weaklistoffset = offsetof(pp_profiler, weakreflist),
     .tp_methods = profiler_methods,
     .tp_getset = profiler_getset,
+    .tp_members = profiler_members,
     .tp_init = (initproc)profiler_init,
     .tp_new = profiler_new,
 };

@@ -78,11 +78,12 @@ static struct {
     int64_t interval_ns;
     unsigned char *buf;
     _Atomic uint64_t head, tail;
-    _Atomic uint64_t signals, recorded, dropped, foreign;
+    _Atomic uint64_t signals, recorded, dropped, foreign, throttled;
     /* helper thread and control (GIL held) */
     pthread_t thread;
     int have_thread;
     _Atomic int stop;
+    _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
     pid_t pid;
     pid_t helper_tid;
     /* wall mode: one kernel timer per Python thread, signalling that thread
@@ -98,6 +99,7 @@ static struct {
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
     int64_t cpu_ns, wall_ns;
+    int64_t done_ns;            /* when this thread's last sample ended */
 } s_tls __attribute__((tls_model("initial-exec")));
 
 static int64_t mono_ns(void)
@@ -147,6 +149,14 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
     atomic_fetch_add_explicit(&S.signals, 1, memory_order_relaxed);
+    /* A signal already pending when the last sample ended (the rate is more
+     * than this thread's samples can take): skip it, or the thread would do
+     * nothing but sample. */
+    int64_t now = mono_ns();
+    if (now - s_tls.done_ns < S.interval_ns / 4) {
+        atomic_fetch_add_explicit(&S.throttled, 1, memory_order_relaxed);
+        goto out;
+    }
 
     pp_rawframe frames[MAX_FRAMES];
     uintptr_t native[MAX_NATIVE];
@@ -184,11 +194,11 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     rawrec *r = ring_reserve(len);
     if (r == NULL) {
         atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        goto out;
+        goto done;
     }
     r->tid = ts ? (uint32_t)ts->native_thread_id : (uint32_t)syscall(SYS_gettid);
     r->ident = ts ? (uint64_t)ts->thread_id : 0;
-    r->t_ns = mono_ns();
+    r->t_ns = now;
     r->state = state;
     r->truncated = (uint8_t)truncated;
     r->nframes = (uint16_t)nframes;
@@ -199,6 +209,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
     atomic_store_explicit(&r->len, len, memory_order_release);
     atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
+done:
+    s_tls.done_ns = mono_ns();
 out:
     errno = saved_errno;
 }
@@ -438,6 +450,7 @@ static int pending(void)
 /* Before a code object goes, the samples that name it are drained. */
 static void drain_for_dying(PyObject *code)
 {
+    pp_frames_forget_code(code);
     if (!pending() || S.prof == NULL || S.draining)
         return;
     pp_err_state es;
@@ -629,6 +642,26 @@ static void wake_helper(void)
     pthread_mutex_unlock(&wake_mu);
 }
 
+/* A program may install its own SIGPROF handler (or, in CPU mode, stop or
+ * change the profiling timer) while we sample: we cannot prevent it, but the
+ * capture says so instead of silently thinning out. */
+static void check_takeover(void)
+{
+    if (atomic_load(&S.replaced))
+        return;
+    struct sigaction cur;
+    int taken = sigaction(SIGPROF, NULL, &cur) == 0
+                && (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != on_sigprof);
+    struct itimerval it;
+    taken |= S.mode == PP_SAMPLE_CPU && !atomic_load(&S.paused)
+             && getitimer(ITIMER_PROF, &it) == 0
+             && (int64_t)it.it_interval.tv_sec * 1000000000
+                + (int64_t)it.it_interval.tv_usec * 1000 != S.interval_ns / 1000 * 1000;
+    /* stopping or forking disarms the timer too: not a takeover */
+    if (taken && !atomic_load(&S.stop) && !atomic_load(&S.paused))
+        atomic_store(&S.replaced, 1);
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
@@ -646,6 +679,9 @@ static void *sampler_main(void *arg)
         int64_t now = mono_ns();
         if (next < now)                 /* fell behind: skip ticks, do not burst */
             next = now + tick;
+        if (atomic_load(&S.stop))
+            break;
+        check_takeover();
         int refresh = S.mode == PP_SAMPLE_WALL && new_kernel_thread();
         if (refresh || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
@@ -753,6 +789,7 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
             return -1;
         }
     }
+    pp_frames_init();
     if (init_wake() < 0) {
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
         return -1;
@@ -772,6 +809,8 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     atomic_store(&S.recorded, 0);
     atomic_store(&S.dropped, 0);
     atomic_store(&S.foreign, 0);
+    atomic_store(&S.throttled, 0);
+    atomic_store(&S.replaced, 0);
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);
     memset(S.buf, 0, RING_BYTES + RING_SLACK);
@@ -812,12 +851,15 @@ int pp_sampler_stop(struct pp_profiler *p)
     if (p != S.prof)
         return 0;
     int own_process = S.pid == getpid();
-    if (own_process && S.mode == PP_SAMPLE_CPU)
-        timer_arm(0);
+    if (own_process)
+        check_takeover();
+    /* stop first: the helper must not read our own disarming as a takeover */
     if (own_process && S.have_thread)
         wake_helper();
     else
         atomic_store(&S.stop, 1);
+    if (own_process && S.mode == PP_SAMPLE_CPU)
+        timer_arm(0);
     if (own_process)
         delete_timers();
     else
@@ -853,7 +895,9 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->recorded = atomic_load(&S.recorded);
     out->dropped = atomic_load(&S.dropped);
     out->foreign = atomic_load(&S.foreign);
+    out->throttled = atomic_load(&S.throttled);
     out->started_ns = S.started_ns;
     out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
     out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+    out->replaced = atomic_load(&S.replaced);
 }

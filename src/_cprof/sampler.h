@@ -79,11 +79,15 @@ void pp_sampler_drain(struct pp_profiler *p);
 typedef struct {
     int mode, native;
     double rate_hz, interval_ns;
-    uint64_t signals, recorded, dropped, foreign;
+    uint64_t signals, recorded, dropped, foreign, throttled;
     int64_t started_ns, stopped_ns;
     int64_t cpu_ns;             /* process CPU time while sampling */
+    int replaced;               /* the program replaced our SIGPROF handler or timer */
 } pp_sampler_info;
 void pp_sampler_get_info(pp_sampler_info *out);
+#define PP_REPLACED_MESSAGE \
+    "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
+    "sampled: samples after that moment are missing"
 int pp_sampler_active(void);
 
 int pp_samples_init(pp_samples *s);

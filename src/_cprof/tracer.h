@@ -39,6 +39,7 @@ typedef struct pp_thread {
 
 typedef struct pp_profiler {
     PyObject_HEAD
+    char warn_replaced;         /* sampling: warn once if the program takes SIGPROF back */
     int subcalls;
     int builtins;
     int exact_builtins;         /* 3.12+: never DISABLE CALL at Python-only call sites */
