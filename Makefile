@@ -241,6 +241,9 @@ demo: deps
 	"$$NEW_VENV/bin/pyprof" convert "$$out/demo.cprof" -o "$$out/demo.prof"
 	msg "pstats: top 15 by tottime, read from $$out/demo.prof"
 	"$$py" -c 'import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats("tottime").print_stats(15)' "$$out/demo.prof"
+	msg "python -m pyprof --sample --wall --rate 2000 -o $$out/flame.html examples/demo.py"
+	"$$py" -m pyprof --sample --wall --rate 2000 -o "$$out/flame.html" examples/demo.py > /dev/null
+	echo "an interactive flame graph of the sampled stacks: open $$out/flame.html in a browser"
 	msg "files: $$(ls "$$out" | tr '\n' ' ')(in $$out/)"
 
 asan: deps

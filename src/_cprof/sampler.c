@@ -176,8 +176,10 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
              * still gets a share) or blocked. */
             int64_t cpu = thread_cpu_ns(), wall = mono_ns();
             int64_t dcpu = cpu - s_tls.cpu_ns, dwall = wall - s_tls.wall_ns;
-            state = s_tls.wall_ns && dwall > 0 && dcpu * 10 > dwall ? PP_STATE_NATIVE
-                                                                    : PP_STATE_IDLE;
+            /* A first sample in CPU mode: the kernel picked a running thread. */
+            int busy = s_tls.wall_ns ? dwall > 0 && dcpu * 10 > dwall
+                                     : S.mode == PP_SAMPLE_CPU;
+            state = busy ? PP_STATE_NATIVE : PP_STATE_IDLE;
             s_tls.cpu_ns = cpu;
             s_tls.wall_ns = wall;
         }
