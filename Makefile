@@ -40,7 +40,7 @@ DEMO_LINES   ?= 45
 # (libunwind-dev: optional native stacks; graphviz/valgrind/golang-go: `dot`,
 # `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files).
 APT_REQUIRED := zlib1g-dev
-APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go
+APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium
 
 .PHONY: help deps pythons venv test demo asan bench accuracy clean
 

@@ -5,6 +5,8 @@ import gzip
 import json
 import os
 import pstats
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -394,6 +396,33 @@ def test_flamegraph_html(capture):
     data = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
     doc = json.loads(data)
     assert doc["threads"]["all threads"][3] == sum(x.count for x in s.samples.values())
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no Chromium to render the page (make test installs Debian's chromium as root)")
+
+
+def test_flamegraph_renders_in_chromium(capture, tmp_path):
+    """The page, rendered by a real browser: boxes drawn, and a search (given
+    in the URL) matches the share of the samples that the capture gives."""
+    d, script, s = capture
+    page = convert(d, "run.html")
+    total = sum(x.count for x in s.samples.values())
+    got, _ = shares(s, ["work"])
+    r = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+                        f"--user-data-dir={tmp_path / 'chromium'}", "--dump-dom",
+                        page.as_uri() + "#search=%5Ework%24"],
+                       capture_output=True, text=True, timeout=180)
+    dom = r.stdout
+    assert dom.count('class="box') > 3, (r.returncode, r.stderr[-2000:])
+    status = re.search(r'id="status">([^<]*)<', dom).group(1)
+    assert status.startswith(f"{total} samples; matched "), status
+    matched = float(status.split("matched ")[1].rstrip("%"))
+    assert abs(matched - got["work"]) < 0.1, (matched, got)
 
 
 def test_flamegraph_escapes_names(tmp_path):

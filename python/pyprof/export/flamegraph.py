@@ -67,6 +67,10 @@ for (const name of Object.keys(DATA.threads)) {
   const o = document.createElement("option"); o.textContent = name; sel.appendChild(o);
 }
 sel.value = DATA.threads["all threads"] ? "all threads" : Object.keys(DATA.threads)[0];
+// flame.html#thread=NAME&search=REGEX opens with that thread and search
+const params = new URLSearchParams(location.hash.slice(1));
+if (params.has("thread") && DATA.threads[params.get("thread")]) sel.value = params.get("thread");
+if (params.has("search")) search.value = params.get("search");
 function color(name) {
   let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   if (name.startsWith("[")) return "#bbb";
