@@ -34,7 +34,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 

@@ -2,7 +2,6 @@
 deterministic timer, float seconds or integer ticks x timeunit; a broken timer
 is reported as unraisable and never crashes the program."""
 import cProfile
-import sys
 
 import pytest
 

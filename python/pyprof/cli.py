@@ -307,8 +307,8 @@ class _Runner:
             finally:
                 sys.stdout = saved
         self.unmatched = self.prof.line_targets.unmatched() if self.line_mode else []
-        for text in self.unmatched:
-            print(f"pyprof: warning: --lines-of {text!r} matched no code that ran",
+        for pattern in self.unmatched:
+            print(f"pyprof: warning: --lines-of {pattern!r} matched no code that ran",
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)

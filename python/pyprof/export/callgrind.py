@@ -16,7 +16,7 @@ file); C functions are in the file ``<built-in>``.
 from __future__ import annotations
 
 from .._version import __version__
-from .linetable import _atomic_write_text
+from ._files import atomic_write
 
 
 class _Names:
@@ -110,5 +110,5 @@ def render(session) -> str:
 
 
 def write(session, path):
-    _atomic_write_text(path, render(session))
+    atomic_write(path, render(session))
 

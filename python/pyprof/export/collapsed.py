@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .linetable import _atomic_write_text
+from ._files import atomic_write
 from .stacks import named_stacks
 
 
@@ -30,4 +30,4 @@ def render(session, lines=False, threads=True) -> str:
 
 
 def write(session, path):
-    _atomic_write_text(path, render(session))
+    atomic_write(path, render(session))

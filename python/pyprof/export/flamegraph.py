@@ -9,7 +9,7 @@ import html
 import json
 
 from .._version import __version__
-from .linetable import _atomic_write_text
+from ._files import atomic_write
 from .stacks import named_stacks
 
 
@@ -130,4 +130,4 @@ def render(session, lines=False) -> str:
 
 
 def write(session, path):
-    _atomic_write_text(path, render(session))
+    atomic_write(path, render(session))

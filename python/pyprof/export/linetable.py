@@ -25,6 +25,7 @@ import linecache
 import os
 
 from ..errors import PyprofError
+from ._files import atomic_write
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 HEADER = f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'Per Hit':>8} {'% Time':>8}  Line Contents"
@@ -133,19 +134,6 @@ def write(session, path, unit="us", call_rows=True):
     """The line tables as a text file (written whole, then renamed)."""
     buf = io.StringIO()
     write_text(session, buf, unit=unit, call_rows=call_rows)
-    _atomic_write_text(path, buf.getvalue())
+    atomic_write(path, buf.getvalue())
 
 
-def _atomic_write_text(path, text):
-    path = os.fspath(path)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import os
 
+from ._files import atomic_write
 from .stacks import named_stacks
 
 
@@ -93,16 +94,4 @@ def render(session, lines=True) -> bytes:
 
 
 def write(session, path):
-    data = render(session)
-    tmp = f"{os.fspath(path)}.tmp.{os.getpid()}"
-    from ..errors import PyprofError
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+    atomic_write(path, render(session))

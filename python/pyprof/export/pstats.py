@@ -11,10 +11,9 @@ keeps only the last one.
 from __future__ import annotations
 
 import marshal
-import os
-import tempfile
 
 from ..errors import PyprofError
+from ._files import atomic_write
 
 
 def to_dict(session, threads=None) -> dict:
@@ -85,22 +84,8 @@ def write(session, path) -> None:
 
 
 def write_dict(stats: dict, path) -> None:
-    """marshal `stats` to `path` through a temporary file and a rename."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".pyprof-", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            marshal.dump(stats, f)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # as open() would create it
-        os.replace(tmp, path)
-    except OSError as e:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+    """marshal `stats` to `path`, whole or not at all."""
+    atomic_write(path, marshal.dumps(stats))
 
 
 def print_table(session, sort, out):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from .._version import __version__
-from .linetable import _atomic_write_text
+from ._files import atomic_write
 from .stacks import named_stacks
 
 
@@ -44,4 +44,4 @@ def render(session, lines=False) -> str:
 
 
 def write(session, path):
-    _atomic_write_text(path, render(session))
+    atomic_write(path, render(session))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from .linetable import _atomic_write_text
+from ._files import atomic_write
 
 
 def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
@@ -24,4 +24,4 @@ def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
 
 
 def write(session, path, **kw):
-    _atomic_write_text(path, render(session, **kw))
+    atomic_write(path, render(session, **kw))

@@ -1,0 +1,28 @@
+"""Writing an output file whole or not at all."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from ..errors import PyprofError
+
+
+def atomic_write(path, data) -> None:
+    """Write `data` (str: UTF-8, or bytes) to `path` through a temporary file in
+    the same directory and a rename, so a reader never sees half a file."""
+    path = os.fspath(path)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".pyprof-", dir=os.path.dirname(os.path.abspath(path)))
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # as open() would create it
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
