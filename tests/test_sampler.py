@@ -246,6 +246,63 @@ def test_code_objects_freed_between_sample_and_drain():
     assert sum(x.count for x in s.samples.values()) > 100
 
 
+def test_mixed_stacks_at_a_high_rate_across_threads():
+    """Records of every size from several threads through the shared ring while
+    it is drained (and drained early for dying code objects): a stale length
+    inside an old record must never be taken for a published sample."""
+    prog = textwrap.dedent("""
+        import sys, threading, zlib, pyprof
+        sys.setrecursionlimit(5000)
+        def deep(n):
+            return 0 if n == 0 else 1 + deep(n - 1)
+        def churn(i):
+            ns = {}
+            exec(f"def f{i}(x):\\n    return [y * {i} for y in range(x)]\\n", ns)
+            return ns[f"f{i}"](200)
+        def gen(n):
+            for i in range(n):
+                yield zlib.crc32(b"x" * (i % 64))
+        def worker(k):
+            for i in range(300):
+                churn(i * 10 + k)
+                deep(100 + (i * 37 + k) % 200)
+                sum(gen(50))
+                sorted(range(200), key=lambda v: -v)
+        native = "libunwind" in pyprof._cprof.FEATURES
+        p = pyprof.Profile(mode="sample", wall=True, rate=10000, native=native)
+        p.enable()
+        for _ in range(2):
+            ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+            for t in ts:
+                t.start()
+            worker(9)
+            for t in ts:
+                t.join()
+        p.disable()
+        s = p.session()
+        names = {s.functions[fid].name for st in s.stacks.values() for fid, _ in st.frames}
+        print(sum(x.count for x in s.samples.values()), "deep" in names, "worker" in names)
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    n, deep, worker = r.stdout.split()
+    assert int(n) > 500 and deep == "True" and worker == "True", r.stdout
+
+
+def test_a_freed_code_object_is_told_from_a_live_one():
+    """A frame pointer read while a frame is being linked can name a code object
+    freed long ago; its memory still has the code type. The sampler's check
+    must reject it, or the drain would take a reference to freed memory."""
+    from pyprof import _cprof
+    code = compile("def g():\n    return 42\n", "<freed>", "exec").co_consts[0]
+    address = id(code)
+    assert _cprof._code_alive(address)
+    assert not _cprof._code_alive(id(object()))     # alive, but not code
+    assert not _cprof._code_alive(8)                # unmapped
+    del code                                         # freed: type word still there
+    assert not _cprof._code_alive(address)
+
+
 def test_conflicts_and_bad_rates():
     with pytest.raises(ValueError, match="rate"):
         pyprof.Profile(mode="sample", rate=-5)

@@ -10,6 +10,7 @@
 #define _GNU_SOURCE 1             /* process_vm_readv */
 #define Py_BUILD_CORE 1
 #include <Python.h>
+#include <assert.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
@@ -68,15 +69,40 @@ void pp_frames_init(void)
         atomic_store(&code_cache[i], 0);
 }
 
-static int checked_copy(void *dst, const void *src, size_t n)
+static_assert(offsetof(PyObject, ob_type) == sizeof(Py_ssize_t), "refcount, then type");
+
+static int copy_from(pid_t pid, void *dst, const void *src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return process_vm_readv(self_pid, &local, 1, &remote, 1, 0) == (ssize_t)n;
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)n;
+}
+
+static int checked_copy(void *dst, const void *src, size_t n)
+{
+    return copy_from(self_pid, dst, src, n);
 }
 
 static inline size_t code_slot(uintptr_t p)
 {
     return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - CODE_CACHE_BITS));
+}
+
+/* A freed code object keeps its type word: the allocator writes its free-list
+ * link over the reference count (NULL or an address far above any count), so
+ * the count tells a live code object from a freed one. */
+static int code_alive_in(pid_t pid, uintptr_t p)
+{
+    if (p == 0 || p % sizeof(void *))
+        return 0;
+    struct { Py_ssize_t refcnt; PyTypeObject *type; } head;
+    if (!copy_from(pid, &head, (void *)p, sizeof head))
+        return 0;
+    return head.type == &PyCode_Type && head.refcnt > 0 && head.refcnt <= (Py_ssize_t)UINT32_MAX;
+}
+
+int pp_frames_code_alive(uintptr_t p)
+{
+    return code_alive_in(getpid(), p);     /* not self_pid: this may run in a forked child */
 }
 
 static int is_code(uintptr_t p)
@@ -86,8 +112,7 @@ static int is_code(uintptr_t p)
     _Atomic uintptr_t *slot = &code_cache[code_slot(p)];
     if (atomic_load_explicit(slot, memory_order_relaxed) == p)
         return 1;
-    PyTypeObject *type;
-    if (!checked_copy(&type, &((PyObject *)p)->ob_type, sizeof type) || type != &PyCode_Type)
+    if (!code_alive_in(self_pid, p))
         return 0;
     atomic_store_explicit(slot, p, memory_order_relaxed);
     return 1;

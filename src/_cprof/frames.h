@@ -21,13 +21,15 @@
  * lines later, with the GIL held. */
 enum { PP_RAW_ENTRY = 1 };
 typedef struct {
-    uintptr_t code;             /* PyCodeObject *, alive until the next drain */
+    uintptr_t code;             /* PyCodeObject *, alive when read; checked again when drained */
     uint32_t offset;            /* instruction, in code units */
     uint32_t flags;             /* PP_RAW_ENTRY */
 } pp_rawframe;
 
 /* Async-signal-safe (frames.c): the calling thread's state and its frames. */
 PyThreadState *pp_signal_tstate(int *attached);
+/* Whether p is a live code object (checked reads; GIL not needed). */
+int pp_frames_code_alive(uintptr_t p);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);

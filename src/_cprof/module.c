@@ -5,6 +5,7 @@
  */
 #include "capture.h"
 #include "clock.h"
+#include "frames.h"
 #include <structmember.h>
 #include "tracer.h"
 #include "unwind.h"
@@ -507,6 +508,15 @@ static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
     return PyLong_FromLong(pp_unwind_self_depth());
 }
 
+static PyObject *mod_code_alive(PyObject *m, PyObject *address)
+{
+    (void)m;
+    unsigned long long p = PyLong_AsUnsignedLongLong(address);
+    if (p == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(pp_frames_code_alive((uintptr_t)p));
+}
+
 static PyMethodDef module_methods[] = {
     {"clock_info", mod_clock_info, METH_NOARGS,
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
@@ -517,6 +527,9 @@ static PyMethodDef module_methods[] = {
     {"native_modules", mod_native_modules, METH_O,
      "native_modules(ips) -> [(path, load base) or None]\nThe loaded objects holding these "
      "addresses (dladdr)."},
+    {"_code_alive", mod_code_alive, METH_O,
+     "_code_alive(address) -> bool\nWhether a live code object is at this address, as the "
+     "sampler decides it (checked reads)."},
     {"native_stack_depth", mod_native_depth, METH_NOARGS,
      "Frames on this thread's native stack via libunwind, -1 when built without it."},
     {NULL},

@@ -94,6 +94,7 @@ static struct {
     int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
     double rate_hz;
     int draining;
+    int corrupt;
 } S;
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
@@ -365,6 +366,11 @@ static uint32_t code_fid(struct pp_profiler *p, PyObject *code)
     uint32_t fid = pp_index_get(&p->reg, key);
     if (fid != PP_NONE)
         return fid;
+    /* Checked again: a pointer read from a half-linked frame may name a code
+     * object that was already freed when the handler read it, or has died
+     * since (its drain can run before the record is published). */
+    if (!pp_frames_code_alive((uintptr_t)code))
+        return PP_NONE;
     return pp_tracer_register_code(p, code);
 }
 
@@ -375,7 +381,8 @@ static uint32_t frame_line(pp_samples *s, struct pp_profiler *p, uint32_t fid, P
     uint32_t line = pp_index_get(&s->linecache, key);
     if (line != PP_NONE)
         return line;
-    int l = PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2));
+    int l = offset < (uint32_t)Py_SIZE(code)
+            ? PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2)) : -1;
     line = l < 0 ? 0 : (uint32_t)l;
     if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
         pp_index_put(&s->linecache, key, line);
@@ -397,6 +404,10 @@ static void drain_locked(struct pp_profiler *p)
         uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
         if (len == 0)
             break;                      /* reserved, not yet published */
+        if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
+            S.corrupt = 1;              /* cannot happen; never read past it */
+            break;
+        }
         const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
         const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
         uint32_t n = r->nframes;
@@ -413,14 +424,18 @@ static void drain_locked(struct pp_profiler *p)
                 break;
             }
         }
-        for (uint32_t i = 0; i < n; i++) {        /* leaf first -> root first */
+        uint32_t kept = 0;
+        for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
             PyObject *code = (PyObject *)raw[i].code;
             uint32_t fid = code_fid(p, code);
-            uint32_t line = fid == PP_NONE ? 0 : frame_line(s, p, fid, code, raw[i].offset);
+            if (fid == PP_NONE)
+                continue;
+            uint32_t line = frame_line(s, p, fid, code, raw[i].offset);
             if (S.native && (raw[i].flags & PP_RAW_ENTRY))
                 line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
-            fr[n - 1 - i] = (uint64_t)fid << 32 | line;
+            fr[kept++] = (uint64_t)fid << 32 | line;
         }
+        n = kept;
         uint32_t thread = runner_only ? PP_NONE : pp_tracer_sample_thread(p, r->tid, r->ident);
         uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
         if (st != PP_NONE)
@@ -428,7 +443,9 @@ static void drain_locked(struct pp_profiler *p)
         s->drained++;
         s->truncated += r->truncated;
         s->foreign += r->state == PP_STATE_OTHER;
-        atomic_store_explicit(&r->len, 0, memory_order_relaxed);
+        /* All of it, not just the header: a later record may start anywhere
+         * in here, and a stale nonzero len would publish it unwritten. */
+        memset(r, 0, len);
         atomic_store_explicit(&S.tail, tail + len, memory_order_release);
     }
     if (gc_was)
@@ -815,6 +832,7 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     atomic_store(&S.replaced, 0);
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);
+    S.corrupt = 0;
     memset(S.buf, 0, RING_BYTES + RING_SLACK);
     S.prof = (struct pp_profiler *)Py_NewRef((PyObject *)p);
 
