@@ -184,20 +184,24 @@ def test_blocking_calls_behave_as_without_pyprof(tmp_path):
 
 
 def test_threads_started_while_sampling_are_sampled():
-    def late():
+    """Threads started after enable() get samples and keep their names, even a
+    thread that ends long before its samples are drained (every 250 ms)."""
+    def busy(seconds):
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 0.3:
+        while time.monotonic() - t0 < seconds:
             spin(5_000)
 
     def run():
         time.sleep(0.05)
-        t = threading.Thread(target=late, name="late")
-        t.start()
-        t.join()
+        for name, seconds in (("late", 0.3), ("brief", 0.1)):
+            t = threading.Thread(target=busy, args=(seconds,), name=name)
+            t.start()
+            t.join()
     s = sample(run, wall=True, rate=200)
-    late_samples = sum(x.count for (t, sid, st), x in s.samples.items()
-                       if s.threads[t].name == "late")
-    assert late_samples >= 30
+    per_name = {}
+    for (t, sid, st), x in s.samples.items():
+        per_name[s.threads[t].name] = per_name.get(s.threads[t].name, 0) + x.count
+    assert per_name.get("late", 0) >= 30 and per_name.get("brief", 0) >= 8, (per_name, sorted(s.info["sampling"].items()))
 
 
 def test_fork_while_sampling(tmp_path):

@@ -53,6 +53,8 @@
 #define DRAIN_NS (250 * 1000 * 1000)
 /* Wall mode: how often the helper looks for new threads to give a timer. */
 #define SCAN_NS (10 * 1000 * 1000)
+/* A thread is named by `threading` a little after the kernel shows it. */
+#define NAME_NS (30 * 1000 * 1000)
 #define REC_ALIGN 8
 
 /* One raw sample, as the handler writes it. */
@@ -84,6 +86,7 @@ static struct {
     int have_thread;
     _Atomic int stop;
     _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
+    _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
     pid_t pid;
     pid_t helper_tid;
     /* wall mode: one kernel timer per Python thread, signalling that thread
@@ -537,14 +540,19 @@ static int watch_code(int on)
  * held: the thread list cannot change under us). */
 static void refresh_timers(void)
 {
+    int unbound = 0;
     for (uint32_t i = 0; i < S.ntimers; i++)
         S.timers[i].alive = 0;
     PyInterpreterState *interp = PyInterpreterState_Main();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = (pid_t)ts->native_thread_id;
+        if (tid == 0)
+            unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
             continue;
+        if (S.prof)
+            pp_tracer_note_thread(S.prof, (uint32_t)tid, (uint64_t)ts->thread_id);
         uint32_t i = 0;
         while (i < S.ntimers && !(S.timers[i].ts_id == ts->id && S.timers[i].tid == tid))
             i++;
@@ -582,6 +590,7 @@ static void refresh_timers(void)
             timer_delete(S.timers[i].timer);
     }
     S.ntimers = k;
+    atomic_store(&S.unbound, unbound);
 }
 
 static void delete_timers(void)
@@ -701,7 +710,10 @@ static void *sampler_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         check_takeover();
-        int refresh = S.mode == PP_SAMPLE_WALL && new_kernel_thread();
+        int refresh = S.mode == PP_SAMPLE_WALL
+                      && (new_kernel_thread() || atomic_load(&S.unbound));
+        if (refresh && next_drain > now + NAME_NS)
+            next_drain = now + NAME_NS;     /* again soon: the new thread's name */
         if (refresh || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
             if (now >= next_drain)
@@ -830,6 +842,7 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     atomic_store(&S.foreign, 0);
     atomic_store(&S.throttled, 0);
     atomic_store(&S.replaced, 0);
+    atomic_store(&S.unbound, 0);
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);
     S.corrupt = 0;

@@ -1450,7 +1450,26 @@ uint32_t pp_tracer_register_ghost(pp_profiler *p, PyObject *code)
     return fid;
 }
 
+static pp_thread *sampled_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
+
 uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
+{
+    pp_thread *ts = sampled_thread(p, tid, ident);
+    if (ts == NULL)
+        return PP_NONE;
+    ts->events++;
+    return ts->index;
+}
+
+/* The sampler's helper sees every Python thread soon after it starts: its
+ * name is read then, while the thread is alive (a short-lived thread may be
+ * gone by the time its samples are drained). */
+void pp_tracer_note_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
+{
+    (void)sampled_thread(p, tid, ident);
+}
+
+static pp_thread *sampled_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
 {
     uint64_t key = (uint64_t)tid + 1;
     uint32_t index = pp_index_get(&p->native_threads, key);
@@ -1463,7 +1482,7 @@ uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
         ts = calloc(1, sizeof *ts);
         if (ts == NULL || pp_tables_init(&ts->t) < 0) {
             free(ts);
-            return PP_NONE;
+            return NULL;
         }
         ts->ident = (unsigned long)ident;
         ts->native_id = tid;
@@ -1472,14 +1491,11 @@ uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
         *p->threads_tail = ts;
         p->threads_tail = &ts->next;
         if (pp_index_put(&p->native_threads, key, ts->index) < 0)
-            return PP_NONE;
+            return NULL;
     }
-    if (ts == NULL)
-        return PP_NONE;
-    ts->events++;
-    if (ts->name_tries && ts->name == NULL)
+    if (ts && ts->name_tries && ts->name == NULL)
         resolve_thread_name(ts);
-    return ts->index;
+    return ts;
 }
 
 pp_profiler *pp_tracer_active(void)

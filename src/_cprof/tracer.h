@@ -123,6 +123,7 @@ void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, 
  * kept alive), a dying one's ghost id, and a sampled thread's index. */
 uint32_t pp_tracer_register_code(pp_profiler *p, PyObject *code);
 uint32_t pp_tracer_register_ghost(pp_profiler *p, PyObject *code);
+void pp_tracer_note_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
 uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
 /* Write the periodic capture if one is due (GIL held). */
 void pp_tracer_maybe_flush(pp_profiler *p);
