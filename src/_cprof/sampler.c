@@ -538,6 +538,18 @@ static int watch_code(int on)
  * program computes and on time while it sleeps, which biases wall shares
  * toward sleeping code. Timers of threads that are gone are deleted (GIL
  * held: the thread list cannot change under us). */
+#if PY_VERSION_HEX < 0x030C0000
+/* 3.11 fills a new thread's state with its creator's thread ids until the new
+ * thread runs: a state sharing its kernel thread id with an older one is that. */
+static int prealloc_state(PyInterpreterState *interp, PyThreadState *ts)
+{
+    for (PyThreadState *o = PyInterpreterState_ThreadHead(interp); o; o = PyThreadState_Next(o))
+        if (o != ts && o->native_thread_id == ts->native_thread_id && o->id < ts->id)
+            return 1;
+    return 0;
+}
+#endif
+
 static void refresh_timers(void)
 {
     int unbound = 0;
@@ -551,6 +563,12 @@ static void refresh_timers(void)
             unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
             continue;
+#if PY_VERSION_HEX < 0x030C0000
+        if (prealloc_state(interp, ts)) {
+            unbound = 1;
+            continue;
+        }
+#endif
         if (S.prof)
             pp_tracer_note_thread(S.prof, (uint32_t)tid, (uint64_t)ts->thread_id);
         uint32_t i = 0;
