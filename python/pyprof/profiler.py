@@ -56,9 +56,11 @@ class Profile(_cprof.Profiler):
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
-                 mode="trace", rate=None, wall=False, native=False, _warn=True):
+                 mode="trace", rate=None, wall=False, native=False, memory=False,
+                 _warn=True):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
-                         mode=mode, rate=float(rate or 0.0), wall=wall, native=native)
+                         mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
+                         memory=memory)
         self._warn_replaced = _warn
         self._thread_names = {}
         self.meta = {}

@@ -27,12 +27,12 @@ from .errors import PyprofError
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
-REC_STACKS, REC_SAMPLES = 10, 11
+REC_STACKS, REC_SAMPLES, REC_MEMORY = 10, 11, 12
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -41,6 +41,12 @@ _EDGE = struct.Struct("<IIIIQQqq")
 _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
+_MEMROW = struct.Struct("<IIIIQQQQ")
+NO_FUNCTION = 0xFFFFFFFF
+
+# Where an allocation was made (docs/memory.md): a Python line, a thread that
+# had released the GIL, or a thread holding it with no Python frame running.
+MEMORY_SITES = ("line", "gil-released", "no-frame")
 
 _LINE_ENTRY, _LINE_MASK = 0x80000000, 0x7FFFFFFF
 
@@ -144,6 +150,28 @@ class SampleCounters:
 
 
 @dataclass
+class MemCounters:
+    """Blocks allocated at one site and what became of them: bytes and blocks
+    allocated, bytes and blocks of those freed while recording; net bytes are
+    still live at the end (or were when recording stopped)."""
+
+    alloc_bytes: int = 0
+    alloc_count: int = 0
+    free_bytes: int = 0
+    free_count: int = 0
+
+    @property
+    def net_bytes(self) -> int:
+        return self.alloc_bytes - self.free_bytes
+
+    def add(self, other: "MemCounters") -> None:
+        self.alloc_bytes += other.alloc_bytes
+        self.alloc_count += other.alloc_count
+        self.free_bytes += other.free_bytes
+        self.free_count += other.free_count
+
+
+@dataclass
 class Thread:
     index: int
     ident: int
@@ -164,6 +192,7 @@ class Session:
     callrows: dict = field(default_factory=dict)    # (thread, fid, line, callee) -> CallRow
     stacks: dict = field(default_factory=dict)      # stack id -> Stack
     samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
+    memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -253,6 +282,10 @@ class Session:
                 elif rtype == REC_SAMPLES:
                     for t, st, state, _, count, weight in _rows(_SAMPLE, payload):
                         s.samples[(t, st, state)] = SampleCounters(count, weight)
+                elif rtype == REC_MEMORY:
+                    for fid, line, kind, _, ab, ac, fb, fc in _rows(_MEMROW, payload):
+                        c = s.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters())
+                        c.add(MemCounters(ab, ac, fb, fc))
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -297,6 +330,11 @@ class Session:
             out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
                 _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
                 for (t, st, state), c in self.samples.items())))
+        if self.info.get("memory"):
+            out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory)) + b"".join(
+                _MEMROW.pack(fid, line, MEMORY_SITES.index(kind), 0, c.alloc_bytes,
+                             c.alloc_count, c.free_bytes, c.free_count)
+                for (fid, line, kind), c in self.memory.items())))
         if self.info.get("lines"):
             out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(
                 _LINE.pack(t, fid, line, 0, c.hits, c.time)
@@ -339,6 +377,22 @@ class Session:
         for (t, st, state), c in self.samples.items():
             if (threads is None or t in threads) and (states is None or state in states):
                 out.setdefault(st, SampleCounters()).add(c)
+        return out
+
+    def memory_lines(self) -> dict:
+        """(fid, line) -> MemCounters for allocations made on Python lines."""
+        out: dict = {}
+        for (fid, line, kind), c in self.memory.items():
+            if kind == "line":
+                out.setdefault((fid, line), MemCounters()).add(c)
+        return out
+
+    def memory_functions(self) -> dict:
+        """fid -> MemCounters: the lines of each function added up (its own
+        allocations, not those of the functions it calls)."""
+        out: dict = {}
+        for (fid, line), c in self.memory_lines().items():
+            out.setdefault(fid, MemCounters()).add(c)
         return out
 
     def line_totals(self, threads=None) -> dict:

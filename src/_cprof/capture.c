@@ -7,6 +7,7 @@
  * complete file or the new one, never a half-written one.
  */
 #include "capture.h"
+#include "memory.h"
 
 #include "clock.h"
 
@@ -151,6 +152,16 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
                 ? (si.cpu_ns > 0 ? (double)si.signals / ((double)si.cpu_ns / 1e9) : 0.0)
                 : (elapsed > 0 ? (double)si.signals / elapsed : 0.0),
             si.replaced ? "true" : "false");
+    }
+    if (n > 0 && (size_t)n < sizeof s && p->memory && p->mem) {
+        const pp_meminfo *mi = &p->mem->info;
+        n += snprintf(s + n, sizeof s - (size_t)n,
+            ",\"memory\":{\"mode\":\"exact\",\"peak_bytes\":%llu,\"current_bytes\":%llu,"
+            "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
+            "\"hooks_linked\":%s}",
+            (unsigned long long)mi->peak, (unsigned long long)mi->current,
+            (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
+            (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false");
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
@@ -314,6 +325,33 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
     }
 }
 
+static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        put_u32(b, rows[i].fid);
+        put_u32(b, rows[i].line);
+        put_u32(b, rows[i].kind);
+        put_u32(b, 0);
+        put_u64(b, rows[i].alloc_bytes);
+        put_u64(b, rows[i].alloc_count);
+        put_u64(b, rows[i].free_bytes);
+        put_u64(b, rows[i].free_count);
+    }
+}
+
+/* MEMORY: the finished runs' rows, then those being recorded (readers add up
+ * rows with the same function and line). */
+static void put_memory(buf *b, pp_profiler *p, const pp_memrow *live, uint32_t nlive)
+{
+    uint32_t nold = p->mem ? p->mem->nrows : 0;
+    size_t r = record_begin(b, PP_REC_MEMORY);
+    put_u32(b, nold + nlive);
+    if (nold)
+        put_memrows(b, p->mem->rows, nold);
+    put_memrows(b, live, nlive);
+    record_end(b, r);
+}
+
 /* STACKS and SAMPLES: the sampler's stack table. */
 static void put_samples(buf *b, const pp_samples *s)
 {
@@ -371,6 +409,13 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     buf b = {0};
     statbufs sb = {0};
     uint64_t events = 0;
+    /* resolved first: it may register functions, and names are written before */
+    pp_memrow *live = NULL;
+    uint32_t nlive = 0;
+    pp_meminfo live_info;
+    if (p->memory && p->enabled && pp_memory_recording()
+        && pp_memory_rows(p, &live, &nlive, &live_info) < 0)
+        return NULL;
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
         if (include_open && ts->st.depth) {
@@ -416,6 +461,8 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     }
     if (p->sampling)
         put_samples(&b, &p->samples);
+    if (p->memory)
+        put_memory(&b, p, live, nlive);
     size_t r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
     if (b.oom)
@@ -423,6 +470,7 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     else
         result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 done:
+    free(live);
     free(b.p);
     free(sb.fs.p);
     free(sb.es.p);

@@ -18,17 +18,18 @@
 static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
-                             "mode", "rate", "wall", "native", NULL};
+                             "mode", "rate", "wall", "native", "memory", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
-    int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0;
+    int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpp:Profiler", kwlist, &timer, &timeunit,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdppp:Profiler", kwlist, &timer, &timeunit,
                                      &subcalls, &builtins, &exact_builtins, &mode, &rate, &wall,
-                                     &native))
+                                     &native, &memory))
         return -1;
-    if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0)) {
-        PyErr_Format(PyExc_ValueError, "mode must be 'trace' or 'sample', not %s",
+    if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
+                         && strcmp(mode, "memory") != 0)) {
+        PyErr_Format(PyExc_ValueError, "mode must be 'trace', 'sample' or 'memory', not %s",
                      mode ? mode : "None");
         return -1;
     }
@@ -45,6 +46,8 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->builtins = builtins;
     self->exact_builtins = exact_builtins;
     self->sampling = strcmp(mode, "sample") == 0;
+    self->memory_only = strcmp(mode, "memory") == 0;
+    self->memory = memory || self->memory_only;
     self->sopts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->sopts.native = native;

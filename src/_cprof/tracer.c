@@ -17,6 +17,7 @@
  *   a record only while its generation matches the profiler's.
  */
 #include "tracer.h"
+#include "memory.h"
 
 #include "capture.h"
 #include "clock.h"
@@ -1387,7 +1388,14 @@ int pp_tracer_enable(pp_profiler *p)
         p->next_flush_ns = p->enabled_since_ns + p->flush_interval_ns;
     pp_active = p;
     p->enabled = 1;
-    if (p->sampling ? pp_sampler_start(p, &p->sopts) < 0 : install_hooks(p) < 0) {
+    int rc = p->memory_only ? 0
+             : p->sampling ? pp_sampler_start(p, &p->sopts) : install_hooks(p);
+    if (rc == 0 && p->memory && pp_memory_start(p) < 0) {
+        if (!p->memory_only)
+            (void)(p->sampling ? pp_sampler_stop(p) : remove_hooks(p));
+        rc = -1;
+    }
+    if (rc < 0) {
         p->enabled = 0;
         pp_active = NULL;
         return -1;
@@ -1407,7 +1415,9 @@ int pp_tracer_disable(pp_profiler *p)
     if (pp_active == p)
         pp_active = NULL;
     p->enabled_ns += pp_clock_monotonic_ns() - p->enabled_since_ns;
-    int rc = p->sampling ? pp_sampler_stop(p) : remove_hooks(p);
+    int rc = p->memory && pp_memory_stop(p) < 0 ? -1 : 0;
+    if (!p->memory_only && (p->sampling ? pp_sampler_stop(p) : remove_hooks(p)) < 0)
+        rc = -1;
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     int64_t now = now_ticks(p);
     for (pp_thread *ts = p->threads; ts; ts = ts->next)
@@ -1522,6 +1532,7 @@ uint32_t pp_tracer_add_line_target(pp_profiler *p, PyObject *code)
 void pp_tracer_clear(pp_profiler *p)
 {
     pp_samples_clear(&p->samples);
+    pp_memory_free(p);
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         pp_tables_clear(&ts->t);
         ts->st.depth = 0;
@@ -1531,6 +1542,7 @@ void pp_tracer_clear(pp_profiler *p)
 
 void pp_tracer_free(pp_profiler *p)
 {
+    pp_memory_free(p);
     pp_thread *ts = p->threads;
     while (ts) {
         pp_thread *next = ts->next;

@@ -93,6 +93,10 @@ typedef struct pp_profiler {
     uint64_t ghosts;
     PyObject *sample_root;      /* code of the runner's frame: stacks are cut below it */
     PyObject *sample_program;   /* the program's code the runner runs (else: runner's work) */
+    /* memory (memory.c) */
+    int memory;                 /* allocation hooks record while enabled */
+    int memory_only;            /* mode "memory": no call or sampling hooks */
+    struct pp_memdata *mem;     /* what they recorded, resolved to lines */
     PyObject *weakreflist;
 } pp_profiler;
 
@@ -109,6 +113,8 @@ int pp_tracer_thread_paused(pp_profiler *p);
 /* The interpreter mechanism in use (or last used): for captures and messages. */
 static inline const char *pp_tracer_hook_name(const pp_profiler *p)
 {
+    if (p->memory_only)
+        return "PyMem_SetAllocator";
     if (p->sampling)
         return p->sopts.mode == PP_SAMPLE_WALL ? "SIGPROF (wall-clock timer thread)"
                                                 : "SIGPROF (ITIMER_PROF, process CPU time)";

@@ -1,0 +1,508 @@
+/* memory.c — allocation hooks (see memory.h).
+ *
+ * Sizes are the sizes requested from the Python allocators, as tracemalloc
+ * counts them: a pymalloc request above 512 bytes that pymalloc passes on to
+ * the RAW allocator is counted once, at the outer call (a thread-local guard
+ * lets nested calls through). realloc moves the whole block to the line of
+ * the realloc, as tracemalloc does. A block is removed from the table before
+ * the allocator below frees it, so its address cannot be handed out again
+ * while it is still listed.
+ */
+#define _GNU_SOURCE 1
+#include "memory.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "frames.h"
+
+enum { DOM_RAW, DOM_MEM, DOM_OBJ, NDOM };
+static const PyMemAllocatorDomain domain_id[NDOM] = {
+    PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
+
+/* The allocators below ours, never changed once installed: callers read an
+ * allocator's function and context without a lock, so ours ignore ctx. */
+static PyMemAllocatorEx below[NDOM];
+static PyMemAllocatorEx ours[NDOM];
+static int installed;
+static _Atomic int recording;
+static __thread int in_hook __attribute__((tls_model("initial-exec")));
+
+/* ---------------------------------------------------------------- lock */
+
+static atomic_flag lock = ATOMIC_FLAG_INIT;
+
+static void lock_tables(void)
+{
+    while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
+        sched_yield();
+}
+
+static void unlock_tables(void)
+{
+    atomic_flag_clear_explicit(&lock, memory_order_release);
+}
+
+/* -------------------------------------------------------------- tables */
+
+static void *map_zeroed(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static inline uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Live blocks: open addressing, linear probing, backward-shift deletion. */
+typedef struct { uintptr_t ptr; uint32_t site; uint32_t pad; uint64_t size; } block;
+static block *blocks;
+static size_t nblocks_cap, nblocks;        /* capacity is a power of two */
+
+/* Sites: (code, offset, kind) -> counters. */
+static pp_memsite *sites;
+static uint32_t *site_slots;               /* open addressing: site index + 1, 0 empty */
+static size_t nsites, sites_cap, slots_cap;
+
+static pp_meminfo totals;
+static int oom;                            /* a table could not grow: counts stay partial */
+
+static int grow_blocks(void)
+{
+    size_t ncap = nblocks_cap ? nblocks_cap * 2 : 1 << 16;
+    block *nb = map_zeroed(ncap * sizeof *nb);
+    if (nb == NULL)
+        return -1;
+    for (size_t i = 0; i < nblocks_cap; i++) {
+        if (blocks[i].ptr == 0)
+            continue;
+        size_t j = mix(blocks[i].ptr) & (ncap - 1);
+        while (nb[j].ptr != 0)
+            j = (j + 1) & (ncap - 1);
+        nb[j] = blocks[i];
+    }
+    if (blocks)
+        munmap(blocks, nblocks_cap * sizeof *blocks);
+    blocks = nb;
+    nblocks_cap = ncap;
+    return 0;
+}
+
+static void block_put(uintptr_t ptr, uint32_t site, uint64_t size)
+{
+    if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
+        oom = 1;
+        return;
+    }
+    size_t i = mix(ptr) & (nblocks_cap - 1);
+    while (blocks[i].ptr != 0 && blocks[i].ptr != ptr)
+        i = (i + 1) & (nblocks_cap - 1);
+    if (blocks[i].ptr == 0)
+        nblocks++;
+    blocks[i] = (block){ptr, site, 0, size};
+}
+
+static int block_take(uintptr_t ptr, block *out)
+{
+    if (nblocks_cap == 0)
+        return 0;
+    size_t mask = nblocks_cap - 1, i = mix(ptr) & mask;
+    while (blocks[i].ptr != ptr) {
+        if (blocks[i].ptr == 0)
+            return 0;
+        i = (i + 1) & mask;
+    }
+    *out = blocks[i];
+    /* backward shift: move later entries of the run into the hole when their
+     * home slot is not between the hole and themselves */
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask; blocks[j].ptr != 0; j = (j + 1) & mask) {
+        size_t home = mix(blocks[j].ptr) & mask;
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            blocks[hole] = blocks[j];
+            hole = j;
+        }
+    }
+    blocks[hole].ptr = 0;
+    nblocks--;
+    return 1;
+}
+
+static int grow_sites(void)
+{
+    size_t ncap = sites_cap ? sites_cap * 2 : 4096;
+    pp_memsite *ns = map_zeroed(ncap * sizeof *ns);
+    uint32_t *nslots = map_zeroed(ncap * 2 * sizeof *nslots);
+    if (ns == NULL || nslots == NULL) {
+        if (ns)
+            munmap(ns, ncap * sizeof *ns);
+        if (nslots)
+            munmap(nslots, ncap * 2 * sizeof *nslots);
+        return -1;
+    }
+    if (nsites)
+        memcpy(ns, sites, nsites * sizeof *ns);
+    for (size_t k = 0; k < nsites; k++) {
+        size_t j = mix(ns[k].code ^ ((uint64_t)ns[k].offset << 48 | ns[k].kind)) & (ncap * 2 - 1);
+        while (nslots[j] != 0)
+            j = (j + 1) & (ncap * 2 - 1);
+        nslots[j] = (uint32_t)k + 1;
+    }
+    if (sites) {
+        munmap(sites, sites_cap * sizeof *sites);
+        munmap(site_slots, slots_cap * sizeof *site_slots);
+    }
+    sites = ns;
+    site_slots = nslots;
+    sites_cap = ncap;
+    slots_cap = ncap * 2;
+    return 0;
+}
+
+/* The site's index, created if new (*created set). UINT32_MAX if out of memory. */
+static uint32_t site_of(uintptr_t code, uint32_t offset, uint32_t kind, int *created)
+{
+    *created = 0;
+    if (nsites == sites_cap && grow_sites() < 0)
+        return UINT32_MAX;
+    size_t mask = slots_cap - 1;
+    size_t j = mix(code ^ ((uint64_t)offset << 48 | kind)) & mask;
+    for (; site_slots[j] != 0; j = (j + 1) & mask) {
+        pp_memsite *s = &sites[site_slots[j] - 1];
+        if (s->code == code && s->offset == offset && s->kind == kind)
+            return site_slots[j] - 1;
+    }
+    uint32_t k = (uint32_t)nsites++;
+    sites[k] = (pp_memsite){.code = code, .offset = offset, .kind = kind};
+    site_slots[j] = k + 1;
+    *created = 1;
+    return k;
+}
+
+/* ------------------------------------------------------------- accounting */
+
+static void note_alloc(void *ptr, size_t size)
+{
+    uintptr_t code = 0;
+    uint32_t offset = 0, kind;
+    int attached = pp_frames_current(&code, &offset);
+    if (attached)
+        kind = PP_MEM_LINE;
+    else {
+        int att;
+        kind = pp_signal_tstate(&att) && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
+    }
+    lock_tables();
+    if (atomic_load_explicit(&recording, memory_order_relaxed)) {
+        int created;
+        uint32_t k = site_of(code, offset, kind, &created);
+        if (k == UINT32_MAX)
+            oom = 1;
+        else {
+            if (created && code)
+                Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
+            sites[k].alloc_bytes += size;
+            sites[k].alloc_count++;
+            block_put((uintptr_t)ptr, k, size);
+            totals.allocated += size;
+            totals.current += size;
+            if (totals.current > totals.peak)
+                totals.peak = totals.current;
+        }
+    }
+    unlock_tables();
+}
+
+/* Takes the block out of the table; 1 if it was there (*b filled). */
+static int take_block(void *ptr, block *b)
+{
+    lock_tables();
+    int had = atomic_load_explicit(&recording, memory_order_relaxed)
+              && block_take((uintptr_t)ptr, b);
+    if (!had && atomic_load_explicit(&recording, memory_order_relaxed))
+        totals.unknown_frees++;
+    unlock_tables();
+    return had;
+}
+
+static void charge_free(const block *b)
+{
+    lock_tables();
+    if (atomic_load_explicit(&recording, memory_order_relaxed) && b->site < nsites) {
+        sites[b->site].free_bytes += b->size;
+        sites[b->site].free_count++;
+        totals.current -= b->size;
+    }
+    unlock_tables();
+}
+
+static void put_back(void *ptr, const block *b)
+{
+    lock_tables();
+    if (atomic_load_explicit(&recording, memory_order_relaxed))
+        block_put((uintptr_t)ptr, b->site, b->size);
+    unlock_tables();
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+/* Set around a test allocation: did it pass through our hook of each domain? */
+static __thread int probing, probe_hit;
+
+static inline int pass_through(int d)
+{
+    if (probing) {
+        probe_hit |= 1 << d;
+        return 1;
+    }
+    return in_hook || !atomic_load_explicit(&recording, memory_order_relaxed);
+}
+
+static void *do_malloc(int d, size_t size)
+{
+    if (pass_through(d))
+        return below[d].malloc(below[d].ctx, size);
+    in_hook = 1;
+    void *ptr = below[d].malloc(below[d].ctx, size);
+    if (ptr)
+        note_alloc(ptr, size);
+    in_hook = 0;
+    return ptr;
+}
+
+static void *do_calloc(int d, size_t nelem, size_t elsize)
+{
+    if (pass_through(d))
+        return below[d].calloc(below[d].ctx, nelem, elsize);
+    in_hook = 1;
+    void *ptr = below[d].calloc(below[d].ctx, nelem, elsize);
+    if (ptr)
+        note_alloc(ptr, nelem * elsize);   /* the PyMem_*Calloc callers checked overflow */
+    in_hook = 0;
+    return ptr;
+}
+
+static void *do_realloc(int d, void *old, size_t size)
+{
+    if (pass_through(d))
+        return below[d].realloc(below[d].ctx, old, size);
+    in_hook = 1;
+    block b;
+    int had = old != NULL && take_block(old, &b);
+    void *ptr = below[d].realloc(below[d].ctx, old, size);
+    if (ptr == NULL) {
+        if (had)
+            put_back(old, &b);             /* failed: the old block is still there */
+    }
+    else {
+        if (had)
+            charge_free(&b);
+        note_alloc(ptr, size);
+    }
+    in_hook = 0;
+    return ptr;
+}
+
+static void do_free(int d, void *ptr)
+{
+    if (ptr != NULL && !pass_through(d)) {
+        in_hook = 1;
+        block b;
+        if (take_block(ptr, &b))
+            charge_free(&b);
+        in_hook = 0;
+    }
+    below[d].free(below[d].ctx, ptr);
+}
+
+#define DOMAIN_HOOKS(name, d)                                                         \
+    static void *name##_malloc(void *ctx, size_t n) { (void)ctx; return do_malloc(d, n); } \
+    static void *name##_calloc(void *ctx, size_t n, size_t e)                         \
+    { (void)ctx; return do_calloc(d, n, e); }                                         \
+    static void *name##_realloc(void *ctx, void *p, size_t n)                         \
+    { (void)ctx; return do_realloc(d, p, n); }                                        \
+    static void name##_free(void *ctx, void *p) { (void)ctx; do_free(d, p); }
+DOMAIN_HOOKS(raw, DOM_RAW)
+DOMAIN_HOOKS(mem, DOM_MEM)
+DOMAIN_HOOKS(obj, DOM_OBJ)
+
+static void atfork_prepare(void) { lock_tables(); }
+static void atfork_release(void) { unlock_tables(); }
+
+static void install(void)
+{
+    ours[DOM_RAW] = (PyMemAllocatorEx){NULL, raw_malloc, raw_calloc, raw_realloc, raw_free};
+    ours[DOM_MEM] = (PyMemAllocatorEx){NULL, mem_malloc, mem_calloc, mem_realloc, mem_free};
+    ours[DOM_OBJ] = (PyMemAllocatorEx){NULL, obj_malloc, obj_calloc, obj_realloc, obj_free};
+    for (int d = 0; d < NDOM; d++)
+        PyMem_GetAllocator(domain_id[d], &below[d]);
+    for (int d = 0; d < NDOM; d++)
+        PyMem_SetAllocator(domain_id[d], &ours[d]);
+    pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+    installed = 1;
+}
+
+/* Domains whose allocations still reach our hooks: ours may be on top, or
+ * below another hook installed since (tracemalloc started after us). */
+static int reached_domains(void)
+{
+    probing = 1;
+    probe_hit = 0;
+    PyMem_RawFree(PyMem_RawMalloc(8));
+    PyMem_Free(PyMem_Malloc(8));
+    PyObject_Free(PyObject_Malloc(8));
+    probing = 0;
+    return probe_hit;
+}
+
+/* ------------------------------------------------------------ control */
+
+int pp_memory_start(pp_profiler *p)
+{
+    (void)p;
+    if (!installed)
+        install();                 /* once: allocators found later are above ours */
+    else {
+        /* A hook installed before ours and stopped since (tracemalloc) put
+         * back what it found, unlinking ours: link ours again on top. Nothing
+         * calls the unlinked ones, so what lies below them can change. */
+        int reached = reached_domains();
+        for (int d = 0; d < NDOM; d++) {
+            if (reached & (1 << d))
+                continue;
+            PyMem_GetAllocator(domain_id[d], &below[d]);
+            PyMem_SetAllocator(domain_id[d], &ours[d]);
+        }
+    }
+    pp_memory_clear();
+    atomic_store(&recording, 1);
+    return 0;
+}
+
+int pp_memory_stop(pp_profiler *p)
+{
+    int reached = reached_domains();  /* before: a probe while recording would count */
+    lock_tables();
+    totals.linked = reached == (1 << NDOM) - 1;
+    atomic_store(&recording, 0);
+    unlock_tables();
+    pp_memrow *rows;
+    uint32_t n;
+    pp_meminfo info;
+    int rc = pp_memory_rows(p, &rows, &n, &info);
+    if (rc == 0) {
+        /* kept with the profiler, added to its earlier runs */
+        struct pp_memdata *m = p->mem ? p->mem : calloc(1, sizeof *m);
+        pp_memrow *all = m ? realloc(m->rows, ((size_t)m->nrows + n + 1) * sizeof *all) : NULL;
+        if (all == NULL) {
+            if (m != p->mem)
+                free(m);
+            free(rows);
+            PyErr_NoMemory();
+            rc = -1;
+        }
+        else {
+            memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
+            free(rows);
+            m->rows = all;
+            m->nrows += n;
+            if (info.peak > m->info.peak)
+                m->info.peak = info.peak;
+            m->info.allocated += info.allocated;
+            m->info.current += info.current;
+            m->info.unknown_frees += info.unknown_frees;
+            m->info.live_blocks += info.live_blocks;
+            m->info.linked = info.linked;
+            p->mem = m;
+        }
+    }
+    pp_memory_clear();                  /* drops the code objects: p's registry keeps them */
+    return rc;
+}
+
+int pp_memory_recording(void)
+{
+    return atomic_load(&recording);
+}
+
+int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *info)
+{
+    uint32_t n;
+    pp_memsite *s = pp_memory_sites(&n, info);
+    pp_memrow *rows = malloc((n ? n : 1) * sizeof *rows);
+    if (s == NULL || rows == NULL) {
+        free(s);
+        free(rows);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t fid = PP_NONE, line = 0;
+        if (s[i].code) {
+            PyObject *code = (PyObject *)s[i].code;
+            fid = pp_tracer_register_code(p, code);
+            int l = s[i].offset < (uint32_t)Py_SIZE(code)
+                    ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
+            line = l < 0 ? 0 : (uint32_t)l;
+        }
+        rows[i] = (pp_memrow){fid, line, s[i].kind, s[i].alloc_bytes, s[i].alloc_count,
+                              s[i].free_bytes, s[i].free_count};
+    }
+    free(s);
+    *out = rows;
+    *nout = n;
+    return 0;
+}
+
+void pp_memory_free(pp_profiler *p)
+{
+    if (p->mem) {
+        free(p->mem->rows);
+        free(p->mem);
+        p->mem = NULL;
+    }
+}
+
+pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info)
+{
+    int linked = !atomic_load(&recording) || reached_domains() == (1 << NDOM) - 1;
+    lock_tables();
+    *n = (uint32_t)nsites;
+    pp_memsite *copy = malloc((nsites ? nsites : 1) * sizeof *copy);
+    if (copy && nsites)
+        memcpy(copy, sites, nsites * sizeof *copy);
+    *info = totals;
+    info->live_blocks = nblocks;
+    if (atomic_load(&recording))
+        info->linked = linked;
+    unlock_tables();
+    return copy;
+}
+
+void pp_memory_clear(void)
+{
+    /* GIL held and not recording (or about to start): no hook touches the tables */
+    for (size_t k = 0; k < nsites; k++)
+        if (sites[k].code)
+            Py_DECREF((PyObject *)sites[k].code);
+    lock_tables();
+    nsites = 0;
+    if (site_slots)
+        memset(site_slots, 0, slots_cap * sizeof *site_slots);
+    if (blocks)
+        memset(blocks, 0, nblocks_cap * sizeof *blocks);
+    nblocks = 0;
+    memset(&totals, 0, sizeof totals);
+    totals.linked = 1;
+    oom = 0;
+    unlock_tables();
+}

@@ -1,0 +1,231 @@
+"""Memory mode: bytes per line against tracemalloc's, big allocations, frees in
+other threads and functions, realloc, coexistence with tracemalloc."""
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import tracemalloc
+
+import pytest
+
+import pyprof
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def memory_profile(fn, **kw):
+    p = pyprof.Profile(mode="memory", **kw)
+    p.enable()
+    try:
+        result = fn()
+    finally:
+        p.disable()
+    return p.session(), result
+
+
+def lines_of(session, fn):
+    """{line: MemCounters} of the lines of function `fn` (comprehensions inside
+    it included: 3.11 runs them as functions of their own)."""
+    code = fn.__code__
+    last = max(line for _, _, line in code.co_lines() if line is not None)
+    out = {}
+    for (fid, line), c in session.memory_lines().items():
+        f = session.functions[fid]
+        if f.filename == code.co_filename and code.co_firstlineno <= line <= last:
+            out.setdefault(line, pyprof.session.MemCounters()).add(c)
+    return out
+
+
+def first_line(fn):
+    return fn.__code__.co_firstlineno
+
+
+def test_net_bytes_per_line_equal_tracemalloc():
+    """The same program under tracemalloc and under pyprof, in separate
+    processes: every line's live bytes at the end, within 1% (equal in
+    practice), including realloc, generators, exceptions, recursion, threads
+    and blocks freed by another thread."""
+    runs = {}
+    for tool in ("tracemalloc", "pyprof"):
+        r = subprocess.run([sys.executable, os.path.join(HERE, "memprog.py"), tool],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[tool] = {int(k): v for k, v in json.loads(r.stdout).items()}
+    truth, got = runs["tracemalloc"], runs["pyprof"]
+    assert len(truth) >= 10
+    big = {line for line, size in truth.items() if size >= 1000}
+    assert set(got) >= big, (truth, got)
+    for line in big:
+        assert abs(got[line] - truth[line]) <= 0.01 * truth[line], (line, truth[line], got[line])
+    assert sum(got.values()) == pytest.approx(sum(truth.values()), rel=0.01)
+
+
+def test_a_512_mib_allocation():
+    def run():
+        big = bytes(512 << 20)        # calloc'd: pages are not touched
+        return len(big)
+    s, _ = memory_profile(run)
+    rows = lines_of(s, run)
+    line = first_line(run) + 1
+    assert rows[line].alloc_bytes == pytest.approx(512 << 20, rel=0.01)
+    assert rows[line].alloc_count == 1
+    assert rows[line].net_bytes == 0                  # freed when run() returned
+    info = s.info["memory"]
+    assert info["peak_bytes"] == pytest.approx(512 << 20, rel=0.01)
+    assert info["current_bytes"] < 1 << 20
+
+
+def test_freed_in_another_thread_and_function():
+    q = queue.Queue()
+
+    def allocate():
+        for i in range(50):
+            q.put(bytes(20_000 + i))
+
+    def consume():
+        while not q.empty():
+            q.get()
+
+    def run():
+        t = threading.Thread(target=allocate)
+        t.start()
+        t.join()
+        consume()
+    s, _ = memory_profile(run)
+    rows = lines_of(s, allocate)
+    c = rows[first_line(allocate) + 2]
+    expected = sum(20_000 + i for i in range(50))
+    # the bytes objects, and the queue's own small blocks made on that line
+    assert expected <= c.alloc_bytes < expected + 50 * 200
+    assert c.alloc_count >= 50 and c.free_count == c.alloc_count and c.net_bytes == 0
+
+
+def test_realloc_moves_the_block_to_the_last_line():
+    def run():
+        buf = bytearray(100)
+        buf.extend(b"x" * 200_000)
+        return buf
+    s, buf = memory_profile(run)
+    rows = lines_of(s, run)
+    first, second = first_line(run) + 1, first_line(run) + 2
+    assert rows[second].net_bytes >= 200_000
+    assert rows[first].net_bytes < 200            # the object, not its old buffer
+    del buf
+
+
+def test_lists_dicts_strings_on_known_lines():
+    def run():
+        lst = [None] * 100_000              # 800,000 bytes of slots
+        dct = {i: None for i in range(1000)}
+        txt = "x" * 1_000_000
+        del lst
+        return dct, txt
+    s, keep = memory_profile(run)
+    rows = lines_of(s, run)
+    base = first_line(run)
+    assert rows[base + 1].alloc_bytes >= 800_000 and rows[base + 1].net_bytes == 0
+    assert rows[base + 2].net_bytes > 30_000
+    assert 1_000_000 <= rows[base + 3].net_bytes < 1_000_100
+
+
+def test_function_totals_add_up_their_lines():
+    def run():
+        a = bytes(100_000)
+        b = bytes(200_000)
+        return a, b
+    s, keep = memory_profile(run)
+    fid = next(fid for fid, f in s.functions.items() if f.name == "run")
+    per_function = s.memory_functions()[fid]
+    assert per_function.net_bytes == sum(c.net_bytes for c in lines_of(s, run).values())
+    assert per_function.net_bytes >= 300_000
+
+
+def test_tracemalloc_keeps_working():
+    """tracemalloc started before pyprof, pyprof inside, and the other way."""
+    def work():
+        return [bytes(10_000) for _ in range(100)]
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        s, keep = memory_profile(work)
+        during = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert during - before >= 1_000_000
+    assert sum(c.net_bytes for c in lines_of(s, work).values()) >= 1_000_000
+    del keep
+
+    p = pyprof.Profile(mode="memory")
+    p.enable()
+    tracemalloc.start()
+    keep = work()
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    p.disable()
+    assert traced >= 1_000_000
+    assert sum(c.net_bytes for c in lines_of(p.session(), work).values()) >= 1_000_000
+
+
+def test_memory_with_function_tracing():
+    def leaf():
+        return bytes(50_000)
+
+    def run():
+        return [leaf() for _ in range(10)]
+    p = pyprof.Profile(memory=True)
+    p.enable()
+    keep = run()
+    p.disable()
+    s = p.session()
+    assert s.function_totals()[next(f for f, x in s.functions.items() if x.name == "leaf")].calls == 10
+    assert lines_of(s, leaf)[first_line(leaf) + 1].net_bytes >= 500_000
+    del keep
+
+
+def test_capture_file_round_trip(tmp_path):
+    def run():
+        return bytes(123_456)
+    s, keep = memory_profile(run)
+    path = tmp_path / "m.cprof"
+    s.save(path)
+    again = pyprof.Session.load(path)
+    assert again.memory_lines() == s.memory_lines()
+    assert again.info["memory"] == s.info["memory"]
+
+
+def test_bad_mode():
+    with pytest.raises(ValueError, match="mode"):
+        pyprof.Profile(mode="memories")
+
+
+def test_hooks_unlinked_under_pyprof_are_detected(tmp_path):
+    """tracemalloc installed before pyprof's hooks and stopped while pyprof
+    records puts back the allocators it found, unlinking pyprof's: reported at
+    stop; the next enable links them again."""
+    prog = textwrap.dedent("""
+        import tracemalloc, pyprof
+        def work():
+            return [bytes(10_000) for _ in range(10)]
+        tracemalloc.start()
+        p = pyprof.Profile(mode="memory")
+        p.enable()
+        keep = work()
+        tracemalloc.stop()                  # unlinks pyprof's hooks
+        keep2 = work()
+        p.disable()
+        first = p.session().info["memory"]["hooks_linked"]
+        q = pyprof.Profile(mode="memory")
+        q.enable()
+        keep3 = work()
+        q.disable()
+        s = q.session()
+        net = sum(c.net_bytes for c in s.memory_lines().values())
+        print(first, s.info["memory"]["hooks_linked"], net >= 100_000)
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "True"], r.stdout
