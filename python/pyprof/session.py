@@ -32,7 +32,7 @@ _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
-REC_STACKS, REC_SAMPLES, REC_MEMORY = 10, 11, 12
+REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY = 10, 11, 12, 13
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -42,6 +42,7 @@ _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
 _MEMROW = struct.Struct("<IIIIQQQQ")
+_FMEM = struct.Struct("<IIqq")
 NO_FUNCTION = 0xFFFFFFFF
 
 # Where an allocation was made (docs/memory.md): a Python line, a thread that
@@ -193,6 +194,7 @@ class Session:
     stacks: dict = field(default_factory=dict)      # stack id -> Stack
     samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
     memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
+    fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -286,6 +288,9 @@ class Session:
                     for fid, line, kind, _, ab, ac, fb, fc in _rows(_MEMROW, payload):
                         c = s.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters())
                         c.add(MemCounters(ab, ac, fb, fc))
+                elif rtype == REC_FMEMORY:
+                    for t, fid, peak, residual in _rows(_FMEM, payload):
+                        s.fmemory[(t, fid)] = (peak, residual)
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -330,6 +335,10 @@ class Session:
             out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
                 _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
                 for (t, st, state), c in self.samples.items())))
+        if self.fmemory:
+            out.append(_record(REC_FMEMORY, struct.pack("<I", len(self.fmemory)) + b"".join(
+                _FMEM.pack(t, fid, peak, residual)
+                for (t, fid), (peak, residual) in self.fmemory.items())))
         if self.info.get("memory"):
             out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory)) + b"".join(
                 _MEMROW.pack(fid, line, MEMORY_SITES.index(kind), 0, c.alloc_bytes,
@@ -393,6 +402,16 @@ class Session:
         out: dict = {}
         for (fid, line), c in self.memory_lines().items():
             out.setdefault(fid, MemCounters()).add(c)
+        return out
+
+    def function_peaks(self) -> dict:
+        """fid -> (peak, residual) bytes, with function tracing: peak is the most
+        its thread's net bytes rose during one call (callees included), at most
+        over threads; residual what its calls left allocated, summed."""
+        out: dict = {}
+        for (t, fid), (peak, residual) in self.fmemory.items():
+            p0, r0 = out.get(fid, (0, 0))
+            out[fid] = (max(p0, peak), r0 + residual)
         return out
 
     def line_totals(self, threads=None) -> dict:

@@ -272,8 +272,8 @@ done:
 
 /* The per-thread tables of one kind, as records of the capture. */
 typedef struct {
-    buf fs, es, ls, cs;
-    uint32_t nfs, nes, nls, ncs;
+    buf fs, es, ls, cs, ms;
+    uint32_t nfs, nes, nls, ncs, nms;
 } statbufs;
 
 static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables *t,
@@ -290,6 +290,13 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
         put_i64(fs, conv(tc, s->tt));
         put_i64(fs, conv(tc, s->it));
         (*nfs)++;
+        if (s->mem_peak || s->mem_residual) {
+            put_u32(&sb->ms, ts->index);
+            put_u32(&sb->ms, s->fid);
+            put_i64(&sb->ms, s->mem_peak);
+            put_i64(&sb->ms, s->mem_residual);
+            sb->nms++;
+        }
     }
     for (uint32_t i = 0; i < t->ne; i++) {
         const pp_eslot *s = &t->e[i];
@@ -391,7 +398,7 @@ static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
     record_end(b, r);
 }
 
-PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
+static PyObject *capture_snapshot(pp_profiler *p, int include_open)
 {
     tconv tc = {0, 1.0};
     double time_unit = 1e-9;
@@ -434,6 +441,9 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
             }
             memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
             st.depth = st.cap = ts->st.depth;
+            st.mem_cur = ts->st.mem_cur;
+            st.mem_pending = ts->st.mem_pending;
+            st.mem_pending_base = ts->st.mem_pending_base;
             pp_tracer_stop_all((pp_thread *)ts, &t, &st, now, p->lines);
             put_thread_stats(&sb, ts, &t, &tc);
             pp_tables_free(&t);
@@ -461,8 +471,11 @@ PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
     }
     if (p->sampling)
         put_samples(&b, &p->samples);
-    if (p->memory)
+    if (p->memory) {
         put_memory(&b, p, live, nlive);
+        if (!p->memory_only)
+            put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
+    }
     size_t r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
     if (b.oom)
@@ -476,7 +489,16 @@ done:
     free(sb.es.p);
     free(sb.ls.p);
     free(sb.cs.p);
+    free(sb.ms.p);
     return result;
+}
+
+PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
+{
+    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
+    PyObject *r = capture_snapshot(p, include_open);
+    pp_memory_self_end(was);
+    return r;
 }
 
 int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,

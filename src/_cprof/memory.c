@@ -30,7 +30,7 @@ static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
 static int installed;
 static _Atomic int recording;
-static __thread int in_hook __attribute__((tls_model("initial-exec")));
+__thread int pp_mem_self __attribute__((tls_model("initial-exec")));
 
 /* ---------------------------------------------------------------- lock */
 
@@ -220,6 +220,8 @@ static void note_alloc(void *ptr, size_t size)
         }
     }
     unlock_tables();
+    if (kind == PP_MEM_LINE)
+        pp_tracer_mem_delta((int64_t)size);
 }
 
 /* Takes the block out of the table; 1 if it was there (*b filled). */
@@ -243,6 +245,9 @@ static void charge_free(const block *b)
         totals.current -= b->size;
     }
     unlock_tables();
+    int attached;
+    if (pp_signal_tstate(&attached) && attached)
+        pp_tracer_mem_delta(-(int64_t)b->size);
 }
 
 static void put_back(void *ptr, const block *b)
@@ -251,6 +256,25 @@ static void put_back(void *ptr, const block *b)
     if (atomic_load_explicit(&recording, memory_order_relaxed))
         block_put((uintptr_t)ptr, b->site, b->size);
     unlock_tables();
+}
+
+void pp_memory_forget(PyObject *obj)
+{
+    if (!atomic_load_explicit(&recording, memory_order_relaxed))
+        return;
+    block b;
+    int had;
+    lock_tables();
+    had = block_take((uintptr_t)obj, &b);
+    if (had && b.site < nsites) {
+        sites[b.site].alloc_bytes -= b.size;
+        sites[b.site].alloc_count--;
+        totals.allocated -= b.size;
+        totals.current -= b.size;
+    }
+    unlock_tables();
+    if (had)
+        pp_tracer_mem_delta(-(int64_t)b.size);
 }
 
 /* ---------------------------------------------------------------- hooks */
@@ -264,18 +288,18 @@ static inline int pass_through(int d)
         probe_hit |= 1 << d;
         return 1;
     }
-    return in_hook || !atomic_load_explicit(&recording, memory_order_relaxed);
+    return pp_mem_self || !atomic_load_explicit(&recording, memory_order_relaxed);
 }
 
 static void *do_malloc(int d, size_t size)
 {
     if (pass_through(d))
         return below[d].malloc(below[d].ctx, size);
-    in_hook = 1;
+    pp_mem_self = 1;
     void *ptr = below[d].malloc(below[d].ctx, size);
     if (ptr)
         note_alloc(ptr, size);
-    in_hook = 0;
+    pp_mem_self = 0;
     return ptr;
 }
 
@@ -283,11 +307,11 @@ static void *do_calloc(int d, size_t nelem, size_t elsize)
 {
     if (pass_through(d))
         return below[d].calloc(below[d].ctx, nelem, elsize);
-    in_hook = 1;
+    pp_mem_self = 1;
     void *ptr = below[d].calloc(below[d].ctx, nelem, elsize);
     if (ptr)
         note_alloc(ptr, nelem * elsize);   /* the PyMem_*Calloc callers checked overflow */
-    in_hook = 0;
+    pp_mem_self = 0;
     return ptr;
 }
 
@@ -295,7 +319,7 @@ static void *do_realloc(int d, void *old, size_t size)
 {
     if (pass_through(d))
         return below[d].realloc(below[d].ctx, old, size);
-    in_hook = 1;
+    pp_mem_self = 1;
     block b;
     int had = old != NULL && take_block(old, &b);
     void *ptr = below[d].realloc(below[d].ctx, old, size);
@@ -308,18 +332,18 @@ static void *do_realloc(int d, void *old, size_t size)
             charge_free(&b);
         note_alloc(ptr, size);
     }
-    in_hook = 0;
+    pp_mem_self = 0;
     return ptr;
 }
 
 static void do_free(int d, void *ptr)
 {
     if (ptr != NULL && !pass_through(d)) {
-        in_hook = 1;
+        pp_mem_self = 1;
         block b;
         if (take_block(ptr, &b))
             charge_free(&b);
-        in_hook = 0;
+        pp_mem_self = 0;
     }
     below[d].free(below[d].ctx, ptr);
 }

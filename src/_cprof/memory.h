@@ -49,6 +49,21 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *in
 int pp_memory_recording(void);
 void pp_memory_free(pp_profiler *p);
 
+/* Set while pyprof itself runs (hooks, registration, captures): allocations
+ * made then are pyprof's, not the program's, and pass through unrecorded. */
+extern __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
+static inline int pp_memory_self_begin(void)
+{
+    int was = pp_mem_self;
+    pp_mem_self = 1;
+    return was;
+}
+static inline void pp_memory_self_end(int was) { pp_mem_self = was; }
+
+/* A block pyprof's own hook made CPython allocate (3.11's frame objects for the
+ * profile hook): as if never allocated. GIL held. */
+void pp_memory_forget(PyObject *obj);
+
 /* Start/stop recording (GIL held). The hooks are installed on first use and
  * stay, forwarding only, when stopped. */
 int pp_memory_start(pp_profiler *p);

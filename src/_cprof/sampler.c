@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include "sampler.h"
+#include "memory.h"
 
 #include "clock.h"
 #include "tracer.h"
@@ -460,7 +461,9 @@ void pp_sampler_drain(struct pp_profiler *p)
     if (S.buf == NULL || p != S.prof || S.draining)
         return;
     S.draining = 1;
+    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
     drain_locked(p);
+    pp_memory_self_end(was);
     S.draining = 0;
 }
 

@@ -20,12 +20,19 @@ typedef struct {
     uint32_t lslot;             /* line running in this frame, PP_NONE if none */
     uint32_t crow;              /* call row this activation counts into, PP_NONE if none */
     int64_t lt0;                /* when the running line's segment began */
+    /* memory only: the thread's net bytes at entry, and the most since */
+    int64_t mem_base, mem_hw;
 } pp_frame;
 
 typedef struct {
     pp_frame *f;
     uint32_t depth;
     uint32_t cap;
+    int64_t mem_cur;            /* memory: bytes this thread allocated minus those it freed */
+    /* memory: the last outermost activation to return, settled once its
+     * frame's locals are gone (they are freed after the return event) */
+    uint32_t mem_pending;       /* its function slot + 1, 0 if none */
+    int64_t mem_pending_base;
 } pp_stack;
 
 int pp_stack_grow(pp_stack *s);                 /* -1 on OOM */

@@ -40,6 +40,9 @@ typedef struct {
     uint64_t rec_calls;         /* calls that ended while another activation was open */
     int64_t tt;
     int64_t it;
+    /* with memory: bytes, over this thread's allocations minus its frees */
+    int64_t mem_peak;           /* most reached above the start of one activation */
+    int64_t mem_residual;       /* left at the end of outermost activations, summed */
 } pp_fslot;
 
 /* Per (thread, caller slot, callee slot): the same counters, per edge. */

@@ -38,6 +38,32 @@ static __thread struct {
 
 static uint64_t pp_gen_counter;
 static pp_profiler *pp_active;   /* at most one enabled profiler per process */
+
+static int pp_mem_frames;       /* memory with tracing: peaks per activation */
+
+/* From the allocation hooks, GIL held: the calling thread's net bytes moved
+ * by delta; a new high point for the running activation. */
+static void mem_settle(pp_tables *t, pp_stack *st)
+{
+    if (st->mem_pending) {
+        t->f[st->mem_pending - 1].mem_residual += st->mem_cur - st->mem_pending_base;
+        st->mem_pending = 0;
+    }
+}
+
+void pp_tracer_mem_delta(int64_t delta)
+{
+    pp_profiler *p = pp_active;
+    if (p == NULL || !pp_mem_frames || pp_tls.gen != p->gen || pp_tls.ts == NULL)
+        return;
+    pp_stack *st = &pp_tls.ts->st;
+    if (delta > 0)
+        mem_settle(&pp_tls.ts->t, st);      /* a new allocation: the frame is gone */
+    st->mem_cur += delta;
+    if (delta > 0 && st->depth && st->mem_cur > st->f[st->depth - 1].mem_hw)
+        st->f[st->depth - 1].mem_hw = st->mem_cur;
+}
+
 /* A background profiler (@profile's, in a plain run) steps aside while an
  * explicit one runs, and resumes after it (strong reference). */
 static pp_profiler *pp_suspended;
@@ -52,7 +78,7 @@ static pp_profiler *pp_suspended;
 
 /* ---------------------------------------------------------------- clock */
 
-COLD int64_t user_timer_now(pp_profiler *p)
+static int64_t user_timer_now_impl(pp_profiler *p)
 {
     pp_err_state es;
     pp_err_save(&es);
@@ -84,6 +110,15 @@ COLD int64_t user_timer_now(pp_profiler *p)
     return v;
 }
 
+/* pyprof's own work: allocations made here are not the program's. */
+COLD int64_t user_timer_now(pp_profiler *p)
+{
+    int was = pp_memory_self_begin();
+    int64_t t = user_timer_now_impl(p);
+    pp_memory_self_end(was);
+    return t;
+}
+
 static inline int64_t now_ticks(pp_profiler *p)
 {
     if (LIKELY(p->timer == NULL))
@@ -98,7 +133,7 @@ int64_t pp_tracer_now(pp_profiler *p)
 
 /* ------------------------------------------------------ thread records */
 
-COLD pp_thread *attach_thread(pp_profiler *p)
+static pp_thread *attach_thread_impl(pp_profiler *p)
 {
     unsigned long ident = PyThread_get_thread_ident();
     pp_thread *ts;
@@ -132,6 +167,14 @@ COLD pp_thread *attach_thread(pp_profiler *p)
     pp_tls.gen = p->gen;
     pp_tls.ts = ts;
     pp_tls.paused = NULL;
+    return ts;
+}
+
+COLD pp_thread *attach_thread(pp_profiler *p)
+{
+    int was = pp_memory_self_begin();
+    pp_thread *ts = attach_thread_impl(p);
+    pp_memory_self_end(was);
     return ts;
 }
 
@@ -171,7 +214,7 @@ int pp_tracer_thread_paused(pp_profiler *p)
  * runs). A new thread enters _active only after its first events, so this is
  * retried on later returns, a bounded number of times (raw _thread threads
  * never appear there). */
-COLD void resolve_thread_name(pp_thread *ts)
+static void resolve_thread_name_impl(pp_thread *ts)
 {
     pp_err_state es;
     pp_err_save(&es);
@@ -194,6 +237,13 @@ COLD void resolve_thread_name(pp_thread *ts)
     }
     PyErr_Clear();
     pp_err_restore(&es);
+}
+
+COLD void resolve_thread_name(pp_thread *ts)
+{
+    int was = pp_memory_self_begin();
+    resolve_thread_name_impl(ts);
+    pp_memory_self_end(was);
 }
 
 /* ------------------------------------------------------------ registry */
@@ -280,8 +330,8 @@ COLD void mark_line_target(pp_profiler *p, uint32_t fid)
         PyErr_WriteUnraisable(p->fobj[fid]);
 }
 
-static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
-                                  PyObject *self_arg, int kind)
+static uint32_t register_function_impl(pp_profiler *p, uint64_t key, PyObject *obj,
+                                       PyObject *self_arg, int kind)
 {
     uint32_t fid = pp_index_get(&p->reg, key);
     if (fid != PP_NONE)
@@ -332,6 +382,15 @@ static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
     p->nfun++;
     if (kind == PP_KIND_PYTHON && p->line_filter && line_filter_says(p, obj))
         mark_line_target(p, fid);
+    return fid;
+}
+
+static uint32_t register_function(pp_profiler *p, uint64_t key, PyObject *obj,
+                                  PyObject *self_arg, int kind)
+{
+    int was = pp_memory_self_begin();
+    uint32_t fid = register_function_impl(p, key, obj, self_arg, kind);
+    pp_memory_self_end(was);
     return fid;
 }
 
@@ -388,6 +447,10 @@ COLD void enter_slow(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self
     f->fslot = fs;
     f->eslot = es;
     f->subt = 0;
+    if (p->memory) {
+        mem_settle(t, st);
+        f->mem_base = f->mem_hw = st->mem_cur;
+    }
     if (p->lines)
         line_enter(p, t, st, fs);
     f->t0 = now_ticks(p);       /* last: our bookkeeping is not the callee's time */
@@ -441,6 +504,22 @@ slow:
     enter_slow(p, key, obj, self_arg, kind);
 }
 
+/* Memory with tracing: a returning activation's peak and residual; its high
+ * point is its caller's too. */
+COLD void mem_pop(pp_tables *t, pp_stack *st, const pp_frame *f)
+{
+    pp_fslot *fs = &t->f[f->fslot];
+    if (f->mem_hw - f->mem_base > fs->mem_peak)
+        fs->mem_peak = f->mem_hw - f->mem_base;
+    if (fs->rec_level == 1) {               /* outermost: recursion counted once */
+        mem_settle(t, st);
+        st->mem_pending = f->fslot + 1;
+        st->mem_pending_base = f->mem_base;
+    }
+    if (st->depth && f->mem_hw > st->f[st->depth - 1].mem_hw)
+        st->f[st->depth - 1].mem_hw = f->mem_hw;
+}
+
 HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
 {
     pp_frame *f = &st->f[--st->depth];
@@ -448,6 +527,8 @@ HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
     int64_t it = tt - f->subt;
     if (st->depth)
         st->f[st->depth - 1].subt += tt;
+    if (UNLIKELY(pp_mem_frames))
+        mem_pop(t, st, f);
     pp_account_function(&t->f[f->fslot], tt, it);
     if (f->eslot != PP_NONE)
         pp_account_edge(&t->e[f->eslot], tt, it);
@@ -502,6 +583,7 @@ void pp_tracer_stop_all(pp_thread *ts, pp_tables *t, pp_stack *st, int64_t now, 
     (void)ts;
     while (st->depth)
         end_frame(lines, t, st, now);
+    mem_settle(t, st);
 }
 
 /* A line event (hit) or a resumed frame's current line (no hit) of `code`,
@@ -613,7 +695,7 @@ void pp_tracer_maybe_flush(pp_profiler *p)
         maybe_flush(p);
 }
 
-COLD void maybe_flush(pp_profiler *p)
+static void maybe_flush_impl(pp_profiler *p)
 {
     int64_t mono = pp_clock_monotonic_ns();
     if (mono < p->next_flush_ns || (long)getpid() != p->owner_pid)
@@ -630,6 +712,13 @@ COLD void maybe_flush(pp_profiler *p)
     pp_tls.busy--;
     PyErr_Clear();
     pp_err_restore(&es);
+}
+
+COLD void maybe_flush(pp_profiler *p)
+{
+    int was = pp_memory_self_begin();
+    maybe_flush_impl(p);
+    pp_memory_self_end(was);
 }
 
 /* Line mode: a resumed generator or coroutine that is a line target goes on
@@ -1049,6 +1138,8 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     switch (what) {
     case PyTrace_CALL: {
         PyCodeObject *code = pp_frame_code_borrowed(frame);
+        if (UNLIKELY(p->memory))
+            pp_memory_forget((PyObject *)frame);    /* made for this hook, not by the program */
         enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
         if (UNLIKELY(p->lines) && (code->co_flags & GENERATOR_FLAGS)
             && PyFrame_GetLasti(frame) > first_resume_offset(p, code))
@@ -1376,7 +1467,8 @@ int pp_tracer_enable(pp_profiler *p)
         return -1;
     }
     p->gen = ++pp_gen_counter;
-    p->fast = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC && !p->lines;
+    p->fast = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC && !p->lines && !p->memory;
+    pp_mem_frames = p->memory && !p->memory_only;
     pp_index_clear(&p->sites);
     memset(p->c_sites, 0, sizeof p->c_sites);
     if (p->enable_count++ == 0) {

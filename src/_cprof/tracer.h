@@ -131,6 +131,9 @@ uint32_t pp_tracer_register_code(pp_profiler *p, PyObject *code);
 uint32_t pp_tracer_register_ghost(pp_profiler *p, PyObject *code);
 void pp_tracer_note_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
 uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
+/* Memory with tracing (GIL held): the calling thread allocated (delta > 0) or
+ * freed bytes. */
+void pp_tracer_mem_delta(int64_t delta);
 /* Write the periodic capture if one is due (GIL held). */
 void pp_tracer_maybe_flush(pp_profiler *p);
 /* The enabled profiler of this process, or NULL. */
