@@ -267,3 +267,74 @@ def test_peak_and_residual_per_function():
     assert near(peaks["parent"][0], 2_300_000) and near(peaks["parent"][1], 300_000), peaks
     assert near(peaks["rec"][1], 60_000), peaks
     del keep
+
+
+MEMSCRIPT = textwrap.dedent("""
+    def load(n):
+        rows = [bytes(2500) for _ in range(n)]
+        tmp = bytearray(3_000_000)
+        del tmp
+        return rows
+
+    def main():
+        return load(2000)
+
+    keep = main()                       # still live at the end
+""")
+
+
+def test_cli_memory_tables(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text(MEMSCRIPT)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "Memory per function (MiB)" in out and "load (app.py:2)" in out
+    # the list line: 2000 x (2500 + 33) bytes live, in MiB
+    row = next(ln for ln in out.splitlines() if ln.rstrip().endswith("for _ in range(n)]"))
+    mem_usage, increment, allocated, blocks = row.split()[1:5]
+    assert float(increment) == pytest.approx(2000 * 2533 / 2**20, abs=0.1)
+    row = next(ln for ln in out.splitlines() if "tmp = bytearray" in ln)
+    assert float(row.split()[2]) == 0.0 and float(row.split()[3]) == pytest.approx(2.9, abs=0.1)
+    assert "pyprof" not in out.split("Memory per function")[1].split("Memory unit")[0]
+
+
+def test_cli_memory_with_functions_and_capture(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text(MEMSCRIPT)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "--functions", "-o",
+                        "m.cprof", str(script)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = pyprof.Session.load(tmp_path / "m.cprof")
+    peaks = {s.functions[fid].name: v for fid, v in s.function_peaks().items()}
+    assert peaks["load"][0] >= 2000 * 2533 + 3_000_000       # the list and the temporary
+    assert peaks["main"][1] == pytest.approx(2000 * 2533, rel=0.02)
+    assert peaks["load"][1] == pytest.approx(2000 * 2533, rel=0.02)
+    v = subprocess.run([sys.executable, "-m", "pyprof", "view", "m.cprof"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert v.returncode == 0 and "Peak" in v.stdout and "Residual" in v.stdout, v.stderr
+
+
+def test_cli_memory_with_line_tracing(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text(MEMSCRIPT)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "--lines-all", str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "Hits" in r.stdout and "Alloc" in r.stdout and "Net" in r.stdout
+    row = next(ln for ln in r.stdout.splitlines() if "tmp = bytearray" in ln)
+    assert row.split()[1] == "1"                               # one hit
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--functions"], "--functions goes with --memory"),
+    (["--memory", "--functions", "--sample"], "not with --sample"),
+])
+def test_cli_bad_memory_options(tmp_path, args, message):
+    script = tmp_path / "app.py"
+    script.write_text("pass\n")
+    r = subprocess.run([sys.executable, "-m", "pyprof", *args, str(script)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -93,6 +93,13 @@ def _run_parser() -> _Parser:
     smp.add_argument("--signal", metavar="NAME",
                      help="with --sample: start and stop sampling each time the process "
                           "receives this signal (e.g. USR2), instead of from the start")
+    mem = p.add_argument_group("memory (docs/memory.md)")
+    mem.add_argument("--memory", action="store_true",
+                     help="record the bytes allocated and freed per line and function (alone, "
+                          "or with -l, --sample or --functions)")
+    mem.add_argument("--functions", action="store_true",
+                     help="with --memory: also trace calls (time per function, and peak and "
+                          "residual bytes per function)")
     lines = p.add_argument_group("line profiling (docs/lines.md)")
     lines.add_argument("-l", "--lines", action="store_true",
                        help="time every line of the functions decorated with @profile (the "
@@ -269,6 +276,10 @@ class _Runner:
         self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
         sampling = dict(mode="sample", rate=opts.rate, wall=opts.wall,
                         native=opts.native) if opts.sample else {}
+        if opts.memory and not (opts.sample or self.line_mode or opts.functions):
+            sampling = dict(mode="memory")
+        elif opts.memory:
+            sampling["memory"] = True
         self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
                             flush_to=flush_to, flush_interval=interval, **sampling,
                             lines=self.line_mode, lines_of=opts.lines_of,
@@ -294,7 +305,10 @@ class _Runner:
             saved = sys.stdout
             sys.stdout = out
             try:
-                if self.line_mode:
+                if opts.memory:
+                    from .export import text
+                    text.write_memory(self.prof.session(), out, opts.sort)
+                elif self.line_mode:
                     from .export import linetable
                     linetable.write_text(self.prof.session(), out, unit=opts.unit,
                                          call_rows=not opts.no_call_rows)
@@ -423,6 +437,12 @@ def cmd_run(argv) -> int:
         if fmt in STACK_FORMATS and not opts.sample:
             raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
                               f"does not record: add --sample")
+    if opts.functions and not opts.memory:
+        raise PyprofError("--functions goes with --memory (function mode is the default "
+                          "without it)")
+    if opts.functions and (opts.sample or opts.lines or opts.lines_of or opts.lines_all):
+        raise PyprofError("--functions combines --memory with function tracing, not with "
+                          "--sample or line tracing")
     if not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.native or opts.signal
                             or opts.dump_every):
         raise PyprofError("--rate, --cpu, --wall, --native, --signal and --dump-every go with "
@@ -468,6 +488,8 @@ def cmd_view(argv) -> int:
     p.add_argument("--lines", action="store_true",
                    help="the line tables (the default when the capture has line data)")
     p.add_argument("--functions", action="store_true", help="the function table")
+    p.add_argument("--memory", action="store_true",
+                   help="the memory tables (the default when the capture has memory data)")
     p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
                    help="sort key of the function table (default: cumulative)")
     p.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
@@ -478,7 +500,12 @@ def cmd_view(argv) -> int:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
     from .session import Session
     session = Session.load(opts.input)
-    if session.info.get("sampling"):
+    if opts.memory and not session.info.get("memory"):
+        raise PyprofError(f"{opts.input} has no memory data (profile with --memory)")
+    if session.info.get("memory") and not (opts.lines or opts.functions) or opts.memory:
+        from .export import text
+        text.write_memory(session, sys.stdout, opts.sort)
+    elif session.info.get("sampling"):
         from .export import sampletable
         if not opts.lines:
             sampletable.write_functions(session, sys.stdout)

@@ -41,7 +41,7 @@ _EDGE = struct.Struct("<IIIIQQqq")
 _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
-_MEMROW = struct.Struct("<IIIIQQQQ")
+_MEMROW = struct.Struct("<IIIIQQQQQ")
 _FMEM = struct.Struct("<IIqq")
 NO_FUNCTION = 0xFFFFFFFF
 
@@ -160,6 +160,7 @@ class MemCounters:
     alloc_count: int = 0
     free_bytes: int = 0
     free_count: int = 0
+    peak_bytes: int = 0     # most of the site's bytes live at once (rows added: an upper bound)
 
     @property
     def net_bytes(self) -> int:
@@ -170,6 +171,7 @@ class MemCounters:
         self.alloc_count += other.alloc_count
         self.free_bytes += other.free_bytes
         self.free_count += other.free_count
+        self.peak_bytes += other.peak_bytes
 
 
 @dataclass
@@ -285,9 +287,9 @@ class Session:
                     for t, st, state, _, count, weight in _rows(_SAMPLE, payload):
                         s.samples[(t, st, state)] = SampleCounters(count, weight)
                 elif rtype == REC_MEMORY:
-                    for fid, line, kind, _, ab, ac, fb, fc in _rows(_MEMROW, payload):
+                    for fid, line, kind, _, ab, ac, fb, fc, pk in _rows(_MEMROW, payload):
                         c = s.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters())
-                        c.add(MemCounters(ab, ac, fb, fc))
+                        c.add(MemCounters(ab, ac, fb, fc, pk))
                 elif rtype == REC_FMEMORY:
                     for t, fid, peak, residual in _rows(_FMEM, payload):
                         s.fmemory[(t, fid)] = (peak, residual)
@@ -342,7 +344,7 @@ class Session:
         if self.info.get("memory"):
             out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory)) + b"".join(
                 _MEMROW.pack(fid, line, MEMORY_SITES.index(kind), 0, c.alloc_bytes,
-                             c.alloc_count, c.free_bytes, c.free_count)
+                             c.alloc_count, c.free_bytes, c.free_count, c.peak_bytes)
                 for (fid, line, kind), c in self.memory.items())))
         if self.info.get("lines"):
             out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(

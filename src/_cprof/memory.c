@@ -195,6 +195,8 @@ static void note_alloc(void *ptr, size_t size)
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
     int attached = pp_frames_current(&code, &offset);
+    if (attached && pp_tracer_self_paused())
+        return;                     /* the CLI runner's own work (waiting for threads) */
     if (attached)
         kind = PP_MEM_LINE;
     else {
@@ -210,8 +212,11 @@ static void note_alloc(void *ptr, size_t size)
         else {
             if (created && code)
                 Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
-            sites[k].alloc_bytes += size;
-            sites[k].alloc_count++;
+            pp_memsite *st = &sites[k];
+            st->alloc_bytes += size;
+            st->alloc_count++;
+            if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
+                st->peak_bytes = st->alloc_bytes - st->free_bytes;
             block_put((uintptr_t)ptr, k, size);
             totals.allocated += size;
             totals.current += size;
@@ -479,7 +484,7 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
             line = l < 0 ? 0 : (uint32_t)l;
         }
         rows[i] = (pp_memrow){fid, line, s[i].kind, s[i].alloc_bytes, s[i].alloc_count,
-                              s[i].free_bytes, s[i].free_count};
+                              s[i].free_bytes, s[i].free_count, s[i].peak_bytes};
     }
     free(s);
     *out = rows;

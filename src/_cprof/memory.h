@@ -19,6 +19,7 @@ typedef struct {
     uint32_t offset;
     uint32_t kind;
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
+    uint64_t peak_bytes;                /* most of its bytes live at once */
 } pp_memsite;
 
 typedef struct {
@@ -34,7 +35,7 @@ typedef struct {
     uint32_t fid;                       /* PP_NONE for sites without a Python frame */
     uint32_t line;
     uint32_t kind;
-    uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
+    uint64_t alloc_bytes, alloc_count, free_bytes, free_count, peak_bytes;
 } pp_memrow;
 
 struct pp_memdata {

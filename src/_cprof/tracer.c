@@ -205,6 +205,12 @@ void pp_tracer_pause_thread(pp_profiler *p, int paused)
     }
 }
 
+int pp_tracer_self_paused(void)
+{
+    pp_profiler *p = pp_active;
+    return p != NULL && pp_tls.gen == p->gen && pp_tls.paused != NULL;
+}
+
 int pp_tracer_thread_paused(pp_profiler *p)
 {
     return p->enabled && pp_tls.gen == p->gen && pp_tls.paused != NULL;

@@ -110,6 +110,8 @@ void pp_tracer_free(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */
 void pp_tracer_pause_thread(pp_profiler *p, int paused);
 int pp_tracer_thread_paused(pp_profiler *p);
+/* The calling thread is paused by the enabled profiler (GIL held). */
+int pp_tracer_self_paused(void);
 /* The interpreter mechanism in use (or last used): for captures and messages. */
 static inline const char *pp_tracer_hook_name(const pp_profiler *p)
 {

@@ -1,0 +1,193 @@
+"""Memory tables: bytes per function and per line (docs/memory.md).
+
+The line table has memory_profiler's layout, with exact figures:
+
+    Memory unit: KiB
+    File: /abs/app.py
+    Function: load at line 12    allocated 9,766.1 KiB in 2,001 blocks, net 4,883.0 KiB
+
+    Line #    Mem usage    Increment    Allocated  Occurrences  Line Contents
+    ===================================================================================
+        13       4883.0       4883.0       4883.0        2,001      rows = [bytes(2500) ...
+
+Increment is the line's net bytes (allocated there and still live at the end);
+Mem usage the function's net bytes from its first line down to this one;
+Allocated all bytes allocated on the line; Occurrences the blocks allocated.
+With line tracing the combined layout is used instead:
+``Line #  Hits  Time  % Time  Alloc  Net  Peak  Line Contents``.
+"""
+from __future__ import annotations
+
+import os
+
+from .linetable import _source
+from ..session import MemCounters
+
+UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
+
+
+def choose_unit(largest: int):
+    """The largest unit in which `largest` bytes reads as at least 1."""
+    for name, size in UNITS:
+        if abs(largest) >= size:
+            return name, size
+    return "B", 1
+
+
+def _num(value, size):
+    return f"{value:,}" if size == 1 else f"{value / size:,.1f}"
+
+
+def functions(session) -> list:
+    """One dict per function that allocated, largest allocation first:
+    ``{"fid", "function", "mem": MemCounters, "peak", "residual", "lines"}``
+    (peak and residual: bytes, with function tracing, else None)."""
+    lines = session.memory_lines()
+    peaks = session.function_peaks()
+    per: dict = {}
+    for (fid, line), c in lines.items():
+        per.setdefault(fid, {})[line] = c
+    out = []
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for fid, by_line in per.items():
+        if session.functions[fid].filename.startswith(own + os.sep):
+            continue                    # the CLI runner's own frames
+        total = MemCounters()
+        for c in by_line.values():
+            total.add(c)
+        peak, residual = peaks.get(fid, (None, None))
+        out.append({"fid": fid, "function": session.functions[fid], "mem": total,
+                    "peak": peak, "residual": residual, "lines": by_line})
+    out.sort(key=lambda f: (-f["mem"].alloc_bytes, f["function"].filename, f["function"].line))
+    return out
+
+
+def _elsewhere(session):
+    """Bytes allocated outside any Python line, by reason."""
+    out = {}
+    for (fid, line, kind), c in session.memory.items():
+        if kind != "line":
+            out.setdefault(kind, MemCounters()).add(c)
+    return out
+
+
+def write_summary(session, out):
+    info = session.info.get("memory", {})
+    unit, size = choose_unit(max(info.get("peak_bytes", 0), info.get("allocated_bytes", 0)))
+    out.write(f"Traced memory ({unit}): peak {_num(info.get('peak_bytes', 0), size)}, "
+              f"allocated {_num(info.get('allocated_bytes', 0), size)}, "
+              f"still live at the end {_num(info.get('current_bytes', 0), size)} "
+              f"in {info.get('live_blocks', 0):,} blocks\n")
+    for kind, c in sorted(_elsewhere(session).items()):
+        what = {"gil-released": "by threads that had released the GIL",
+                "no-frame": "with no Python frame running"}.get(kind, kind)
+        out.write(f"  not on a Python line: {_num(c.alloc_bytes, size)} {unit} allocated "
+                  f"{what}, net {_num(c.net_bytes, size)}\n")
+    if not info.get("hooks_linked", True):
+        out.write("  warning: allocations stopped reaching pyprof's hooks during the run "
+                  "(another allocator hook was removed under them): figures are partial\n")
+
+
+def write_functions(session, out, limit=30):
+    """The function table: allocated, freed, net, and with tracing peak and
+    residual per function, largest allocation first."""
+    funcs = functions(session)
+    write_summary(session, out)
+    if not funcs:
+        out.write("\nNo allocation on a Python line was recorded.\n")
+        return
+    with_peaks = any(f["peak"] is not None for f in funcs)
+    largest = max(max(f["mem"].alloc_bytes, f["peak"] or 0) for f in funcs)
+    unit, size = choose_unit(largest)
+    head = f"{'Allocated':>12} {'Blocks':>10} {'Freed':>12} {'Net':>12}"
+    if with_peaks:
+        head += f" {'Peak':>12} {'Residual':>12}"
+    out.write(f"\nMemory per function ({unit}), largest allocation first:\n\n"
+              f"{head}  Function\n")
+    for f in funcs[:limit]:
+        m, fn = f["mem"], f["function"]
+        row = (f"{_num(m.alloc_bytes, size):>12} {m.alloc_count:>10,} "
+               f"{_num(m.free_bytes, size):>12} {_num(m.net_bytes, size):>12}")
+        if with_peaks:
+            row += (f" {_num(f['peak'], size) if f['peak'] is not None else '':>12}"
+                    f" {_num(f['residual'], size) if f['residual'] is not None else '':>12}")
+        out.write(f"{row}  {fn.qualname} ({os.path.basename(fn.filename)}:{fn.line})\n")
+    if len(funcs) > limit:
+        out.write(f"... and {len(funcs) - limit} more functions\n")
+
+
+def write_lines(session, out, limit=10, share=0.01):
+    """Line tables of the functions that allocated most, at most `limit`, each
+    with at least `share` of all bytes allocated or still live (memory_profiler's
+    layout, or time and memory side by side with line tracing). Runs of more
+    than three lines without data are shown as one "..." line."""
+    funcs = functions(session)
+    total_alloc = sum(f["mem"].alloc_bytes for f in funcs)
+    total_net = sum(abs(f["mem"].net_bytes) for f in funcs)
+    funcs = [f for f in funcs if f["mem"].alloc_bytes >= share * total_alloc
+             or abs(f["mem"].net_bytes) >= share * max(total_net, 1)][:limit]
+    if not funcs:
+        return
+    timed = bool(session.info.get("lines"))
+    hits = session.line_totals() if timed else {}
+    cumulative = session.function_totals() if timed else {}
+    scale = session.time_unit / 1e-6
+    largest = max(max(abs(c.net_bytes), c.alloc_bytes) for f in funcs
+                  for c in f["lines"].values())
+    unit, size = choose_unit(largest)
+    out.write(f"Memory unit: {unit}" + ("; time unit: 1e-06 s\n\n" if timed else "\n\n"))
+    hashes = session.meta.get("sources", {})
+    for f in funcs:
+        fn, m = f["function"], f["mem"]
+        src, note = _source(fn.filename, hashes.get(fn.filename))
+        first = min(fn.line, min(f["lines"]))
+        last = max(f["lines"])
+        timed_lines = {line: c for (fid, line), c in hits.items() if fid == f["fid"]}
+        if timed_lines:
+            last = max(last, max(timed_lines))
+        summary = (f"allocated {_num(m.alloc_bytes, size)} {unit} in {m.alloc_count:,} blocks, "
+                   f"net {_num(m.net_bytes, size)} {unit}")
+        if f["peak"] is not None:
+            summary += f", peak {_num(f['peak'], size)} {unit}"
+        out.write(f"File: {fn.filename}\nFunction: {fn.qualname} at line {fn.line}    "
+                  f"{summary}\n")
+        if note:
+            out.write(f"Note: {note}\n")
+        if timed:
+            head = (f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'% Time':>7} {'Alloc':>11} "
+                    f"{'Net':>11} {'Peak':>11}  Line Contents")
+        else:
+            head = (f"{'Line #':>6} {'Mem usage':>12} {'Increment':>12} {'Allocated':>12} "
+                    f"{'Occurrences':>12}  Line Contents")
+        out.write("\n" + head + "\n" + "=" * len(head) + "\n")
+        total_time = cumulative[f["fid"]].total if f["fid"] in cumulative else 0
+        running = 0
+        shown = set(f["lines"]) | set(timed_lines) | {first}
+        gap = 0
+        for line in range(first, last + 1):
+            if line not in shown:
+                gap += 1
+                nxt = next((x for x in range(line, last + 1) if x in shown), last + 1)
+                if (nxt - line) + gap - 1 > 3:          # a long run: one marker for it
+                    if gap == 1:
+                        out.write(f"{'...':>6}\n")
+                    continue
+            else:
+                gap = 0
+            text = src[line - 1].rstrip("\r\n") if 0 < line <= len(src) else ""
+            c = f["lines"].get(line)
+            if timed:
+                h = timed_lines.get(line)
+                hit = f"{h.hits:>9} {h.time * scale:>12.1f} " if h and h.hits else f"{'':>9} {'':>12} "
+                pct = (f"{100.0 * h.time / total_time:>7.1f}" if h and h.hits and total_time > 0
+                       else f"{'':>7}")
+                mem = (f"{_num(c.alloc_bytes, size):>11} {_num(c.net_bytes, size):>11} "
+                       f"{_num(c.peak_bytes, size):>11}" if c else f"{'':>11} {'':>11} {'':>11}")
+                out.write(f"{line:>6} {hit}{pct} {mem}  {text}\n")
+            elif c is None:
+                out.write(f"{line:>6} {'':>12} {'':>12} {'':>12} {'':>12}  {text}\n")
+            else:
+                running += c.net_bytes
+                out.write(f"{line:>6} {_num(running, size):>12} {_num(c.net_bytes, size):>12} "
+                          f"{_num(c.alloc_bytes, size):>12} {c.alloc_count:>12,}  {text}\n")
+        out.write("\n\n")
