@@ -22,7 +22,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "capture.c", "unwind.c", "frames.c", "sampler.c", "memory.c")]
 
 define_macros = []
-libraries = ["z"]
+libraries = ["z", "m"]
 if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
     define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
     libraries.append("unwind")

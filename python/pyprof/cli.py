@@ -19,6 +19,7 @@ import builtins
 import importlib.machinery
 import importlib.util
 import os
+import re
 import pstats
 import signal
 import sys
@@ -97,6 +98,10 @@ def _run_parser() -> _Parser:
     mem.add_argument("--memory", action="store_true",
                      help="record the bytes allocated and freed per line and function (alone, "
                           "or with -l, --sample or --functions)")
+    mem.add_argument("--memory-sample", metavar="BYTES", nargs="?", const="512k",
+                     help="with low overhead: record a random sample of the allocations, each "
+                          "byte picked with probability 1/BYTES (default 512k), estimates scaled "
+                          "up; implies --memory")
     mem.add_argument("--functions", action="store_true",
                      help="with --memory: also trace calls (time per function, and peak and "
                           "residual bytes per function)")
@@ -151,6 +156,9 @@ def _split_argv(argv):
             return argv[:i], argv[i + 1:]
         if not a.startswith("-") or a == "-":
             break
+        if a == "--memory-sample":      # its value is optional: only a byte count is one
+            i += 2 if i + 1 < len(argv) and re.fullmatch(r"\d+[kKmMgG]?", argv[i + 1]) else 1
+            continue
         i += 2 if a in _VALUE_OPTS else 1
     return argv[:i], argv[i:]
 
@@ -280,6 +288,8 @@ class _Runner:
             sampling = dict(mode="memory")
         elif opts.memory:
             sampling["memory"] = True
+        if opts.memory:
+            sampling["memory_sample"] = opts.memory_sample_bytes
         self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
                             flush_to=flush_to, flush_interval=interval, **sampling,
                             lines=self.line_mode, lines_of=opts.lines_of,
@@ -419,6 +429,20 @@ def _print_program_exception():
     sys.excepthook(etype, value, tb)
 
 
+def _byte_count(text, option):
+    """'4096', '512k', '4M', '1G' -> bytes; a clear error otherwise."""
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1:].lower(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        value = int(digits) * scale
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise PyprofError(f"{option} takes a positive number of bytes (like 4096, 512k or "
+                          f"4M), not {text!r}")
+    return value
+
+
 def cmd_run(argv) -> int:
     mine, rest = _split_argv(argv)
     opts = _run_parser().parse_args(mine)
@@ -437,6 +461,10 @@ def cmd_run(argv) -> int:
         if fmt in STACK_FORMATS and not opts.sample:
             raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
                               f"does not record: add --sample")
+    opts.memory_sample_bytes = 0
+    if opts.memory_sample is not None:
+        opts.memory = True
+        opts.memory_sample_bytes = _byte_count(opts.memory_sample, "--memory-sample")
     if opts.functions and not opts.memory:
         raise PyprofError("--functions goes with --memory (function mode is the default "
                           "without it)")

@@ -156,9 +156,11 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
     if (n > 0 && (size_t)n < sizeof s && p->memory && p->mem) {
         const pp_meminfo *mi = &p->mem->info;
         n += snprintf(s + n, sizeof s - (size_t)n,
-            ",\"memory\":{\"mode\":\"exact\",\"peak_bytes\":%llu,\"current_bytes\":%llu,"
+            ",\"memory\":{\"mode\":\"%s\",\"sample_bytes\":%lld,\"peak_bytes\":%llu,"
+            "\"current_bytes\":%llu,"
             "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
             "\"hooks_linked\":%s}",
+            p->memory_sample ? "sampled" : "exact", (long long)p->memory_sample,
             (unsigned long long)mi->peak, (unsigned long long)mi->current,
             (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
             (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false");

@@ -12,6 +12,7 @@
 #include "memory.h"
 
 #include <pthread.h>
+#include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -64,7 +65,8 @@ static inline uint64_t mix(uint64_t x)
 }
 
 /* Live blocks: open addressing, linear probing, backward-shift deletion. */
-typedef struct { uintptr_t ptr; uint32_t site; uint32_t pad; uint64_t size; } block;
+/* size and count: what the block stands for (sampled mode: an estimate) */
+typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } block;
 static block *blocks;
 static size_t nblocks_cap, nblocks;        /* capacity is a power of two */
 
@@ -97,7 +99,19 @@ static int grow_blocks(void)
     return 0;
 }
 
-static void block_put(uintptr_t ptr, uint32_t site, uint64_t size)
+/* Sampled mode: how many tracked blocks hash to each slot, read without the
+ * lock on every free, so that the many frees of unsampled blocks skip it. A
+ * block's free follows its allocation through the program's own hand-off. */
+#define FILTER_BITS 16
+static _Atomic uint32_t filter[1 << FILTER_BITS];
+static int64_t sample_every;               /* 0: every block (exact mode) */
+
+static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
+{
+    return &filter[mix(ptr) >> (64 - FILTER_BITS)];
+}
+
+static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count)
 {
     if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
         oom = 1;
@@ -106,9 +120,12 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size)
     size_t i = mix(ptr) & (nblocks_cap - 1);
     while (blocks[i].ptr != 0 && blocks[i].ptr != ptr)
         i = (i + 1) & (nblocks_cap - 1);
-    if (blocks[i].ptr == 0)
+    if (blocks[i].ptr == 0) {
         nblocks++;
-    blocks[i] = (block){ptr, site, 0, size};
+        if (sample_every)
+            atomic_fetch_add_explicit(filter_slot(ptr), 1, memory_order_relaxed);
+    }
+    blocks[i] = (block){ptr, site, count, size};
 }
 
 static int block_take(uintptr_t ptr, block *out)
@@ -134,6 +151,8 @@ static int block_take(uintptr_t ptr, block *out)
     }
     blocks[hole].ptr = 0;
     nblocks--;
+    if (sample_every)
+        atomic_fetch_sub_explicit(filter_slot(ptr), 1, memory_order_relaxed);
     return 1;
 }
 
@@ -190,8 +209,58 @@ static uint32_t site_of(uintptr_t code, uint32_t offset, uint32_t kind, int *cre
 
 /* ------------------------------------------------------------- accounting */
 
+/* Sampled mode: every allocated byte is picked with probability 1/R, through a
+ * per-thread countdown of bytes drawn from an exponential distribution of mean
+ * R (memoryless: after a pick, a fresh draw is exact). A block of s bytes is
+ * picked with probability 1 - exp(-s/R) and then stands for s / (1 - exp(-s/R))
+ * bytes and 1 / (1 - exp(-s/R)) blocks, which makes every estimate unbiased. */
+static _Atomic uint64_t run_gen;
+static __thread struct { uint64_t gen, rng; int64_t countdown; } s_pick
+    __attribute__((tls_model("initial-exec")));
+
+static int64_t draw_gap(void)
+{
+    uint64_t x = s_pick.rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s_pick.rng = x;
+    double u = (double)(((x * 0x2545F4914F6CDD1Dull) >> 11) + 1) * 0x1.0p-53;    /* (0, 1] */
+    return (int64_t)(-(double)sample_every * log(u)) + 1;
+}
+
+/* Whether this block is recorded, and what it stands for. */
+static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
+{
+    if (!sample_every) {
+        *bytes = size;
+        *count = 1;
+        return 1;
+    }
+    uint64_t gen = atomic_load_explicit(&run_gen, memory_order_relaxed);
+    if (s_pick.gen != gen) {
+        s_pick.gen = gen;
+        s_pick.rng = mix((uintptr_t)&s_pick ^ gen * 0x9E3779B97F4A7C15ull) | 1;
+        s_pick.countdown = draw_gap();
+    }
+    s_pick.countdown -= (int64_t)size;
+    if (s_pick.countdown > 0)
+        return 0;
+    s_pick.countdown = draw_gap();
+    double p = -expm1(-(double)size / (double)sample_every);   /* 1 - exp(-s/R) */
+    *bytes = (uint64_t)((double)size / p + 0.5);
+    double c = 1.0 / p + 0.5;
+    *count = c > 4e9 ? 4000000000u : (uint32_t)c;
+    return 1;
+}
+
 static void note_alloc(void *ptr, size_t size)
 {
+    uint64_t est;
+    uint32_t est_count;
+    if (!picked(size, &est, &est_count))
+        return;
+    size = est;
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
     int attached = pp_frames_current(&code, &offset);
@@ -214,10 +283,10 @@ static void note_alloc(void *ptr, size_t size)
                 Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
             pp_memsite *st = &sites[k];
             st->alloc_bytes += size;
-            st->alloc_count++;
+            st->alloc_count += est_count;
             if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
                 st->peak_bytes = st->alloc_bytes - st->free_bytes;
-            block_put((uintptr_t)ptr, k, size);
+            block_put((uintptr_t)ptr, k, size, est_count);
             totals.allocated += size;
             totals.current += size;
             if (totals.current > totals.peak)
@@ -232,10 +301,12 @@ static void note_alloc(void *ptr, size_t size)
 /* Takes the block out of the table; 1 if it was there (*b filled). */
 static int take_block(void *ptr, block *b)
 {
+    if (sample_every && atomic_load_explicit(filter_slot((uintptr_t)ptr), memory_order_relaxed) == 0)
+        return 0;                   /* not a sampled block: no lock */
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, b);
-    if (!had && atomic_load_explicit(&recording, memory_order_relaxed))
+    if (!had && !sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
         totals.unknown_frees++;
     unlock_tables();
     return had;
@@ -246,7 +317,7 @@ static void charge_free(const block *b)
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed) && b->site < nsites) {
         sites[b->site].free_bytes += b->size;
-        sites[b->site].free_count++;
+        sites[b->site].free_count += b->count;
         totals.current -= b->size;
     }
     unlock_tables();
@@ -259,7 +330,7 @@ static void put_back(void *ptr, const block *b)
 {
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed))
-        block_put((uintptr_t)ptr, b->site, b->size);
+        block_put((uintptr_t)ptr, b->site, b->size, b->count);
     unlock_tables();
 }
 
@@ -273,7 +344,7 @@ void pp_memory_forget(PyObject *obj)
     had = block_take((uintptr_t)obj, &b);
     if (had && b.site < nsites) {
         sites[b.site].alloc_bytes -= b.size;
-        sites[b.site].alloc_count--;
+        sites[b.site].alloc_count -= b.count;
         totals.allocated -= b.size;
         totals.current -= b.size;
     }
@@ -293,7 +364,8 @@ static inline int pass_through(int d)
         probe_hit |= 1 << d;
         return 1;
     }
-    return pp_mem_self || !atomic_load_explicit(&recording, memory_order_relaxed);
+    /* acquire: what start() set before recording (sample_every) is visible */
+    return pp_mem_self || !atomic_load_explicit(&recording, memory_order_acquire);
 }
 
 static void *do_malloc(int d, size_t size)
@@ -397,7 +469,6 @@ static int reached_domains(void)
 
 int pp_memory_start(pp_profiler *p)
 {
-    (void)p;
     if (!installed)
         install();                 /* once: allocators found later are above ours */
     else {
@@ -413,6 +484,8 @@ int pp_memory_start(pp_profiler *p)
         }
     }
     pp_memory_clear();
+    sample_every = p->memory_sample;
+    atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     return 0;
 }
@@ -529,6 +602,8 @@ void pp_memory_clear(void)
         memset(site_slots, 0, slots_cap * sizeof *site_slots);
     if (blocks)
         memset(blocks, 0, nblocks_cap * sizeof *blocks);
+    for (size_t i = 0; i < sizeof filter / sizeof filter[0]; i++)
+        atomic_store_explicit(&filter[i], 0, memory_order_relaxed);
     nblocks = 0;
     memset(&totals, 0, sizeof totals);
     totals.linked = 1;

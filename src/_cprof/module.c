@@ -18,14 +18,16 @@
 static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
-                             "mode", "rate", "wall", "native", "memory", NULL};
+                             "mode", "rate", "wall", "native", "memory", "memory_sample",
+                             NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
+    long long memory_sample = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdppp:Profiler", kwlist, &timer, &timeunit,
-                                     &subcalls, &builtins, &exact_builtins, &mode, &rate, &wall,
-                                     &native, &memory))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppL:Profiler", kwlist, &timer,
+                                     &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
+                                     &rate, &wall, &native, &memory, &memory_sample))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -46,8 +48,15 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->builtins = builtins;
     self->exact_builtins = exact_builtins;
     self->sampling = strcmp(mode, "sample") == 0;
+    if (memory_sample < 0 || memory_sample > ((long long)1 << 40)) {
+        PyErr_Format(PyExc_ValueError,
+                     "memory_sample must be a number of bytes in (0, 2**40], not %lld",
+                     memory_sample);
+        return -1;
+    }
     self->memory_only = strcmp(mode, "memory") == 0;
-    self->memory = memory || self->memory_only;
+    self->memory = memory || self->memory_only || memory_sample > 0;
+    self->memory_sample = memory_sample;
     self->sopts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->sopts.native = native;

@@ -74,10 +74,16 @@ def _elsewhere(session):
 def write_summary(session, out):
     info = session.info.get("memory", {})
     unit, size = choose_unit(max(info.get("peak_bytes", 0), info.get("allocated_bytes", 0)))
+    sampled = info.get("mode") == "sampled"
+    blocks = (f"from {info.get('live_blocks', 0):,} sampled blocks" if sampled
+              else f"in {info.get('live_blocks', 0):,} blocks")
     out.write(f"Traced memory ({unit}): peak {_num(info.get('peak_bytes', 0), size)}, "
               f"allocated {_num(info.get('allocated_bytes', 0), size)}, "
-              f"still live at the end {_num(info.get('current_bytes', 0), size)} "
-              f"in {info.get('live_blocks', 0):,} blocks\n")
+              f"still live at the end {_num(info.get('current_bytes', 0), size)} {blocks}\n")
+    if sampled:
+        r = info.get("sample_bytes", 0)
+        out.write(f"  sampled: each byte picked with probability 1/R, R = {r:,}; every figure "
+                  f"is an estimate (standard error about sqrt(R/B) for B bytes)\n")
     for kind, c in sorted(_elsewhere(session).items()):
         what = {"gil-released": "by threads that had released the GIL",
                 "no-frame": "with no Python frame running"}.get(kind, kind)
