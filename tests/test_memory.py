@@ -351,7 +351,8 @@ def test_sampled_mode_large_allocations_within_5_percent():
     assert s.info["memory"]["mode"] == "sampled"
     c = lines_of(s, run)[first_line(run) + 1]
     assert c.net_bytes == pytest.approx(80 << 20, rel=0.05)
-    assert c.alloc_count == 10
+    # a small block of the list may be picked too, standing for ~R/size blocks
+    assert c.alloc_count >= 10
     del keep
 
 
@@ -360,12 +361,14 @@ def test_sampled_mode_is_unbiased_on_small_blocks():
     mean of 20 runs (fresh random draws each) by ~4%."""
     def run():
         return [bytes(1000) for _ in range(2000)]
+    s, keep = memory_profile(run)
+    truth = lines_of(s, run)[first_line(run) + 1].alloc_bytes     # exact mode
+    del keep
     estimates = []
     for _ in range(20):
         s, keep = memory_profile(run, memory_sample=64 << 10)
         estimates.append(lines_of(s, run)[first_line(run) + 1].alloc_bytes)
         del keep
-    truth = 2000 * (1000 + 33)
     mean = sum(estimates) / len(estimates)
     assert mean == pytest.approx(truth, rel=0.15), estimates
     assert len(set(estimates)) > 5                  # the draws differ between runs
