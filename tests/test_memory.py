@@ -377,3 +377,86 @@ def test_sampled_mode_is_unbiased_on_small_blocks():
 def test_bad_memory_sample():
     with pytest.raises(ValueError, match="memory_sample"):
         pyprof.Profile(mode="memory", memory_sample=-1)
+
+
+def test_memory_curve_rss_and_peak_marker(tmp_path):
+    """A 30 MB list, then a 50 MB temporary: the curve's traced maximum is
+    the 80 MB peak, marked at the temporary's line; RSS rises with it (the
+    temporary is written to, so its pages are resident) and the kernel's
+    high-water mark is at least that."""
+    import time
+
+    def phase1():
+        return [bytes(10_000) for _ in range(3000)]
+
+    def phase2():
+        b = bytearray(50_000_000)             # zeroed: its pages are touched
+        time.sleep(0.05)
+        del b
+
+    def run():
+        x = phase1()
+        time.sleep(0.03)
+        phase2()
+        del x
+        time.sleep(0.03)
+    s, _ = memory_profile(run)
+    pts = s.memory_curve
+    assert len(pts) >= 8 and pts == sorted(pts, key=lambda p: p.t)
+    peak = max(pts, key=lambda p: p.heap_max)
+    assert peak.heap_max == s.info["memory"]["peak_bytes"]
+    assert peak.heap_max == pytest.approx(30_000_000 + 50_000_000, rel=0.02)
+    assert peak.site == (next(f for f, x in s.functions.items() if x.name == "phase2"),
+                         first_line(phase2) + 1)
+    assert max(p.rss for p in pts) - pts[0].rss >= 60_000_000
+    assert s.info["memory"]["rss_peak_bytes"] >= max(p.rss for p in pts)
+    assert pts[-1].heap < 1_000_000
+
+    svg = tmp_path / "m.svg"
+    from pyprof.export import export
+    export(s, "memory-svg", svg)
+    text = svg.read_text()
+    assert text.startswith("<svg") and "phase2" in text and text.count("<polyline") == 2
+    import xml.dom.minidom
+    xml.dom.minidom.parseString(text)             # well-formed
+
+    csvfile = tmp_path / "m.memory.csv"
+    export(s, "memory-csv", csvfile)
+    import csv
+    rows = list(csv.DictReader(csvfile.open()))
+    top = rows[0]
+    assert top["function"].endswith("phase2") and int(top["allocated_bytes"]) >= 50_000_000
+    assert int(top["net_bytes"]) == 0
+
+
+def test_memory_formats_need_memory_data(tmp_path):
+    def run():
+        return 1
+    p = pyprof.Profile()
+    p.enable()
+    run()
+    p.disable()
+    from pyprof.export import export
+    with pytest.raises(pyprof.PyprofError, match="--memory"):
+        export(p.session(), "memory-svg", tmp_path / "x.svg")
+    r = subprocess.run([sys.executable, "-m", "pyprof", "-o", str(tmp_path / "x.svg"), "-c",
+                        "pass"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "add --memory" in r.stderr
+
+
+def test_memory_with_sampling():
+    def busy():
+        out = []
+        t0 = __import__("time").process_time()
+        while __import__("time").process_time() - t0 < 0.3:
+            out.append(bytes(1000))
+        return out
+    p = pyprof.Profile(mode="sample", memory=True, rate=500)
+    p.enable()
+    keep = busy()
+    p.disable()
+    s = p.session()
+    assert sum(x.count for x in s.samples.values()) > 20
+    c = lines_of(s, busy)[first_line(busy) + 4]
+    assert c.net_bytes >= len(keep) * 1000
+    del keep

@@ -31,7 +31,7 @@ import types
 from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
-from .export import ALIASES, FORMATS, STACK_FORMATS, export, format_for_path
+from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, format_for_path
 
 EXIT_USAGE = 2
 SUBCOMMANDS = ("run", "convert", "view")
@@ -458,6 +458,8 @@ def cmd_run(argv) -> int:
     if opts.outfile:
         _check_writable(opts.outfile)
         fmt = format_for_path(opts.outfile)
+        if fmt in MEMORY_FORMATS and not (opts.memory or opts.memory_sample is not None):
+            raise PyprofError(f"{opts.outfile}: {fmt} shows memory: add --memory")
         if fmt in STACK_FORMATS and not opts.sample:
             raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
                               f"does not record: add --sample")

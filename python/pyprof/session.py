@@ -32,7 +32,7 @@ _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
-REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY = 10, 11, 12, 13
+REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE = 10, 11, 12, 13, 14
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -43,6 +43,7 @@ _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
 _MEMROW = struct.Struct("<IIIIQQQQQ")
 _FMEM = struct.Struct("<IIqq")
+_MEMPOINT = struct.Struct("<qQQQII")
 NO_FUNCTION = 0xFFFFFFFF
 
 # Where an allocation was made (docs/memory.md): a Python line, a thread that
@@ -174,6 +175,19 @@ class MemCounters:
         self.peak_bytes += other.peak_bytes
 
 
+@dataclass(frozen=True)
+class MemPoint:
+    """A point of the memory curve: seconds since profiling started, resident
+    set size, traced live bytes at the point and at most since the previous
+    one, and the (function id, line) whose allocation made that most (None)."""
+
+    t: float
+    rss: int
+    heap: int
+    heap_max: int
+    site: tuple | None = None
+
+
 @dataclass
 class Thread:
     index: int
@@ -197,6 +211,7 @@ class Session:
     samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
     memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
     fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
+    memory_curve: list = field(default_factory=list)  # MemPoint, in time order
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -290,6 +305,11 @@ class Session:
                     for fid, line, kind, _, ab, ac, fb, fc, pk in _rows(_MEMROW, payload):
                         c = s.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters())
                         c.add(MemCounters(ab, ac, fb, fc, pk))
+                elif rtype == REC_MEMCURVE:
+                    s.memory_curve = [
+                        MemPoint(t / 1e9, rss, heap, hmax,
+                                 None if fid == NO_FUNCTION else (fid, line))
+                        for t, rss, heap, hmax, fid, line in _rows(_MEMPOINT, payload)]
                 elif rtype == REC_FMEMORY:
                     for t, fid, peak, residual in _rows(_FMEM, payload):
                         s.fmemory[(t, fid)] = (peak, residual)
@@ -337,6 +357,11 @@ class Session:
             out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
                 _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
                 for (t, st, state), c in self.samples.items())))
+        if self.info.get("memory"):
+            out.append(_record(REC_MEMCURVE, struct.pack("<I", len(self.memory_curve)) + b"".join(
+                _MEMPOINT.pack(round(pt.t * 1e9), pt.rss, pt.heap, pt.heap_max,
+                               *(pt.site if pt.site else (NO_FUNCTION, 0)))
+                for pt in self.memory_curve)))
         if self.fmemory:
             out.append(_record(REC_FMEMORY, struct.pack("<I", len(self.fmemory)) + b"".join(
                 _FMEM.pack(t, fid, peak, residual)

@@ -106,7 +106,7 @@ static inline int64_t conv(const tconv *c, int64_t ticks)
 }
 
 static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_unit,
-                          uint64_t events, int include_open)
+                          uint64_t events, int include_open, const pp_meminfo *live)
 {
     char s[1024];
     int64_t now_wall = pp_clock_realtime_ns();
@@ -153,17 +153,36 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
                 : (elapsed > 0 ? (double)si.signals / elapsed : 0.0),
             si.replaced ? "true" : "false");
     }
-    if (n > 0 && (size_t)n < sizeof s && p->memory && p->mem) {
-        const pp_meminfo *mi = &p->mem->info;
+    if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem || live)) {
+        /* finished runs, and the one being recorded */
+        pp_meminfo all = {0};
+        all.linked = 1;
+        uint64_t rss_end = 0, rss_peak = 0;
+        if (p->mem) {
+            all = p->mem->info;
+            rss_end = p->mem->rss_end;
+            rss_peak = p->mem->rss_peak;
+        }
+        if (live) {
+            all.peak = live->peak > all.peak ? live->peak : all.peak;
+            all.current += live->current;
+            all.allocated += live->allocated;
+            all.unknown_frees += live->unknown_frees;
+            all.live_blocks += live->live_blocks;
+            all.linked = live->linked;
+            pp_memory_rss(&rss_end, &rss_peak);
+        }
+        const pp_meminfo *mi = &all;
         n += snprintf(s + n, sizeof s - (size_t)n,
             ",\"memory\":{\"mode\":\"%s\",\"sample_bytes\":%lld,\"peak_bytes\":%llu,"
             "\"current_bytes\":%llu,"
             "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
-            "\"hooks_linked\":%s}",
+            "\"hooks_linked\":%s,\"rss_peak_bytes\":%llu,\"rss_end_bytes\":%llu}",
             p->memory_sample ? "sampled" : "exact", (long long)p->memory_sample,
             (unsigned long long)mi->peak, (unsigned long long)mi->current,
             (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
-            (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false");
+            (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false",
+            (unsigned long long)rss_peak, (unsigned long long)rss_end);
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
@@ -351,6 +370,29 @@ static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
 
 /* MEMORY: the finished runs' rows, then those being recorded (readers add up
  * rows with the same function and line). */
+static void put_points(buf *b, const pp_mempoint *pts, uint32_t n, int64_t t0)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        put_i64(b, pts[i].t_ns - t0);
+        put_u64(b, pts[i].rss);
+        put_u64(b, pts[i].heap);
+        put_u64(b, pts[i].heap_max);
+        put_u32(b, pts[i].fid);
+        put_u32(b, pts[i].line);
+    }
+}
+
+static void put_curve(buf *b, pp_profiler *p, const pp_mempoint *live, uint32_t nlive)
+{
+    uint32_t nold = p->mem ? p->mem->npoints : 0;
+    size_t r = record_begin(b, PP_REC_MEMCURVE);
+    put_u32(b, nold + nlive);
+    if (nold)
+        put_points(b, p->mem->curve, nold, p->start_mono_ns);
+    put_points(b, live, nlive, p->start_mono_ns);
+    record_end(b, r);
+}
+
 static void put_memory(buf *b, pp_profiler *p, const pp_memrow *live, uint32_t nlive)
 {
     uint32_t nold = p->mem ? p->mem->nrows : 0;
@@ -423,9 +465,13 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
     pp_memrow *live = NULL;
     uint32_t nlive = 0;
     pp_meminfo live_info;
-    if (p->memory && p->enabled && pp_memory_recording()
-        && pp_memory_rows(p, &live, &nlive, &live_info) < 0)
-        return NULL;
+    pp_mempoint *live_curve = NULL;
+    uint32_t nlive_curve = 0;
+    if (p->memory && p->enabled && pp_memory_recording()) {
+        if (pp_memory_rows(p, &live, &nlive, &live_info) < 0)
+            return NULL;
+        live_curve = pp_memory_curve(p, &nlive_curve);
+    }
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
         if (include_open && ts->st.depth) {
@@ -457,7 +503,7 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         }
     }
 
-    put_json_info(&b, p, &tc, time_unit, events, include_open);
+    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL);
     if (p->meta && PyBytes_Check(p->meta)) {
         size_t r = record_begin(&b, PP_REC_META);
         put(&b, PyBytes_AS_STRING(p->meta), (size_t)PyBytes_GET_SIZE(p->meta));
@@ -476,6 +522,7 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         put_samples(&b, &p->samples);
     if (p->memory) {
         put_memory(&b, p, live, nlive);
+        put_curve(&b, p, live_curve, nlive_curve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
     }
@@ -487,6 +534,7 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 done:
     free(live);
+    free(live_curve);
     free(b.p);
     free(sb.fs.p);
     free(sb.es.p);

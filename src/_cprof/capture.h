@@ -34,6 +34,8 @@ enum {
                                  * alloc_count free_bytes free_count peak_bytes>
                                  * (fid 0xFFFFFFFF: no frame) */
     PP_REC_FMEMORY = 13,        /* 1.3: u32 n, n x <IIqq thread fid peak_bytes residual_bytes> */
+    PP_REC_MEMCURVE = 14,       /* 1.3: u32 n, n x <qQQQII t_ns rss heap heap_max fid line>
+                                 * (t_ns: since the start of profiling) */
     PP_REC_END = 0xFFFF,
 };
 

@@ -38,16 +38,33 @@ typedef struct {
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count, peak_bytes;
 } pp_memrow;
 
+/* The memory curve: a point per interval (10 ms, doubled when the curve gets
+ * long): resident set size, traced live bytes at the end of the interval and
+ * at most during it, and the line whose allocation made that most. */
+typedef struct {
+    int64_t t_ns;                       /* CLOCK_MONOTONIC */
+    uint64_t rss, heap, heap_max;
+    uint32_t fid, line;                 /* PP_NONE / 0 when not on a Python line */
+} pp_mempoint;
+
 struct pp_memdata {
     pp_memrow *rows;
     uint32_t nrows;
     pp_meminfo info;
+    pp_mempoint *curve;
+    uint32_t npoints;
+    uint64_t rss_peak;                  /* the kernel's high-water mark (bytes) */
+    uint64_t rss_end;                   /* resident set size when recording stopped */
 };
 
 /* What is being recorded now, resolved to rows (GIL held; malloc'd, the
  * caller frees *rows). Rows of finished runs are in p->mem. */
 int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *info);
 int pp_memory_recording(void);
+/* The curve recorded so far, resolved (malloc'd copy; GIL held). */
+pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n);
+/* Resident set size and its high-water mark now, in bytes (0 if unknown). */
+void pp_memory_rss(uint64_t *rss, uint64_t *peak);
 void pp_memory_free(pp_profiler *p);
 
 /* Set while pyprof itself runs (hooks, registration, captures): allocations

@@ -19,9 +19,12 @@ FORMATS = {
     "speedscope": ("speedscope", (".speedscope.json",)),
     "pprof": ("pprof", (".pb.gz", ".pprof")),
     "flamegraph": ("flamegraph", (".html",)),
+    "memory-svg": ("memcurve", (".svg",)),
+    "memory-csv": ("memcsv", (".memory.csv",)),
 }
 ALIASES = {"lines": "text"}
 STACK_FORMATS = ("collapsed", "speedscope", "pprof", "flamegraph")
+MEMORY_FORMATS = ("memory-svg", "memory-csv")
 
 
 def format_for_path(path, default="pstats") -> str:
@@ -42,6 +45,9 @@ def export(session, fmt: str, path) -> None:
     if fmt in STACK_FORMATS and not session.info.get("sampling"):
         raise PyprofError(f"{fmt} is made of sampled stacks, which a tracing profile does not "
                           f"record: profile with --sample (or mode='sample')")
+    if fmt in MEMORY_FORMATS and not session.info.get("memory"):
+        raise PyprofError(f"{fmt} shows memory, which this capture does not have: profile "
+                          f"with --memory (or mode='memory')")
     modname = FORMATS[fmt][0]
     if modname is None:
         session.save(path)

@@ -84,6 +84,13 @@ def write_summary(session, out):
         r = info.get("sample_bytes", 0)
         out.write(f"  sampled: each byte picked with probability 1/R, R = {r:,}; every figure "
                   f"is an estimate (standard error about sqrt(R/B) for B bytes)\n")
+    rss_peak, rss_end = info.get("rss_peak_bytes", 0), info.get("rss_end_bytes", 0)
+    if rss_end:
+        gap = rss_end - info.get("current_bytes", 0)
+        out.write(f"Process ({unit}): peak RSS {_num(rss_peak, size)} (the high-water mark); "
+                  f"RSS at the end {_num(rss_end, size)}, of which traced live "
+                  f"{_num(info.get('current_bytes', 0), size)}: {_num(gap, size)} held by the "
+                  f"interpreter and libraries beyond what Python still uses (docs/memory.md)\n")
     for kind, c in sorted(_elsewhere(session).items()):
         what = {"gil-released": "by threads that had released the GIL",
                 "no-frame": "with no Python frame running"}.get(kind, kind)
