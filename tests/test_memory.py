@@ -460,3 +460,48 @@ def test_memory_with_sampling():
     c = lines_of(s, busy)[first_line(busy) + 4]
     assert c.net_bytes >= len(keep) * 1000
     del keep
+
+
+def test_numpy_buffers_per_line_equal_tracemalloc():
+    """NumPy reports its array buffers to tracemalloc; pyprof sees them
+    through NumPy's data handler: the same bytes on the same lines, including
+    a ufunc's result, concatenate, realloc (resize) and a freed array."""
+    pytest.importorskip("numpy", reason="numpy is in the test extras; installed by make test")
+    runs = {}
+    for tool in ("tracemalloc", "pyprof"):
+        r = subprocess.run([sys.executable, os.path.join(HERE, "memprog_numpy.py"), tool],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[tool] = json.loads(r.stdout)
+    assert runs["pyprof"].pop("status") == "patched"
+    truth = {int(k): v for k, v in runs["tracemalloc"].items()}
+    got = {int(k): v for k, v in runs["pyprof"].items()}
+    big = {line for line, size in truth.items() if size >= 1000}
+    assert len(big) >= 4, truth
+    for line in big:
+        assert got.get(line) == pytest.approx(truth[line], rel=0.01), (line, truth, got)
+
+
+def test_numpy_imported_after_enable(tmp_path):
+    """The usual case under the CLI: the program imports NumPy while pyprof
+    records; arrays made in another thread are seen too."""
+    pytest.importorskip("numpy", reason="numpy is in the test extras; installed by make test")
+    script = tmp_path / "np_app.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        import numpy as np
+        def work(out):
+            out.append(np.zeros(2_000_000))         # 16 MB
+        out = []
+        t = threading.Thread(target=work, args=(out,))
+        t.start(); t.join()
+        big = np.empty(1_000_000)                   # 8 MB
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "-o", "n.cprof", str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = pyprof.Session.load(tmp_path / "n.cprof")
+    assert s.meta["numpy_buffers"] == "patched"
+    by_line = {(s.functions[f].name, line): c for (f, line), c in s.memory_lines().items()}
+    assert by_line[("work", 5)].net_bytes >= 16_000_000
+    assert by_line[("<module>", 9)].net_bytes >= 8_000_000

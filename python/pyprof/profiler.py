@@ -73,6 +73,12 @@ class Profile(_cprof.Profiler):
             self._refresh_meta()
             self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
 
+    def enable(self, *args, **kw):
+        if self.memory:
+            from . import _numpy
+            _numpy.install()            # NumPy's array buffers, now or when it loads
+        super().enable(*args, **kw)
+
     # -------------------------------------------------------- cProfile API
     def print_stats(self, sort=-1):
         import pstats
@@ -204,6 +210,9 @@ class Profile(_cprof.Profiler):
             "written_at": time.time(),
             "thread_names": dict(self._thread_names),
         }
+        if self.memory:
+            from . import _numpy
+            meta["numpy_buffers"] = _numpy.status()
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)

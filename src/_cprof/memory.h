@@ -61,6 +61,8 @@ struct pp_memdata {
  * caller frees *rows). Rows of finished runs are in p->mem. */
 int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *info);
 int pp_memory_recording(void);
+/* NumPy's C-API table capsule: patch its default data handler (GIL held). */
+int pp_memory_patch_numpy(PyObject *api);
 /* The curve recorded so far, resolved (malloc'd copy; GIL held). */
 pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n);
 /* Resident set size and its high-water mark now, in bytes (0 if unknown). */

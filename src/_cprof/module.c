@@ -6,6 +6,7 @@
 #include "capture.h"
 #include "clock.h"
 #include "frames.h"
+#include "memory.h"
 #include <structmember.h>
 #include "tracer.h"
 #include "unwind.h"
@@ -327,6 +328,12 @@ static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
     return l;
 }
 
+static PyObject *profiler_get_memory(pp_profiler *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->memory);
+}
+
 static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
 {
     (void)c;
@@ -407,6 +414,7 @@ static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
     {"lines", (getter)profiler_get_lines, NULL, "True in line mode.", NULL},
     {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
+    {"memory", (getter)profiler_get_memory, NULL, "True when allocations are recorded.", NULL},
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},
@@ -529,6 +537,17 @@ static PyObject *mod_code_alive(PyObject *m, PyObject *address)
     return PyBool_FromLong(pp_frames_code_alive((uintptr_t)p));
 }
 
+static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
+{
+    (void)m;
+    int was = pp_memory_self_begin();
+    int rc = pp_memory_patch_numpy(api);
+    pp_memory_self_end(was);
+    if (rc < 0)
+        return NULL;
+    return PyLong_FromLong(rc);
+}
+
 static PyMethodDef module_methods[] = {
     {"clock_info", mod_clock_info, METH_NOARGS,
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
@@ -539,6 +558,9 @@ static PyMethodDef module_methods[] = {
     {"native_modules", mod_native_modules, METH_O,
      "native_modules(ips) -> [(path, load base) or None]\nThe loaded objects holding these "
      "addresses (dladdr)."},
+    {"_numpy_patch", mod_numpy_patch, METH_O,
+     "_numpy_patch(array_api_capsule) -> 1 patched, 0 not possible\nMemory mode: route "
+     "NumPy's default array-data handler through pyprof (for the life of the process)."},
     {"_code_alive", mod_code_alive, METH_O,
      "_code_alive(address) -> bool\nWhether a live code object is at this address, as the "
      "sampler decides it (checked reads)."},
