@@ -650,8 +650,11 @@ COLD void leave_slow(pp_profiler *p, uint64_t key, int64_t now)
     end_frame(p->lines, &ts->t, st, now);
     if (UNLIKELY(ts->name_tries) && (ts->events < 256 || (ts->events & 15) == 0))
         resolve_thread_name(ts);
-    if (UNLIKELY(p->flush_interval_ns) && (ts->events & 1023) == 0)
+    /* every 1024 events or so (a return, not a call, may be the 1024th) */
+    if (UNLIKELY(p->flush_interval_ns) && ts->events >= ts->flush_at) {
+        ts->flush_at = ts->events + 1024;
         maybe_flush(p);
+    }
 }
 
 /* Fast path: the returning call is on top of a known thread's stack and no
@@ -667,7 +670,7 @@ HOT void leave(pp_profiler *p, uint64_t key)
         pp_stack *st = &ts->st;
         uint32_t depth = st->depth;
         if (UNLIKELY(depth == 0 || st->f[depth - 1].key != key || ts->name_tries
-                     || (p->flush_interval_ns && ((ts->events + 1) & 1023) == 0)))
+                     || (p->flush_interval_ns && ts->events + 1 >= ts->flush_at)))
             goto slow;
         ts->events++;
         stop_top(&ts->t, st, now);
@@ -1635,6 +1638,7 @@ void pp_tracer_clear(pp_profiler *p)
         pp_tables_clear(&ts->t);
         ts->st.depth = 0;
         ts->events = 0;
+        ts->flush_at = 0;
     }
 }
 

@@ -28,6 +28,7 @@ typedef struct pp_thread {
     unsigned long ident;        /* threading.get_ident() */
     unsigned long native_id;    /* kernel thread id */
     uint64_t events;
+    uint64_t flush_at;          /* periodic flush: look again at this many events */
     PyObject *name;             /* threading.Thread name, once known (strong) */
     uintptr_t cstack_guard;     /* 3.11 eval hook steps aside below this address (0: never) */
     int name_tries;             /* lookups left before giving up (raw threads) */
