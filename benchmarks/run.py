@@ -68,6 +68,17 @@ LINE_CONFIGS = ["base", "pyprof-lines-file", "lineprof-file", "pyprof-lines-all"
 # austin (out of process, at 250 Hz like pyprof) and scalene --cpu-only.
 SAMPLE_CONFIGS = ["base", "pyprof-sample", "pyprof-sample-native", "pyprof-wall-1k",
                   "pyinstrument", "py-spy", "austin", "scalene"]
+# Memory: pyprof exact and sampled against tracemalloc (alone, and with the
+# snapshot one needs to read it), memray's in-process tracker, memory_profiler's
+# line mode on the benchmark file, and scalene's full (CPU + memory) profile.
+MEMORY_WORKLOADS = {b: CORE[b] for b in ("richards", "raytrace", "go", "chaos", "nbody",
+                                         "generators", "float", "json_dumps", "regex_v8")}
+MEMORY_WORKLOADS.update(deepcopy="allocation-heavy", json_loads="allocation-heavy",
+                        pickle_pure_python="allocation-heavy")
+# memory_profiler reads the process's RSS after every line: ~300x on float,
+# so it is measured apart, on a few workloads (--configs base,memory_profiler).
+MEMORY_CONFIGS = ["base", "pyprof-memory", "pyprof-memory-sample", "tracemalloc",
+                  "tracemalloc-snapshot", "memray", "scalene-full"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
 LEGACY_ONLY = {"floor-pep523"}
 
@@ -80,7 +91,8 @@ def py_info(python):
     code = ("import sys, platform, json, importlib.metadata as m, pyperformance, os\n"
             "v = {}\n"
             "for d in ('pyprof', 'yappi', 'pyinstrument', 'pyperformance', 'pyperf',\n"
-            "          'line_profiler', 'pprofile', 'py-spy', 'austin-dist', 'scalene'):\n"
+            "          'line_profiler', 'pprofile', 'py-spy', 'austin-dist', 'scalene',\n"
+            "          'memray', 'memory_profiler'):\n"
             "    try: v[d] = m.version(d)\n"
             "    except Exception: v[d] = None\n"
             "print(json.dumps({'version': platform.python_version(), 'minor': '%d.%d' % "
@@ -138,6 +150,9 @@ class Runner:
         elif config == "scalene":
             cmd = [self.python, "-m", "scalene", "run", "--cpu-only",
                    "-o", os.path.join(self.tmp, "scalene.json"), target[0], "---"] + target[1:]
+        elif config == "scalene-full":
+            cmd = [self.python, "-m", "scalene", "run",
+                   "-o", os.path.join(self.tmp, "scalene.json"), target[0], "---"] + target[1:]
         if self.cpu is not None and shutil.which("taskset"):
             cmd = ["taskset", "-c", str(self.cpu)] + cmd
         p = subprocess.run(cmd, env=self.env, capture_output=True, text=True,
@@ -185,7 +200,7 @@ def measure(python, benches, configs, rounds, seconds, cpu, timeout, suite="func
     for bench in benches:
         loops = calibrate(runner, bench, seconds)
         count = "count-lines" if suite == "lines" else "count"
-        events = (None if suite == "sample" else
+        events = (None if suite in ("sample", "memory") else
                   runner.run(count, bench, loops).get("lines" if suite == "lines" else "calls"))
         result["workloads"][bench] = {"loops": loops, "calls": events,
                                       "runs": {c: [] for c in configs}}
@@ -261,17 +276,20 @@ def fmt_ratio(row):
 def render(results) -> str:
     lines = []
     suite = None
-    order = {"function": 0, "lines": 1, "sample": 2}
+    order = {"function": 0, "lines": 1, "sample": 2, "memory": 3}
     for res in sorted(results, key=lambda r: (order[r.get("suite", "function")], r["minor"])):
         if res.get("suite", "function") != suite:
             suite = res.get("suite", "function")
-            lines += [f"## {dict(function='Function', lines='Line', sample='Sampling')[suite]} "
+            lines += [f"## {dict(function='Function', lines='Line', sample='Sampling', memory='Memory')[suite]} "
                       f"mode", ""]
         if suite == "lines":
             lines += render_lines(res)
             continue
         if suite == "sample":
             lines += render_sample(res)
+            continue
+        if suite == "memory":
+            lines += render_memory(res)
             continue
         rows = analyse(res)
         summ = summarise(res, rows)
@@ -446,6 +464,46 @@ def render_sample(res) -> list:
     return out + [""]
 
 
+def render_memory(res) -> list:
+    rows = analyse(res)
+    configs = [c for c in res["configs"] if c != "base"]
+    pk = res["packages"]
+    out = [f"### CPython {res['python']}: memory", "",
+           f"pyprof {pk.get('pyprof')} (exact; sampled at 512 KiB), tracemalloc (1 frame; "
+           f"-snapshot: plus a snapshot and its per-line statistics at the end), memray "
+           f"{pk.get('memray')} (Tracker, in process), memory_profiler "
+           f"{pk.get('memory_profiler')} (line by line on every function of the benchmark "
+           f"file), scalene {pk.get('scalene')} (`run`, CPU and memory); {res['rounds']} rounds "
+           f"after a discarded warm-up, ~{res['seconds']} s unprofiled per run, pinned to CPU "
+           f"{res['cpu']}; {res['started']} – {res.get('finished', '?')}.", "",
+           "Wall-time overhead = profiled / unprofiled time of the region, median of paired "
+           "ratios [bootstrap 95% interval]:", ""]
+    head = ["workload", "base CV"] + configs
+    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for bench, r in rows.items():
+        cv = r["base"].get("cv", 0)
+        cells = [bench, f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
+        for c in configs:
+            row = r.get(c, {})
+            cells.append(f"{row['ratio']:.2f} [{row['ci'][0]:.2f}–{row['ci'][1]:.2f}]"
+                         if "ratio" in row else "failed")
+        out.append("| " + " | ".join(cells) + " |")
+    summ = {c: [rows[b][c]["ratio"] for b in rows if "ratio" in rows[b].get(c, {})]
+            for c in configs}
+    for label, fn in (("geomean", geomean), ("max", max)):
+        out.append(f"| **{label}** | | " + " | ".join(
+            f"{fn(summ[c]):.2f}" if summ[c] else "–" for c in configs) + " |")
+    out += ["", "Targets:"]
+    if summ.get("pyprof-memory"):
+        g = geomean(summ["pyprof-memory"])
+        out.append(f"- exact mode: geomean {g:.2f} (target ≤ 2): {'met' if g <= 2 else 'NOT met'}")
+    if summ.get("pyprof-memory-sample"):
+        g = geomean(summ["pyprof-memory-sample"])
+        out.append(f"- sampled mode: geomean {g:.2f} (target ≤ 1.15): "
+                   f"{'met' if g <= 1.15 else 'NOT met'}")
+    return out + [""]
+
+
 def targets(res, rows, summ):
     """The issue's targets, checked."""
     if "pyprof" not in summ or "cProfile" not in summ:
@@ -515,7 +573,8 @@ def main():
     ap.add_argument("--python", action="append", default=[],
                     help="interpreter of a bench venv (pyprof, pyperformance and peers "
                          "installed); repeatable")
-    ap.add_argument("--suite", choices=["function", "lines", "sample"], default="function")
+    ap.add_argument("--suite", choices=["function", "lines", "sample", "memory"],
+                    default="function")
     ap.add_argument("--set", choices=["core", "stress", "all"], default="core")
     ap.add_argument("--only", help="comma-separated workloads (overrides --set)")
     ap.add_argument("--configs", help="comma-separated configurations (default: the suite's)")
@@ -536,11 +595,13 @@ def main():
             ap.error("give at least one --python")
         benches = (a.only.split(",") if a.only else
                    list(LINE_WORKLOADS) if a.suite == "lines" else
+                   list(MEMORY_WORKLOADS) if a.suite == "memory" else
                    list(CORE) if a.set == "core" else list(STRESS) if a.set == "stress"
                    else list(CORE) + list(STRESS))
         configs = (a.configs.split(",") if a.configs else
                    LINE_CONFIGS if a.suite == "lines" else
-                   SAMPLE_CONFIGS if a.suite == "sample" else DEFAULT_CONFIGS)
+                   SAMPLE_CONFIGS if a.suite == "sample" else
+                   MEMORY_CONFIGS if a.suite == "memory" else DEFAULT_CONFIGS)
         if "base" not in configs:
             configs.insert(0, "base")
         for py in a.python:
@@ -558,6 +619,7 @@ def main():
         for name in sorted(os.listdir(OUT_DIR)):
             if (name.endswith(".json") and not name.startswith("accuracy")
                     and name.removesuffix("-lines.json").removesuffix("-sample.json")
+                    .removesuffix("-memory.json")
                     .count("-") == 0):
                 with open(os.path.join(OUT_DIR, name)) as f:
                     results.append(json.load(f))

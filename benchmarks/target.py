@@ -20,6 +20,14 @@ run.py): the region is timed the same way, and its CPU time includes the
 sampler's own process (our parent) for the out-of-process ones. A pyprof
 sampling run also writes its capture and reports its size.
 
+Memory configurations: "pyprof-memory" (exact), "pyprof-memory-sample" (512 KiB),
+"tracemalloc" (1 frame, as pyprof's line attribution), "tracemalloc-snapshot"
+(the same plus a snapshot and its per-line statistics at the end, inside the
+timed region: what a user does to read it), "memray" (its Tracker, writing its
+capture file), "memory_profiler" (its line-by-line mode on every function of
+the benchmark's file, as @profile would), and "scalene-full" (run under
+scalene's launcher, CPU and memory: see run.py).
+
 Line-mode configurations: "pyprof-lines-file" and "lineprof-file" trace every
 function of the benchmark's file (line_profiler through its auto-profile mode,
 kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs.
@@ -114,12 +122,70 @@ CONFIGS = {
     "pyprof-wall-1k": lambda: _pyprof_sample(wall=True, rate=1000),
     # run under an out-of-process sampler (py-spy, austin) or in-process from
     # its own launcher (scalene): nothing to start here
+    "pyprof-memory": lambda: _pyprof_memory(),
+    "pyprof-memory-sample": lambda: _pyprof_memory(memory_sample=512 << 10),
+    "tracemalloc": lambda: _tracemalloc(False),
+    "tracemalloc-snapshot": lambda: _tracemalloc(True),
+    "memray": lambda: _memray(),
+    "scalene-full": lambda: (lambda: None, lambda: None),
     "py-spy": lambda: (lambda: None, lambda: None),
     "austin": lambda: (lambda: None, lambda: None),
     "scalene": lambda: (lambda: None, lambda: None),
 }
 EXTERNAL = {"py-spy", "austin"}
 _sampler = []
+
+
+def _pyprof_memory(**kw):
+    import pyprof
+    p = pyprof.Profile(mode="memory", **kw)
+    return p.enable, p.disable
+
+
+def _tracemalloc(snapshot):
+    import tracemalloc
+
+    def stop():
+        if snapshot:
+            tracemalloc.take_snapshot().statistics("lineno")
+        tracemalloc.stop()
+    return (lambda: tracemalloc.start(1)), stop
+
+
+def _memray():
+    import tempfile
+    import memray
+    path = os.path.join(tempfile.mkdtemp(prefix="memray-"), "run.bin")
+    tracker = memray.Tracker(path)
+    return tracker.__enter__, (lambda: tracker.__exit__(None, None, None))
+
+
+def _memory_profiler(argv):
+    """memory_profiler's line-by-line mode on every function of the benchmark
+    file (what @profile on each would do)."""
+    import types
+    from memory_profiler import LineProfiler
+    prof = LineProfiler(backend="psutil")
+    path = os.path.abspath(argv[0])
+
+    def runner(argv):
+        sys.argv = list(argv)
+        sys.path.insert(0, os.path.dirname(path))
+        with open(path) as f:
+            code = compile(f.read(), path, "exec")
+        consts = [code]
+        while consts:                    # every function defined in the file
+            c = consts.pop()
+            for k in c.co_consts:
+                if isinstance(k, types.CodeType):
+                    prof.code_map.add(k)         # what add_function does with f.__code__
+                    consts.append(k)
+        prof.enable_by_count()
+        try:
+            exec(code, {"__name__": "__main__", "__file__": path})
+        finally:
+            prof.disable_by_count()
+    return (lambda: None), (lambda: None), runner
 
 
 def _pyprof_sample(**kw):
@@ -147,6 +213,7 @@ ARGV_CONFIGS = {
     "pyprof-lines-all": lambda argv: _pyprof_lines(argv, include=["*"]),
     "lineprof-file": _lineprof_file,
     "pprofile": _pprofile,
+    "memory_profiler": _memory_profiler,
 }
 
 
