@@ -505,3 +505,42 @@ def test_numpy_imported_after_enable(tmp_path):
     by_line = {(s.functions[f].name, line): c for (f, line), c in s.memory_lines().items()}
     assert by_line[("work", 5)].net_bytes >= 16_000_000
     assert by_line[("<module>", 9)].net_bytes >= 8_000_000
+
+
+@pytest.mark.parametrize("sample", [0, 64 << 10])
+def test_allocations_without_the_gil_and_fork(tmp_path, sample):
+    """zlib allocates its buffers through the RAW allocator with the GIL
+    released, in four threads at once, while the main thread allocates and
+    forks: no deadlock, no crash, the child runs normally, and the GIL-released
+    bytes get their own row."""
+    prog = textwrap.dedent(f"""
+        import os, threading, zlib, pyprof
+        data = os.urandom(1 << 16) * 16
+        def squeeze():
+            for _ in range(30):
+                zlib.decompress(zlib.compress(data, 1))
+        p = pyprof.Profile(mode="memory", memory_sample={sample})
+        p.enable()
+        ts = [threading.Thread(target=squeeze) for _ in range(4)]
+        for t in ts:
+            t.start()
+        keep = []
+        for i in range(20):
+            keep.append(bytes(100_000))
+            if i == 10:
+                pid = os.fork()
+                if pid == 0:
+                    x = [bytes(1000) for _ in range(1000)]
+                    os._exit(5)
+                _, status = os.waitpid(pid, 0)
+                assert os.WEXITSTATUS(status) == 5
+        for t in ts:
+            t.join()
+        p.disable()
+        s = p.session()
+        kinds = {{kind for (_, _, kind) in s.memory}}
+        print("gil-released" in kinds, s.info["memory"]["hooks_linked"])
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "True"], r.stdout
