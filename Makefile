@@ -244,6 +244,13 @@ demo: deps
 	msg "python -m pyprof --sample --wall --rate 2000 -o $$out/flame.html examples/demo.py"
 	"$$py" -m pyprof --sample --wall --rate 2000 -o "$$out/flame.html" examples/demo.py > /dev/null
 	echo "an interactive flame graph of the sampled stacks: open $$out/flame.html in a browser"
+	msg "python -m pyprof --memory --functions -o $$out/memory.cprof examples/demo.py; pyprof view"
+	"$$py" -m pyprof --memory --functions -o "$$out/memory.cprof" examples/demo.py > /dev/null
+	"$$NEW_VENV/bin/pyprof" view "$$out/memory.cprof" --memory > "$$out/memory.txt"
+	sed -n '/^Traced memory/,/^Memory unit/p' "$$out/memory.txt" | sed '$$d' | head -n 16
+	echo "    ... the line tables are in $$out/memory.txt"
+	"$$NEW_VENV/bin/pyprof" convert "$$out/memory.cprof" -o "$$out/memory.svg"
+	echo "the memory curve: open $$out/memory.svg"
 	msg "files: $$(ls "$$out" | tr '\n' ' ')(in $$out/)"
 
 asan: deps

@@ -434,7 +434,8 @@ class Session:
     def function_peaks(self) -> dict:
         """fid -> (peak, residual) bytes, with function tracing: peak is the most
         its thread's net bytes rose during one call (callees included), at most
-        over threads; residual what its calls left allocated, summed."""
+        over threads; residual the change of those net bytes over its calls,
+        summed (negative when calls free more than they allocate)."""
         out: dict = {}
         for (t, fid), (peak, residual) in self.fmemory.items():
             p0, r0 = out.get(fid, (0, 0))
