@@ -74,7 +74,7 @@ SAMPLE_CONFIGS = ["base", "pyprof-sample", "pyprof-sample-native", "pyprof-wall-
 MEMORY_WORKLOADS = {b: CORE[b] for b in ("richards", "raytrace", "go", "chaos", "nbody",
                                          "generators", "float", "json_dumps", "regex_v8")}
 MEMORY_WORKLOADS.update(deepcopy="allocation-heavy", json_loads="allocation-heavy",
-                        pickle_pure_python="allocation-heavy")
+                        xml_etree="allocation-heavy")
 # memory_profiler reads the process's RSS after every line: ~300x on float,
 # so it is measured apart, on a few workloads (--configs base,memory_profiler).
 MEMORY_CONFIGS = ["base", "pyprof-memory", "pyprof-memory-sample", "tracemalloc",
