@@ -544,3 +544,17 @@ def test_allocations_without_the_gil_and_fork(tmp_path, sample):
     r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["True", "True"], r.stdout
+
+
+def test_the_program_gets_its_memory_error():
+    """An allocation the system refuses: the program gets MemoryError, as
+    without pyprof, and nothing is recorded for it."""
+    def run():
+        try:
+            bytearray(1 << 60)
+        except MemoryError:
+            return "MemoryError"
+    s, result = memory_profile(run)
+    assert result == "MemoryError"
+    assert s.info["memory"]["dropped_blocks"] == 0
+    assert all(c.alloc_bytes < 1 << 40 for c in s.memory.values())

@@ -169,6 +169,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             all.allocated += live->allocated;
             all.unknown_frees += live->unknown_frees;
             all.live_blocks += live->live_blocks;
+            all.dropped += live->dropped;
             all.linked = live->linked;
             pp_memory_rss(&rss_end, &rss_peak);
         }
@@ -177,12 +178,14 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             ",\"memory\":{\"mode\":\"%s\",\"sample_bytes\":%lld,\"peak_bytes\":%llu,"
             "\"current_bytes\":%llu,"
             "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
-            "\"hooks_linked\":%s,\"rss_peak_bytes\":%llu,\"rss_end_bytes\":%llu}",
+            "\"hooks_linked\":%s,\"rss_peak_bytes\":%llu,\"rss_end_bytes\":%llu,"
+            "\"dropped_blocks\":%llu}",
             p->memory_sample ? "sampled" : "exact", (long long)p->memory_sample,
             (unsigned long long)mi->peak, (unsigned long long)mi->current,
             (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
             (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false",
-            (unsigned long long)rss_peak, (unsigned long long)rss_end);
+            (unsigned long long)rss_peak, (unsigned long long)rss_end,
+            (unsigned long long)mi->dropped);
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';

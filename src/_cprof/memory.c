@@ -84,7 +84,6 @@ static size_t nsites, sites_cap, slots_cap;
 static pp_meminfo totals;
 static uint64_t interval_max;              /* most traced bytes live in this curve interval */
 static uint32_t interval_site;             /* ... reached by an allocation at this site */
-static int oom;                            /* a table could not grow: counts stay partial */
 
 static int grow_blocks(void)
 {
@@ -122,7 +121,7 @@ static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
 static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count)
 {
     if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
-        oom = 1;
+        totals.dropped++;           /* counted, but its free will not be: stays "live" */
         return;
     }
     size_t i = mix(ptr) & (nblocks_cap - 1);
@@ -285,7 +284,7 @@ static void note_alloc(void *ptr, size_t size)
         int created;
         uint32_t k = site_of(code, offset, kind, &created);
         if (k == UINT32_MAX)
-            oom = 1;
+            totals.dropped++;       /* no room for a new site: not counted at all */
         else {
             if (created && code)
                 Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
@@ -892,6 +891,7 @@ int pp_memory_stop(pp_profiler *p)
             m->info.current += info.current;
             m->info.unknown_frees += info.unknown_frees;
             m->info.live_blocks += info.live_blocks;
+            m->info.dropped += info.dropped;
             m->info.linked = info.linked;
             p->mem = m;
         }
@@ -977,6 +977,5 @@ void pp_memory_clear(void)
     nblocks = 0;
     memset(&totals, 0, sizeof totals);
     totals.linked = 1;
-    oom = 0;
     unlock_tables();
 }

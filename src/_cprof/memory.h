@@ -27,6 +27,7 @@ typedef struct {
     uint64_t allocated;                 /* bytes allocated in all */
     uint64_t unknown_frees;             /* frees of blocks allocated before start */
     uint64_t live_blocks;
+    uint64_t dropped;                   /* blocks pyprof's tables had no room for (out of memory) */
     int linked;                         /* every domain's allocations still reach our hooks */
 } pp_meminfo;
 

@@ -96,6 +96,9 @@ def write_summary(session, out):
                 "no-frame": "with no Python frame running"}.get(kind, kind)
         out.write(f"  not on a Python line: {_num(c.alloc_bytes, size)} {unit} allocated "
                   f"{what}, net {_num(c.net_bytes, size)}\n")
+    if info.get("dropped_blocks"):
+        out.write(f"  warning: pyprof ran out of memory for its tables: {info['dropped_blocks']:,} "
+                  f"blocks were not recorded (or their frees not charged); figures are partial\n")
     if not info.get("hooks_linked", True):
         out.write("  warning: allocations stopped reaching pyprof's hooks during the run "
                   "(another allocator hook was removed under them): figures are partial\n")
