@@ -558,3 +558,30 @@ def test_the_program_gets_its_memory_error():
     assert result == "MemoryError"
     assert s.info["memory"]["dropped_blocks"] == 0
     assert all(c.alloc_bytes < 1 << 40 for c in s.memory.values())
+
+
+def test_objects_summary_counts_known_instances(tmp_path):
+    """--objects: 10,000 instances of a class and 3,000 distinct strings they
+    hold are counted exactly, with sys.getsizeof's sizes."""
+    script = tmp_path / "objs.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        class Particle:
+            __slots__ = ("x", "tag")
+            def __init__(self, x, tag):
+                self.x, self.tag = x, tag
+        tags = ["tag-%05d-" % i * 3 for i in range(3000)]       # distinct, not interned
+        particles = [Particle(i, tags[i % 3000]) for i in range(10_000)]
+        print(sys.getsizeof(particles[0]))
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--objects", "-o", "o.cprof",
+                        str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    size = int(r.stdout.split()[0])
+    s = pyprof.Session.load(tmp_path / "o.cprof")
+    rows = {row["type"]: row for row in s.meta["objects"]}
+    assert rows["__main__.Particle"]["count"] == 10_000
+    assert rows["__main__.Particle"]["bytes"] == 10_000 * size
+    v = subprocess.run([sys.executable, "-m", "pyprof", "view", "o.cprof"], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert "Live objects by type" in v.stdout and "__main__.Particle" in v.stdout

@@ -102,6 +102,9 @@ def _run_parser() -> _Parser:
                      help="with low overhead: record a random sample of the allocations, each "
                           "byte picked with probability 1/BYTES (default 512k), estimates scaled "
                           "up; implies --memory")
+    mem.add_argument("--objects", action="store_true",
+                     help="at the end, the live objects by type: count and total size "
+                          "(pympler's summary; any mode)")
     mem.add_argument("--functions", action="store_true",
                      help="with --memory: also trace calls (time per function, and peak and "
                           "residual bytes per function)")
@@ -304,6 +307,9 @@ class _Runner:
         self.written = True
         self.prof.disable()
         opts = self.opts
+        if opts.objects:
+            from . import objects
+            self.prof.meta["objects"] = objects.summary()
         if self.outfile and format_for_path(self.outfile) == "text":
             from .export import text
             text.write(self.prof.session(), self.outfile, unit=opts.unit,
@@ -327,6 +333,9 @@ class _Runner:
                     sampletable.write_functions(self.prof.session(), out)
                 else:
                     self.prof.print_stats(opts.sort)
+                if opts.objects:
+                    from . import objects
+                    objects.write(self.prof.meta["objects"], out)
                 out.flush()
             finally:
                 sys.stdout = saved
@@ -550,6 +559,10 @@ def cmd_view(argv) -> int:
     else:
         from .export.pstats import print_table
         print_table(session, opts.sort, sys.stdout)
+    if session.meta.get("objects"):
+        from .objects import write
+        sys.stdout.write("\n")
+        write(session.meta["objects"], sys.stdout)
     return 0
 
 

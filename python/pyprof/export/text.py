@@ -22,6 +22,10 @@ def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
     else:
         from .pstats import print_table
         print_table(session, sort, buf)
+    if session.meta.get("objects"):
+        from ..objects import write
+        buf.write("\n")
+        write(session.meta["objects"], buf)
     return buf.getvalue()
 
 
