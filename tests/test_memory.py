@@ -3,6 +3,7 @@ other threads and functions, realloc, coexistence with tracemalloc."""
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -585,3 +586,28 @@ def test_objects_summary_counts_known_instances(tmp_path):
     v = subprocess.run([sys.executable, "-m", "pyprof", "view", "o.cprof"], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert "Live objects by type" in v.stdout and "__main__.Particle" in v.stdout
+
+
+@pytest.mark.skipif(shutil.which("callgrind_annotate") is None,
+                    reason="callgrind_annotate (Debian package valgrind) is not installed")
+def test_callgrind_memory_events_read_by_callgrind_annotate(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text(MEMSCRIPT)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "--functions", "-o",
+                        "m.cprof", str(script)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = pyprof.Session.load(tmp_path / "m.cprof")
+    from pyprof.export import export
+    export(s, "callgrind", tmp_path / "callgrind.out.m")
+    a = subprocess.run(["callgrind_annotate", str(tmp_path / "callgrind.out.m")],
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 0, a.stderr
+    assert "Events recorded:  ns alloc net" in a.stdout
+    totals = next(ln for ln in a.stdout.splitlines() if "PROGRAM TOTALS" in ln)
+    numbers = [int(x.replace(",", "")) for x in totals.split() if x[0].isdigit()]
+    alloc = sum(c.alloc_bytes for c in s.memory_lines().values())
+    net = sum(c.net_bytes for c in s.memory_lines().values())
+    assert numbers[-2:] == [alloc, net]
+    load = next(ln for ln in a.stdout.splitlines() if ln.rstrip().endswith("app.py:load:2"))
+    assert int(load.split()[2].replace(",", "")) >= 2000 * 2533

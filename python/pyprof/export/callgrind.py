@@ -1,8 +1,11 @@
 """callgrind format (valgrind's cl-format, version 1), for callgrind_annotate,
 KCachegrind/QCachegrind, gprof2dot and speedscope.
 
-Events ``ns`` (wall time, nanoseconds; first, so it is the sort key) and, when
-the capture has line data, ``hits`` (line hits, line targets only). Positions are source lines:
+Events ``ns`` (wall time, nanoseconds; first, so it is the sort key), when
+the capture has line data ``hits`` (line hits, line targets only), and when it
+has memory data ``alloc`` and ``net`` (bytes allocated on the line, and still
+live at the end: self costs of the line; calls carry time only). Positions are
+source lines:
 
 - a line target has a self cost on each of its lines (its time minus the calls
   made from it) and one call record per (line, callee) from its call rows;
@@ -57,16 +60,34 @@ def render(session) -> str:
     callrows: dict = {}
     for (fid, line, callee), c in session.callrow_totals().items():
         callrows.setdefault(fid, {}).setdefault(line, []).append((callee, c))
+    memory: dict = {}
+    for (fid, line), c in session.memory_lines().items():
+        memory.setdefault(fid, {})[line] = c
+    has_hits, has_mem = bool(lines), bool(session.info.get("memory"))
 
     files, names = _Names(), _Names()
     body = []
-    tot_ns = tot_hits = 0
-    for fid in sorted(ftot, key=lambda f: (_file(funcs[f]), funcs[f].line, _name(funcs[f]))):
+    totals = [0, 0, 0, 0]                       # ns, hits, alloc, net
+
+    def cost(line, ns_=0, hits=0, alloc=0, net=0):
+        vec = [ns_] + ([hits] if has_hits else []) + ([alloc, net] if has_mem else [])
+        totals[0] += ns_
+        totals[1] += hits
+        totals[2] += alloc
+        totals[3] += net
+        return f"{line} " + " ".join(str(v) for v in vec)
+
+    fids = set(ftot) | set(memory)
+    for fid in sorted(fids, key=lambda f: (_file(funcs[f]), funcs[f].line, _name(funcs[f]))):
         fn = funcs[fid]
         here = _file(fn)
         body.append(f"fl={files.ref(here)}")
         body.append(f"fn={names.ref(_name(fn))}")
-        self_total = to_ns(ftot[fid].own)
+        self_total = to_ns(ftot[fid].own) if fid in ftot else 0
+        mem = memory.get(fid, {})
+        own_time: dict = {}
+        hits: dict = {}
+        calls = []
         if fid in lines:
             rows = callrows.get(fid, {})
             spent = 0
@@ -74,19 +95,20 @@ def render(session) -> str:
                 c = lines[fid][line]
                 own = to_ns(c.time - sum(r.time for _, r in rows.get(line, ())))
                 spent += own
-                body.append(f"{line} {own} {c.hits}")
-                tot_ns += own
-                tot_hits += c.hits
+                own_time[line] = own
+                hits[line] = c.hits
             rest = self_total - spent            # before the first line event, rounding
             if rest > 0:
-                body.append(f"{fn.line} {rest}")
-                tot_ns += rest
+                own_time[fn.line] = own_time.get(fn.line, 0) + rest
             calls = [(line, callee, r.calls, r.time)
                      for line, rs in sorted(rows.items()) for callee, r in rs]
-        else:
-            body.append(f"{fn.line} {self_total}")
-            tot_ns += self_total
+        elif fid in ftot:
+            own_time[fn.line] = self_total
             calls = [(fn.line, callee, c.calls, c.total) for callee, c in sorted(edges.get(fid, ()))]
+        for line in sorted(set(own_time) | set(mem)):
+            m = mem.get(line)
+            body.append(cost(line, own_time.get(line, 0), hits.get(line, 0),
+                             m.alloc_bytes if m else 0, m.net_bytes if m else 0))
         for line, callee, ncalls, inclusive in calls:
             cf = funcs[callee]
             if _file(cf) != here:
@@ -100,13 +122,18 @@ def render(session) -> str:
             f"pid: {meta.get('pid', 0)}",
             "cmd: " + " ".join(str(a) for a in meta.get("argv", [])).replace("\n", " "),
             "positions: line", "event: ns : Wall time (nanoseconds)"]
-    if lines:
-        head += ["event: hits : Line hits", "events: ns hits", f"summary: {tot_ns} {tot_hits}", ""]
-        tail = f"totals: {tot_ns} {tot_hits}"
-    else:                                   # function level: no hits column at all
-        head += ["events: ns", f"summary: {tot_ns}", ""]
-        tail = f"totals: {tot_ns}"
-    return "\n".join(head + body + [tail, ""])
+    events = ["ns"]
+    if has_hits:
+        head.append("event: hits : Line hits")
+        events.append("hits")
+    if has_mem:
+        head += ["event: alloc : Bytes allocated (by the line itself)",
+                 "event: net : Bytes allocated and still live at the end"]
+        events += ["alloc", "net"]
+    sums = [totals[0]] + ([totals[1]] if has_hits else []) + (totals[2:] if has_mem else [])
+    text = " ".join(str(v) for v in sums)
+    head += ["events: " + " ".join(events), f"summary: {text}", ""]
+    return "\n".join(head + body + [f"totals: {text}", ""])
 
 
 def write(session, path):
