@@ -102,6 +102,9 @@ def _run_parser() -> _Parser:
                      help="with low overhead: record a random sample of the allocations, each "
                           "byte picked with probability 1/BYTES (default 512k), estimates scaled "
                           "up; implies --memory")
+    mem.add_argument("--memory-stacks", action="store_true",
+                     help="record each allocation's Python stack in exact mode too (for the "
+                          "memory flame graph; on by default with --memory-sample)")
     mem.add_argument("--objects", action="store_true",
                      help="at the end, the live objects by type: count and total size "
                           "(pympler's summary; any mode)")
@@ -293,6 +296,8 @@ class _Runner:
             sampling["memory"] = True
         if opts.memory:
             sampling["memory_sample"] = opts.memory_sample_bytes
+            if opts.memory_stacks:
+                sampling["memory_stacks"] = True
         self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
                             flush_to=flush_to, flush_interval=interval, **sampling,
                             lines=self.line_mode, lines_of=opts.lines_of,
@@ -476,6 +481,8 @@ def cmd_run(argv) -> int:
     if opts.memory_sample is not None:
         opts.memory = True
         opts.memory_sample_bytes = _byte_count(opts.memory_sample, "--memory-sample")
+    if opts.memory_stacks:
+        opts.memory = True
     if opts.functions and not opts.memory:
         raise PyprofError("--functions goes with --memory (function mode is the default "
                           "without it)")

@@ -57,10 +57,11 @@ class Profile(_cprof.Profiler):
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
-                 memory_sample=0, _warn=True):
+                 memory_sample=0, memory_stacks=None, _warn=True):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
                          mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
-                         memory=memory, memory_sample=int(memory_sample or 0))
+                         memory=memory, memory_sample=int(memory_sample or 0),
+                         memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)))
         self._warn_replaced = _warn
         self._thread_names = {}
         self.meta = {}

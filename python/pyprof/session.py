@@ -32,7 +32,8 @@ _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
-REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE = 10, 11, 12, 13, 14
+REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
+    10, 11, 12, 13, 14, 15)
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -210,6 +211,9 @@ class Session:
     stacks: dict = field(default_factory=dict)      # stack id -> Stack
     samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
     memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
+    memory_by_stack: dict = field(default_factory=dict)   # stack id -> MemCounters
+    memory_stacks: dict = field(default_factory=dict)     # stack id -> ((fid, line), ...) root first
+    memory_rows: list = field(default_factory=list)       # as recorded (what to_blob writes)
     fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
     final: bool = True
@@ -302,9 +306,15 @@ class Session:
                     for t, st, state, _, count, weight in _rows(_SAMPLE, payload):
                         s.samples[(t, st, state)] = SampleCounters(count, weight)
                 elif rtype == REC_MEMORY:
-                    for fid, line, kind, _, ab, ac, fb, fc, pk in _rows(_MEMROW, payload):
-                        c = s.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters())
-                        c.add(MemCounters(ab, ac, fb, fc, pk))
+                    for fid, line, kind, stack, ab, ac, fb, fc, pk in _rows(_MEMROW, payload):
+                        row = MemCounters(ab, ac, fb, fc, pk)
+                        s.memory_rows.append((fid, line, kind, stack, row))
+                        key = (fid, line, MEMORY_SITES[kind])
+                        s.memory.setdefault(key, MemCounters()).add(row)
+                        if stack != NO_FUNCTION:
+                            s.memory_by_stack.setdefault(stack, MemCounters()).add(row)
+                elif rtype == REC_MEMSTACKS:
+                    s.memory_stacks = _parse_memstacks(payload)
                 elif rtype == REC_MEMCURVE:
                     s.memory_curve = [
                         MemPoint(t / 1e9, rss, heap, hmax,
@@ -367,10 +377,14 @@ class Session:
                 _FMEM.pack(t, fid, peak, residual)
                 for (t, fid), (peak, residual) in self.fmemory.items())))
         if self.info.get("memory"):
-            out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory)) + b"".join(
-                _MEMROW.pack(fid, line, MEMORY_SITES.index(kind), 0, c.alloc_bytes,
-                             c.alloc_count, c.free_bytes, c.free_count, c.peak_bytes)
-                for (fid, line, kind), c in self.memory.items())))
+            out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory_rows)) + b"".join(
+                _MEMROW.pack(fid, line, kind, stack, c.alloc_bytes, c.alloc_count,
+                             c.free_bytes, c.free_count, c.peak_bytes)
+                for fid, line, kind, stack, c in self.memory_rows)))
+            out.append(_record(REC_MEMSTACKS, struct.pack("<I", len(self.memory_stacks)) + b"".join(
+                struct.pack("<I", len(frames)) + b"".join(
+                    struct.pack("<Q", fid << 32 | line) for fid, line in frames)
+                for _, frames in sorted(self.memory_stacks.items()))))
         if self.info.get("lines"):
             out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(
                 _LINE.pack(t, fid, line, 0, c.hits, c.time)
@@ -478,6 +492,18 @@ def _parse_stacks(payload) -> dict:
         off += 8 * nn
         out[sid] = Stack(tuple((w >> 32, w & _LINE_MASK) for w in words), tuple(native),
                          tuple(i for i, w in enumerate(words) if w & _LINE_ENTRY))
+    return out
+
+
+def _parse_memstacks(payload) -> dict:
+    n = struct.unpack_from("<I", payload, 0)[0]
+    off, out = 4, {}
+    for sid in range(n):
+        depth = struct.unpack_from("<I", payload, off)[0]
+        off += 4
+        words = struct.unpack_from(f"<{depth}Q", payload, off)
+        off += 8 * depth
+        out[sid] = tuple((w >> 32, w & 0xFFFFFFFF) for w in words)
     return out
 
 

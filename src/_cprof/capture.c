@@ -362,7 +362,7 @@ static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
         put_u32(b, rows[i].fid);
         put_u32(b, rows[i].line);
         put_u32(b, rows[i].kind);
-        put_u32(b, 0);
+        put_u32(b, rows[i].stack);
         put_u64(b, rows[i].alloc_bytes);
         put_u64(b, rows[i].alloc_count);
         put_u64(b, rows[i].free_bytes);
@@ -396,14 +396,35 @@ static void put_curve(buf *b, pp_profiler *p, const pp_mempoint *live, uint32_t 
     record_end(b, r);
 }
 
-static void put_memory(buf *b, pp_profiler *p, const pp_memrow *live, uint32_t nlive)
+static void put_stacklist(buf *b, const pp_memstacks *s)
+{
+    for (uint32_t k = 0; s && k < s->n; k++) {
+        put_u32(b, s->depth[k]);
+        for (uint32_t i = 0; i < s->depth[k]; i++)
+            put_u64(b, s->frames[s->start[k] + i]);
+    }
+}
+
+/* MEMORY rows, then MEMSTACKS: the finished runs', then the live ones (whose
+ * stack ids come after the finished runs' stacks). */
+static void put_memory(buf *b, pp_profiler *p, pp_memrow *live, uint32_t nlive,
+                       const pp_memstacks *live_stacks)
 {
     uint32_t nold = p->mem ? p->mem->nrows : 0;
+    uint32_t old_stacks = p->mem ? p->mem->stacks.n : 0;
+    for (uint32_t i = 0; i < nlive; i++)
+        if (live[i].stack != PP_NONE)
+            live[i].stack = live_stacks ? live[i].stack + old_stacks : PP_NONE;
     size_t r = record_begin(b, PP_REC_MEMORY);
     put_u32(b, nold + nlive);
     if (nold)
         put_memrows(b, p->mem->rows, nold);
     put_memrows(b, live, nlive);
+    record_end(b, r);
+    r = record_begin(b, PP_REC_MEMSTACKS);
+    put_u32(b, old_stacks + (live_stacks ? live_stacks->n : 0));
+    put_stacklist(b, p->mem ? &p->mem->stacks : NULL);
+    put_stacklist(b, live_stacks);
     record_end(b, r);
 }
 
@@ -470,10 +491,16 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
     pp_meminfo live_info;
     pp_mempoint *live_curve = NULL;
     uint32_t nlive_curve = 0;
+    pp_memstacks live_stacks;
+    int have_live_stacks = 0;
     if (p->memory && p->enabled && pp_memory_recording()) {
         if (pp_memory_rows(p, &live, &nlive, &live_info) < 0)
             return NULL;
         live_curve = pp_memory_curve(p, &nlive_curve);
+        if (pp_memory_stacks(p, &live_stacks) == 0)
+            have_live_stacks = 1;
+        else
+            PyErr_Clear();
     }
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
@@ -524,7 +551,7 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
     if (p->sampling)
         put_samples(&b, &p->samples);
     if (p->memory) {
-        put_memory(&b, p, live, nlive);
+        put_memory(&b, p, live, nlive, have_live_stacks ? &live_stacks : NULL);
         put_curve(&b, p, live_curve, nlive_curve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
@@ -538,6 +565,8 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
 done:
     free(live);
     free(live_curve);
+    if (have_live_stacks)
+        pp_memstacks_free(&live_stacks);
     free(b.p);
     free(sb.fs.p);
     free(sb.es.p);

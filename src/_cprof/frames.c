@@ -252,3 +252,40 @@ int pp_frames_current(uintptr_t *code, uint32_t *offset)
     }
     return 0;
 }
+
+/* The calling thread's complete Python frames, innermost first, when it holds
+ * the GIL: up to max (code, offset) pairs; the number written (0 if detached). */
+int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
+{
+    int attached;
+    PyThreadState *ts = pp_signal_tstate(&attached);
+    if (ts == NULL || !attached)
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    _PyInterpreterFrame *f = ts->current_frame;
+#else
+    _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
+#endif
+    int n = 0;
+    for (; f != NULL && n < max; f = f->previous) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (f->owner == FRAME_OWNED_BY_CSTACK)
+            continue;
+#endif
+        if (_PyFrame_IsIncomplete(f))
+            continue;
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *co = f->f_executable;
+        if (!PyCode_Check(co))
+            continue;
+        ptrdiff_t off = f->instr_ptr - _PyCode_CODE((PyCodeObject *)co);
+#else
+        PyObject *co = (PyObject *)f->f_code;
+        ptrdiff_t off = f->prev_instr - _PyCode_CODE((PyCodeObject *)co);
+#endif
+        codes[n] = (uintptr_t)co;
+        offsets[n] = off < 0 ? 0 : (uint32_t)off;
+        n++;
+    }
+    return n;
+}

@@ -163,6 +163,94 @@ static int block_take(uintptr_t ptr, block *out)
     return 1;
 }
 
+static inline uint64_t site_hash(uintptr_t code, uint32_t offset, uint32_t kind, uint32_t stack)
+{
+    return mix(code ^ ((uint64_t)offset << 48 | kind) ^ ((uint64_t)stack << 24));
+}
+
+/* Allocation stacks: distinct (code, offset) sequences, innermost first, each
+ * code object held (a stack may outlive its frames). */
+#define STACK_MAX 64                        /* innermost frames kept */
+typedef struct { uintptr_t code; uint32_t offset; uint32_t pad; } sframe;
+typedef struct { uint64_t hash; uint32_t start, depth; } sentry;
+static sentry *stacks;
+static uint32_t *stack_slots;               /* stack id + 1, 0 empty */
+static sframe *sframes;
+static size_t nstacks, stacks_cap, sslots_cap, nsframes, sframes_cap;
+static int with_stacks;
+
+static int regrow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : first;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = map_zeroed(ncap * elem);
+    if (np == NULL)
+        return -1;
+    if (*p) {
+        memcpy(np, *p, *cap * elem);
+        munmap(*p, *cap * elem);
+    }
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
+static uint64_t stack_hash(const uintptr_t *codes, const uint32_t *offsets, int n)
+{
+    uint64_t h = (uint64_t)n;
+    for (int i = 0; i < n; i++)
+        h = mix(h ^ codes[i] ^ ((uint64_t)offsets[i] << 40));
+    return h;
+}
+
+/* The id of this stack, added (and its code objects held: GIL held) if new;
+ * UINT32_MAX when out of memory. Tables locked. */
+static uint32_t stack_of(const uintptr_t *codes, const uint32_t *offsets, int n, uint64_t h)
+{
+    if ((nstacks + 1) * 2 > sslots_cap) {
+        size_t ncap = sslots_cap ? sslots_cap * 2 : 4096;
+        uint32_t *ns = map_zeroed(ncap * sizeof *ns);
+        if (ns == NULL)
+            return UINT32_MAX;
+        for (size_t k = 0; k < nstacks; k++) {
+            size_t j = stacks[k].hash & (ncap - 1);
+            while (ns[j])
+                j = (j + 1) & (ncap - 1);
+            ns[j] = (uint32_t)k + 1;
+        }
+        if (stack_slots)
+            munmap(stack_slots, sslots_cap * sizeof *stack_slots);
+        stack_slots = ns;
+        sslots_cap = ncap;
+    }
+    size_t mask = sslots_cap - 1, j = h & mask;
+    for (; stack_slots[j]; j = (j + 1) & mask) {
+        const sentry *e = &stacks[stack_slots[j] - 1];
+        if (e->hash != h || e->depth != (uint32_t)n)
+            continue;
+        int same = 1;
+        for (int i = 0; i < n && same; i++)
+            same = sframes[e->start + i].code == codes[i] && sframes[e->start + i].offset == offsets[i];
+        if (same)
+            return stack_slots[j] - 1;
+    }
+    if (regrow((void **)&stacks, &stacks_cap, nstacks + 1, sizeof *stacks, 1024) < 0
+        || regrow((void **)&sframes, &sframes_cap, nsframes + (size_t)n, sizeof *sframes,
+                  16384) < 0)
+        return UINT32_MAX;
+    for (int i = 0; i < n; i++) {
+        sframes[nsframes + i] = (sframe){codes[i], offsets[i], 0};
+        Py_INCREF((PyObject *)codes[i]);
+    }
+    stacks[nstacks] = (sentry){h, (uint32_t)nsframes, (uint32_t)n};
+    nsframes += (size_t)n;
+    stack_slots[j] = (uint32_t)nstacks + 1;
+    return (uint32_t)nstacks++;
+}
+
 static int grow_sites(void)
 {
     size_t ncap = sites_cap ? sites_cap * 2 : 4096;
@@ -178,7 +266,7 @@ static int grow_sites(void)
     if (nsites)
         memcpy(ns, sites, nsites * sizeof *ns);
     for (size_t k = 0; k < nsites; k++) {
-        size_t j = mix(ns[k].code ^ ((uint64_t)ns[k].offset << 48 | ns[k].kind)) & (ncap * 2 - 1);
+        size_t j = site_hash(ns[k].code, ns[k].offset, ns[k].kind, ns[k].stack) & (ncap * 2 - 1);
         while (nslots[j] != 0)
             j = (j + 1) & (ncap * 2 - 1);
         nslots[j] = (uint32_t)k + 1;
@@ -195,20 +283,21 @@ static int grow_sites(void)
 }
 
 /* The site's index, created if new (*created set). UINT32_MAX if out of memory. */
-static uint32_t site_of(uintptr_t code, uint32_t offset, uint32_t kind, int *created)
+static uint32_t site_of(uintptr_t code, uint32_t offset, uint32_t kind, uint32_t stack,
+                        int *created)
 {
     *created = 0;
     if (nsites == sites_cap && grow_sites() < 0)
         return UINT32_MAX;
     size_t mask = slots_cap - 1;
-    size_t j = mix(code ^ ((uint64_t)offset << 48 | kind)) & mask;
+    size_t j = site_hash(code, offset, kind, stack) & mask;
     for (; site_slots[j] != 0; j = (j + 1) & mask) {
         pp_memsite *s = &sites[site_slots[j] - 1];
-        if (s->code == code && s->offset == offset && s->kind == kind)
+        if (s->code == code && s->offset == offset && s->kind == kind && s->stack == stack)
             return site_slots[j] - 1;
     }
     uint32_t k = (uint32_t)nsites++;
-    sites[k] = (pp_memsite){.code = code, .offset = offset, .kind = kind};
+    sites[k] = (pp_memsite){.code = code, .offset = offset, .kind = kind, .stack = stack};
     site_slots[j] = k + 1;
     *created = 1;
     return k;
@@ -270,7 +359,21 @@ static void note_alloc(void *ptr, size_t size)
     size = est;
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
-    int attached = pp_frames_current(&code, &offset);
+    uintptr_t codes[STACK_MAX];
+    uint32_t offsets[STACK_MAX];
+    int depth = 0, attached;
+    uint64_t sh = 0;
+    if (with_stacks) {
+        depth = pp_frames_stack(codes, offsets, STACK_MAX);
+        attached = depth > 0;
+        if (attached) {
+            code = codes[0];
+            offset = offsets[0];
+            sh = stack_hash(codes, offsets, depth);
+        }
+    }
+    else
+        attached = pp_frames_current(&code, &offset);
     if (attached && pp_tracer_self_paused())
         return;                     /* the CLI runner's own work (waiting for threads) */
     if (attached)
@@ -282,7 +385,8 @@ static void note_alloc(void *ptr, size_t size)
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
-        uint32_t k = site_of(code, offset, kind, &created);
+        uint32_t stack = depth ? stack_of(codes, offsets, depth, sh) : UINT32_MAX;
+        uint32_t k = site_of(code, offset, kind, stack, &created);
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
         else {
@@ -831,6 +935,7 @@ int pp_memory_start(pp_profiler *p)
     }
     pp_memory_clear();
     sample_every = p->memory_sample;
+    with_stacks = p->memory_stacks;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     curve_start();
@@ -881,6 +986,44 @@ int pp_memory_stop(pp_profiler *p)
             if (rss_peak > m->rss_peak)
                 m->rss_peak = rss_peak;
             free(pts);
+            /* this run's stacks after those of earlier runs; its rows point there */
+            pp_memstacks st;
+            if (pp_memory_stacks(p, &st) == 0) {
+                pp_memstacks *ms = &m->stacks;
+                uint64_t *fr = realloc(ms->frames, ((size_t)ms->nframes + st.nframes + 1)
+                                                       * sizeof *fr);
+                uint32_t *sa = realloc(ms->start, ((size_t)ms->n + st.n + 1) * sizeof *sa);
+                uint32_t *sd = sa ? realloc(ms->depth, ((size_t)ms->n + st.n + 1) * sizeof *sd)
+                                  : NULL;
+                if (fr)
+                    ms->frames = fr;
+                if (sa)
+                    ms->start = sa;
+                if (sd)
+                    ms->depth = sd;
+                if (fr && sa && sd) {
+                    memcpy(ms->frames + ms->nframes, st.frames, (size_t)st.nframes * sizeof *fr);
+                    for (uint32_t k = 0; k < st.n; k++) {
+                        ms->start[ms->n + k] = ms->nframes + st.start[k];
+                        ms->depth[ms->n + k] = st.depth[k];
+                    }
+                    for (uint32_t i = 0; i < n; i++)
+                        if (rows[i].stack != PP_NONE)
+                            rows[i].stack += ms->n;
+                    ms->n += st.n;
+                    ms->nframes += st.nframes;
+                }
+                else {
+                    for (uint32_t i = 0; i < n; i++)
+                        rows[i].stack = PP_NONE;
+                }
+                pp_memstacks_free(&st);
+            }
+            else {
+                PyErr_Clear();
+                for (uint32_t i = 0; i < n; i++)
+                    rows[i].stack = PP_NONE;
+            }
             memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
             free(rows);
             m->rows = all;
@@ -925,8 +1068,10 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
         }
-        rows[i] = (pp_memrow){fid, line, s[i].kind, s[i].alloc_bytes, s[i].alloc_count,
-                              s[i].free_bytes, s[i].free_count, s[i].peak_bytes};
+        rows[i] = (pp_memrow){fid, line, s[i].kind,
+                              s[i].stack == UINT32_MAX ? PP_NONE : s[i].stack,
+                              s[i].alloc_bytes, s[i].alloc_count, s[i].free_bytes,
+                              s[i].free_count, s[i].peak_bytes};
     }
     free(s);
     *out = rows;
@@ -934,9 +1079,61 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
     return 0;
 }
 
+void pp_memstacks_free(pp_memstacks *s)
+{
+    free(s->frames);
+    free(s->start);
+    free(s->depth);
+    memset(s, 0, sizeof *s);
+}
+
+int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
+{
+    memset(out, 0, sizeof *out);
+    lock_tables();
+    size_t n = nstacks, nf = nsframes;
+    sframe *copy = malloc((nf ? nf : 1) * sizeof *copy);
+    sentry *ents = malloc((n ? n : 1) * sizeof *ents);
+    if (copy && ents) {
+        if (nf)
+            memcpy(copy, sframes, nf * sizeof *copy);
+        if (n)
+            memcpy(ents, stacks, n * sizeof *ents);
+    }
+    unlock_tables();
+    out->frames = malloc((nf ? nf : 1) * sizeof *out->frames);
+    out->start = malloc((n ? n : 1) * sizeof *out->start);
+    out->depth = malloc((n ? n : 1) * sizeof *out->depth);
+    if (!copy || !ents || !out->frames || !out->start || !out->depth) {
+        free(copy);
+        free(ents);
+        pp_memstacks_free(out);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {           /* innermost first -> root first */
+        out->start[k] = ents[k].start;
+        out->depth[k] = ents[k].depth;
+        for (uint32_t i = 0; i < ents[k].depth; i++) {
+            const sframe *f = &copy[ents[k].start + ents[k].depth - 1 - i];
+            PyObject *code = (PyObject *)f->code;
+            uint32_t fid = pp_tracer_register_code(p, code);
+            int l = f->offset < (uint32_t)Py_SIZE(code)
+                    ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
+            out->frames[ents[k].start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
+        }
+    }
+    out->n = (uint32_t)n;
+    out->nframes = (uint32_t)nf;
+    free(copy);
+    free(ents);
+    return 0;
+}
+
 void pp_memory_free(pp_profiler *p)
 {
     if (p->mem) {
+        pp_memstacks_free(&p->mem->stacks);
         free(p->mem->curve);
         free(p->mem->rows);
         free(p->mem);
@@ -966,8 +1163,13 @@ void pp_memory_clear(void)
     for (size_t k = 0; k < nsites; k++)
         if (sites[k].code)
             Py_DECREF((PyObject *)sites[k].code);
+    for (size_t k = 0; k < nsframes; k++)
+        Py_DECREF((PyObject *)sframes[k].code);
     lock_tables();
     nsites = 0;
+    nstacks = nsframes = 0;
+    if (stack_slots)
+        memset(stack_slots, 0, sslots_cap * sizeof *stack_slots);
     if (site_slots)
         memset(site_slots, 0, slots_cap * sizeof *site_slots);
     if (blocks)

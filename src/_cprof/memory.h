@@ -18,6 +18,7 @@ typedef struct {
     uintptr_t code;
     uint32_t offset;
     uint32_t kind;
+    uint32_t stack;                     /* allocation stack id, UINT32_MAX if none */
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
     uint64_t peak_bytes;                /* most of its bytes live at once */
 } pp_memsite;
@@ -36,8 +37,16 @@ typedef struct {
     uint32_t fid;                       /* PP_NONE for sites without a Python frame */
     uint32_t line;
     uint32_t kind;
+    uint32_t stack;                     /* into pp_memdata's stacks, PP_NONE if none */
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count, peak_bytes;
 } pp_memrow;
+
+/* Allocation stacks, resolved: frames (fid << 32 | line), root first. */
+typedef struct {
+    uint64_t *frames;
+    uint32_t *start, *depth;
+    uint32_t n, nframes;
+} pp_memstacks;
 
 /* The memory curve: a point per interval (10 ms, doubled when the curve gets
  * long): resident set size, traced live bytes at the end of the interval and
@@ -54,6 +63,7 @@ struct pp_memdata {
     pp_meminfo info;
     pp_mempoint *curve;
     uint32_t npoints;
+    pp_memstacks stacks;
     uint64_t rss_peak;                  /* the kernel's high-water mark (bytes) */
     uint64_t rss_end;                   /* resident set size when recording stopped */
 };
@@ -61,6 +71,10 @@ struct pp_memdata {
 /* What is being recorded now, resolved to rows (GIL held; malloc'd, the
  * caller frees *rows). Rows of finished runs are in p->mem. */
 int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *info);
+/* The allocation stacks recorded so far, resolved (GIL held; free with
+ * pp_memstacks_free). Row stack ids index them. */
+int pp_memory_stacks(pp_profiler *p, pp_memstacks *out);
+void pp_memstacks_free(pp_memstacks *s);
 int pp_memory_recording(void);
 /* NumPy's C-API table capsule: patch its default data handler (GIL held). */
 int pp_memory_patch_numpy(PyObject *api);

@@ -20,15 +20,17 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             NULL};
+                             "memory_stacks", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
+    int memory_stacks = -1;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppL:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLi:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
-                                     &rate, &wall, &native, &memory, &memory_sample))
+                                     &rate, &wall, &native, &memory, &memory_sample,
+                                     &memory_stacks))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -58,6 +60,9 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->memory_only = strcmp(mode, "memory") == 0;
     self->memory = memory || self->memory_only || memory_sample > 0;
     self->memory_sample = memory_sample;
+    /* stacks cost a frame walk per recorded block: by default only when few
+     * blocks are recorded (sampled mode) */
+    self->memory_stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
     self->sopts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->sopts.native = native;

@@ -98,6 +98,7 @@ typedef struct pp_profiler {
     int memory;                 /* allocation hooks record while enabled */
     int memory_only;            /* mode "memory": no call or sampling hooks */
     int64_t memory_sample;      /* 0: every allocation; else mean bytes between picks */
+    int memory_stacks;          /* record each allocation's Python stack */
     struct pp_memdata *mem;     /* what they recorded, resolved to lines */
     PyObject *weakreflist;
 } pp_profiler;

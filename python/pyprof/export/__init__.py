@@ -20,21 +20,24 @@ FORMATS = {
     "pprof": ("pprof", (".pb.gz", ".pprof")),
     "flamegraph": ("flamegraph", (".html",)),
     "memory-svg": ("memcurve", (".svg",)),
+    "memory-flamegraph": ("memflame", (".memory.html",)),
     "memory-csv": ("memcsv", (".memory.csv",)),
 }
 ALIASES = {"lines": "text"}
 STACK_FORMATS = ("collapsed", "speedscope", "pprof", "flamegraph")
-MEMORY_FORMATS = ("memory-svg", "memory-csv")
+MEMORY_FORMATS = ("memory-svg", "memory-csv", "memory-flamegraph")
 
 
 def format_for_path(path, default="pstats") -> str:
     base = os.path.basename(os.fspath(path)).lower()
     if base.startswith("callgrind.out"):
         return "callgrind"
-    for name, (_, suffixes) in FORMATS.items():
-        if base.endswith(suffixes):
-            return name
-    return default
+    best, length = default, 0
+    for name, (_, suffixes) in FORMATS.items():      # the longest suffix wins (.memory.html)
+        for suffix in suffixes:
+            if base.endswith(suffix) and len(suffix) > length:
+                best, length = name, len(suffix)
+    return best
 
 
 def export(session, fmt: str, path) -> None:

@@ -51,7 +51,7 @@ header h1{font-size:15px;margin:0}
 #status{color:#555}
 </style></head><body>
 <header><h1>%(title)s</h1>
-<label>thread <select id="thread"></select></label>
+<label>%(select)s <select id="thread"></select></label>
 <input id="search" placeholder="search (regex)" size="24">
 <button id="reset">reset zoom</button><span id="status"></span></header>
 <div id="fg"></div><div id="tip"></div>
@@ -77,6 +77,11 @@ function color(name) {
   return "hsl(" + (20 + h %% 40) + "," + (60 + h %% 30) + "%%," + (55 + h %% 15) + "%%)";
 }
 function fmt(v) {
+  if (unit === "bytes") {
+    const u = ["B", "KiB", "MiB", "GiB"]; let i = 0;
+    while (v >= 1024 && i < 3) { v /= 1024; i++; }
+    return (i ? v.toFixed(1) : v) + " " + u[i];
+  }
   return unit === "ns" ? (v / 1e9).toFixed(3) + " s" : v + " samples";
 }
 function render() {
@@ -123,10 +128,13 @@ pick();
 
 def render(session, lines=False) -> str:
     data = {"unit": "samples", "threads": tree(session, lines=lines), "version": __version__}
+    return page(data, "pyprof flame graph: " + " ".join(session.meta.get("argv", [])), "thread")
+
+
+def page(data, title, select) -> str:
     text = json.dumps(data, ensure_ascii=True, allow_nan=False)
     text = text.replace("<", "\\u003c")        # no "</script>" or "<!--" can end the data
-    title = html.escape("pyprof flame graph: " + " ".join(session.meta.get("argv", [])))
-    return PAGE % {"title": title, "data": text}
+    return PAGE % {"title": html.escape(title), "data": text, "select": html.escape(select)}
 
 
 def write(session, path):
