@@ -666,3 +666,26 @@ def test_allocation_stacks_and_memory_flame_graph(tmp_path):
     matched = float(status.split("matched ")[1].rstrip("%"))
     assert "MiB" in status
     assert matched == pytest.approx(100 * by_path[right_key].net_bytes / live, abs=0.1)
+
+
+def test_bytes_per_line_at_the_traced_peak():
+    """A kept 5 MB, a temporary 8 MB freed, then a kept 2 MB: the traced peak
+    is 13 MB, made of the first two lines; the third had nothing then. A later
+    smaller bump does not move it."""
+    def run():
+        a = bytes(5_000_000)
+        b = bytes(8_000_000)
+        del b
+        c = bytes(2_000_000)
+        d = bytes(1_000_000)
+        del d
+        return a, c
+    s, keep = memory_profile(run, memory_stacks=True)
+    rows = lines_of(s, run)
+    base = first_line(run)
+    assert s.info["memory"]["peak_bytes"] == pytest.approx(13_000_000, rel=0.001)
+    assert rows[base + 1].at_peak_bytes == pytest.approx(5_000_000, rel=0.001)
+    assert rows[base + 2].at_peak_bytes == pytest.approx(8_000_000, rel=0.001)
+    assert rows[base + 4].at_peak_bytes == 0 and rows[base + 5].at_peak_bytes == 0
+    assert sum(c.at_peak_bytes for c in s.memory.values()) == s.info["memory"]["peak_bytes"]
+    del keep

@@ -42,7 +42,7 @@ _EDGE = struct.Struct("<IIIIQQqq")
 _LINE = struct.Struct("<IIIIQq")
 _CALLROW = struct.Struct("<IIIIQq")
 _SAMPLE = struct.Struct("<IIIIQq")
-_MEMROW = struct.Struct("<IIIIQQQQQ")
+_MEMROW = struct.Struct("<IIIIQQQQQQ")
 _FMEM = struct.Struct("<IIqq")
 _MEMPOINT = struct.Struct("<qQQQII")
 NO_FUNCTION = 0xFFFFFFFF
@@ -163,6 +163,7 @@ class MemCounters:
     free_bytes: int = 0
     free_count: int = 0
     peak_bytes: int = 0     # most of the site's bytes live at once (rows added: an upper bound)
+    at_peak_bytes: int = 0  # its bytes live when the traced total peaked
 
     @property
     def net_bytes(self) -> int:
@@ -174,6 +175,7 @@ class MemCounters:
         self.free_bytes += other.free_bytes
         self.free_count += other.free_count
         self.peak_bytes += other.peak_bytes
+        self.at_peak_bytes += other.at_peak_bytes
 
 
 @dataclass(frozen=True)
@@ -306,8 +308,8 @@ class Session:
                     for t, st, state, _, count, weight in _rows(_SAMPLE, payload):
                         s.samples[(t, st, state)] = SampleCounters(count, weight)
                 elif rtype == REC_MEMORY:
-                    for fid, line, kind, stack, ab, ac, fb, fc, pk in _rows(_MEMROW, payload):
-                        row = MemCounters(ab, ac, fb, fc, pk)
+                    for fid, line, kind, stack, *counts in _rows(_MEMROW, payload):
+                        row = MemCounters(*counts)
                         s.memory_rows.append((fid, line, kind, stack, row))
                         key = (fid, line, MEMORY_SITES[kind])
                         s.memory.setdefault(key, MemCounters()).add(row)
@@ -379,7 +381,7 @@ class Session:
         if self.info.get("memory"):
             out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory_rows)) + b"".join(
                 _MEMROW.pack(fid, line, kind, stack, c.alloc_bytes, c.alloc_count,
-                             c.free_bytes, c.free_count, c.peak_bytes)
+                             c.free_bytes, c.free_count, c.peak_bytes, c.at_peak_bytes)
                 for fid, line, kind, stack, c in self.memory_rows)))
             out.append(_record(REC_MEMSTACKS, struct.pack("<I", len(self.memory_stacks)) + b"".join(
                 struct.pack("<I", len(frames)) + b"".join(

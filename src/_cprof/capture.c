@@ -368,6 +368,7 @@ static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
         put_u64(b, rows[i].free_bytes);
         put_u64(b, rows[i].free_count);
         put_u64(b, rows[i].peak_bytes);
+        put_u64(b, rows[i].at_peak_bytes);
     }
 }
 

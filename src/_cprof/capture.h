@@ -30,8 +30,8 @@ enum {
     PP_REC_STACKS = 10,         /* 1.2: u32 n, n x (u32 nframes, u32 nnative, nframes x u64
                                  * fid<<32|line root first, nnative x u64 ip leaf first) */
     PP_REC_SAMPLES = 11,        /* 1.2: u32 n, n x <IIIIQq thread stack state pad count weight_ns> */
-    PP_REC_MEMORY = 12,         /* 1.3: u32 n, n x <IIIIQQQQQ fid line kind stack alloc_bytes
-                                 * alloc_count free_bytes free_count peak_bytes>
+    PP_REC_MEMORY = 12,         /* 1.3: u32 n, n x <IIIIQQQQQQ fid line kind stack alloc_bytes
+                                 * alloc_count free_bytes free_count peak_bytes at_peak_bytes>
                                  * (fid 0xFFFFFFFF: no frame) */
     PP_REC_FMEMORY = 13,        /* 1.3: u32 n, n x <IIqq thread fid peak_bytes residual_bytes> */
     PP_REC_MEMCURVE = 14,       /* 1.3: u32 n, n x <qQQQII t_ns rss heap heap_max fid line>

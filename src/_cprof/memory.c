@@ -82,6 +82,20 @@ static uint32_t *site_slots;               /* open addressing: site index + 1, 0
 static size_t nsites, sites_cap, slots_cap;
 
 static pp_meminfo totals;
+/* Bytes per site at the traced peak, kept lazily (memray's way): a peak ends
+ * at the first free after a new maximum (peak_index counts them); a site
+ * touched after that first saves what it had then, which is what it had at
+ * the peak, since nothing touched it in between. */
+static uint64_t peak_index;
+static int rising;                         /* a new maximum since the last peak ended */
+
+static inline void settle_peak(pp_memsite *st)
+{
+    if (st->seen_peak != peak_index) {
+        st->at_peak = st->alloc_bytes - st->free_bytes;
+        st->seen_peak = peak_index;
+    }
+}
 static uint64_t interval_max;              /* most traced bytes live in this curve interval */
 static uint32_t interval_site;             /* ... reached by an allocation at this site */
 
@@ -393,6 +407,9 @@ static void note_alloc(void *ptr, size_t size)
             if (created && code)
                 Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
             pp_memsite *st = &sites[k];
+            if (created)
+                st->seen_peak = peak_index;     /* made after the last peak: 0 there */
+            settle_peak(st);
             st->alloc_bytes += size;
             st->alloc_count += est_count;
             if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
@@ -400,8 +417,10 @@ static void note_alloc(void *ptr, size_t size)
             block_put((uintptr_t)ptr, k, size, est_count);
             totals.allocated += size;
             totals.current += size;
-            if (totals.current > totals.peak)
+            if (totals.current > totals.peak) {
                 totals.peak = totals.current;
+                rising = 1;
+            }
             if (totals.current > interval_max) {
                 interval_max = totals.current;
                 interval_site = k;
@@ -431,6 +450,11 @@ static void charge_free(const block *b)
 {
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed) && b->site < nsites) {
+        if (rising) {                       /* the first free after a maximum: a peak */
+            peak_index++;
+            rising = 0;
+        }
+        settle_peak(&sites[b->site]);
         sites[b->site].free_bytes += b->size;
         sites[b->site].free_count += b->count;
         totals.current -= b->size;
@@ -458,6 +482,7 @@ void pp_memory_forget(PyObject *obj)
     lock_tables();
     had = block_take((uintptr_t)obj, &b);
     if (had && b.site < nsites) {
+        settle_peak(&sites[b.site]);
         sites[b.site].alloc_bytes -= b.size;
         sites[b.site].alloc_count -= b.count;
         totals.allocated -= b.size;
@@ -1071,7 +1096,7 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
         rows[i] = (pp_memrow){fid, line, s[i].kind,
                               s[i].stack == UINT32_MAX ? PP_NONE : s[i].stack,
                               s[i].alloc_bytes, s[i].alloc_count, s[i].free_bytes,
-                              s[i].free_count, s[i].peak_bytes};
+                              s[i].free_count, s[i].peak_bytes, s[i].at_peak};
     }
     free(s);
     *out = rows;
@@ -1149,6 +1174,12 @@ pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info)
     pp_memsite *copy = malloc((nsites ? nsites : 1) * sizeof *copy);
     if (copy && nsites)
         memcpy(copy, sites, nsites * sizeof *copy);
+    for (size_t k = 0; copy && k < nsites; k++) {
+        /* the run still at its peak (no free since the maximum), or a site
+         * not touched since the last peak: what it has now is what it had */
+        if (rising || copy[k].seen_peak != peak_index)
+            copy[k].at_peak = copy[k].alloc_bytes - copy[k].free_bytes;
+    }
     *info = totals;
     info->live_blocks = nblocks;
     if (atomic_load(&recording))
@@ -1178,6 +1209,8 @@ void pp_memory_clear(void)
         atomic_store_explicit(&filter[i], 0, memory_order_relaxed);
     nblocks = 0;
     memset(&totals, 0, sizeof totals);
+    peak_index = 0;
+    rising = 0;
     totals.linked = 1;
     unlock_tables();
 }

@@ -21,6 +21,8 @@ typedef struct {
     uint32_t stack;                     /* allocation stack id, UINT32_MAX if none */
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count;
     uint64_t peak_bytes;                /* most of its bytes live at once */
+    uint64_t at_peak;                   /* its bytes live when all traced bytes peaked */
+    uint64_t seen_peak;                 /* the peak its at_peak belongs to (lazy) */
 } pp_memsite;
 
 typedef struct {
@@ -39,6 +41,7 @@ typedef struct {
     uint32_t kind;
     uint32_t stack;                     /* into pp_memdata's stacks, PP_NONE if none */
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count, peak_bytes;
+    uint64_t at_peak_bytes;             /* live when the traced total peaked */
 } pp_memrow;
 
 /* Allocation stacks, resolved: frames (fid << 32 | line), root first. */

@@ -8,7 +8,7 @@ import io
 from ._files import atomic_write
 
 COLUMNS = ("file", "function", "line", "site", "allocated_bytes", "allocated_blocks",
-           "freed_bytes", "freed_blocks", "net_bytes", "peak_bytes")
+           "freed_bytes", "freed_blocks", "net_bytes", "peak_bytes", "at_peak_bytes")
 
 
 def render(session) -> str:
@@ -20,7 +20,7 @@ def render(session) -> str:
         fn = session.functions.get(fid)
         rows.append((fn.filename if fn else "", fn.qualname if fn else "", line if fn else "",
                      kind, c.alloc_bytes, c.alloc_count, c.free_bytes, c.free_count,
-                     c.net_bytes, c.peak_bytes))
+                     c.net_bytes, c.peak_bytes, c.at_peak_bytes))
     rows.sort(key=lambda r: -r[4])
     w.writerows(rows)
     return buf.getvalue()

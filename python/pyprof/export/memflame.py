@@ -1,6 +1,7 @@
 """A flame graph of memory by allocation stack (docs/memory.md#outputs): the same
-self-contained page as the sampled flame graph, with two views, the bytes
-allocated in all and the bytes still live at the end. Needs the allocation
+self-contained page as the sampled flame graph, with three views: the bytes
+allocated in all, those live when the traced total peaked, and those still live
+at the end. Needs the allocation
 stacks (recorded with --memory-sample, or --memory-stacks in exact mode)."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .stacks import frame_label
 
 def tree(session, lines=False) -> dict:
     views = {"bytes allocated": lambda c: c.alloc_bytes,
+             "bytes live at the peak": lambda c: c.at_peak_bytes,
              "bytes live at the end": lambda c: c.net_bytes}
     out = {}
     for view, value in views.items():
