@@ -689,3 +689,48 @@ def test_bytes_per_line_at_the_traced_peak():
     assert rows[base + 4].at_peak_bytes == 0 and rows[base + 5].at_peak_bytes == 0
     assert sum(c.at_peak_bytes for c in s.memory.values()) == s.info["memory"]["peak_bytes"]
     del keep
+
+
+def test_steps_mark_the_curve_and_summarise_objects(tmp_path):
+    """pyprof.step() in a loop: markers at the right times in the capture and
+    on the SVG curve; with --objects a summary at each step that follows the
+    objects the loop keeps (1,000 more instances per step)."""
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import time, pyprof
+        class Item:
+            pass
+        kept = []
+        for i in range(4):
+            pyprof.step(f"batch {i}")
+            kept.extend(Item() for _ in range(1000))
+            time.sleep(0.03)
+        with pyprof.step("final"):
+            time.sleep(0.03)
+    """))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "--objects", "-o",
+                        "s.cprof", str(script)], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = pyprof.Session.load(tmp_path / "s.cprof")
+    starts = [m for m in s.meta["steps"] if m["event"] == "start"]
+    assert [m["name"] for m in starts] == ["batch 0", "batch 1", "batch 2", "batch 3", "final"]
+    assert [m["event"] for m in s.meta["steps"]][-1] == "end"
+    gaps = [b["t"] - a["t"] for a, b in zip(starts, starts[1:])]
+    assert all(0.025 < g < 0.5 for g in gaps), gaps
+    assert s.memory_curve[0].t <= starts[0]["t"] <= s.memory_curve[-1].t
+    counts = []
+    for st in s.meta["objects_steps"]:
+        rows = {row["type"]: row["count"] for row in st["objects"]}
+        counts.append(rows.get("__main__.Item", 0))
+    assert counts[1:4] == [1000, 2000, 3000], counts
+    from pyprof.export import export
+    export(s, "memory-svg", tmp_path / "c.svg")
+    svg = (tmp_path / "c.svg").read_text()
+    assert svg.count("stroke-dasharray") == 5 and "batch 2" in svg
+
+
+def test_step_outside_profiling_does_nothing():
+    with pyprof.step("nothing"):
+        pass
+    pyprof.step()

@@ -20,8 +20,9 @@ from .errors import PyprofError
 from .lines import profile
 from .profiler import Profile, run, runctx
 from .session import CallRow, Counters, Function, LineCounters, Session, Thread, load
+from .steps import step
 
-__all__ = ["Profile", "profile", "run", "runctx", "Session", "Function", "Counters",
+__all__ = ["Profile", "profile", "run", "runctx", "step", "Session", "Function", "Counters",
            "LineCounters", "CallRow", "Thread", "load", "PyprofError", "__version__"]
 
 from . import control as _control

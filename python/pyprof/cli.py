@@ -303,6 +303,7 @@ class _Runner:
                             lines=self.line_mode, lines_of=opts.lines_of,
                             lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
                             include=opts.include, exclude=opts.exclude)
+        self.prof._objects_at_steps = opts.objects
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
 
     def finish(self):
@@ -341,6 +342,7 @@ class _Runner:
                 if opts.objects:
                     from . import objects
                     objects.write(self.prof.meta["objects"], out)
+                    objects.write_steps(self.prof._objects_steps, out)
                 out.flush()
             finally:
                 sys.stdout = saved
@@ -567,9 +569,10 @@ def cmd_view(argv) -> int:
         from .export.pstats import print_table
         print_table(session, opts.sort, sys.stdout)
     if session.meta.get("objects"):
-        from .objects import write
+        from .objects import write, write_steps
         sys.stdout.write("\n")
         write(session.meta["objects"], sys.stdout)
+        write_steps(session.meta.get("objects_steps"), sys.stdout)
     return 0
 
 

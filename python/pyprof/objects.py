@@ -55,3 +55,15 @@ def write(rows, out) -> None:
     for r in rows:
         out.write(f"{r['count']:>12,} {r['bytes']:>14,}  {r['type']}\n")
     out.write("\n")
+
+
+def write_steps(steps, out) -> None:
+    """The summaries taken at each pyprof.step(): the five types with most bytes."""
+    if not steps:
+        return
+    out.write("Live objects by type at each step (the five with most bytes):\n\n")
+    for st in steps:
+        label = st["name"] or f"step {st['index']}"
+        out.write(f"  {label} (at {st['t']:.3f} s): " + ", ".join(
+            f"{r['type']} {r['count']:,} / {r['bytes']:,} B" for r in st["objects"][:5]) + "\n")
+    out.write("\n")

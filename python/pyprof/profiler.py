@@ -63,6 +63,9 @@ class Profile(_cprof.Profiler):
                          memory=memory, memory_sample=int(memory_sample or 0),
                          memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)))
         self._warn_replaced = _warn
+        self._steps = []                # pyprof.step() markers (steps.py)
+        self._objects_at_steps = False
+        self._objects_steps = []
         self._thread_names = {}
         self.meta = {}
         self.stats = {}
@@ -214,6 +217,10 @@ class Profile(_cprof.Profiler):
         if self.memory:
             from . import _numpy
             meta["numpy_buffers"] = _numpy.status()
+        if self._steps:
+            meta["steps"] = list(self._steps)
+        if self._objects_steps:
+            meta["objects_steps"] = list(self._objects_steps)
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)

@@ -438,6 +438,8 @@ static PyGetSetDef profiler_getset[] = {
 static PyMemberDef profiler_members[] = {
     {"_warn_replaced", T_BOOL, offsetof(pp_profiler, warn_replaced), 0,
      "Sampling: disable() warns (RuntimeWarning) when the program took SIGPROF back."},
+    {"_start_mono_ns", T_LONGLONG, offsetof(pp_profiler, start_mono_ns), READONLY,
+     "CLOCK_MONOTONIC ns of the first enable(): the origin of the capture's times."},
     {NULL},
 };
 

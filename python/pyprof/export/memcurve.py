@@ -1,6 +1,6 @@
 """The memory curve as an SVG plot: resident set size and traced live bytes
-over time, the traced peak marked with the line whose allocation reached it
-(docs/memory.md). Plain SVG, no script: any browser or image viewer shows it."""
+over time, the traced peak marked with the line whose allocation reached it,
+and pyprof.step() markers as dashed lines (docs/memory.md). Plain SVG, no script: any browser or image viewer shows it."""
 from __future__ import annotations
 
 import os
@@ -51,6 +51,15 @@ def render(session) -> str:
         t = t0 + (t_end - t0) * i / 4
         out.append(f'<text x="{x(t):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">'
                    f'{t:.2f} s</text>')
+    steps = [m for m in session.meta.get("steps", []) if m.get("event") == "start"]
+    for m in steps[:200]:                               # pyprof.step() markers
+        sx = x(min(max(m["t"], t0), t_end))
+        label = m["name"] or f"step {m['index']}"
+        out.append(f'<line x1="{sx:.1f}" x2="{sx:.1f}" y1="{TOP}" y2="{H - BOTTOM}" '
+                   f'stroke="#999" stroke-dasharray="3,3"><title>{escape(label)}</title></line>')
+        if len(steps) <= 20:
+            out.append(f'<text x="{sx + 2:.1f}" y="{TOP + 10}" font-size="10" fill="#666">'
+                       f'{escape(label)}</text>')
     out.append(line([p.rss for p in pts], "#e07020", "resident set size (RSS)"))
     out.append(line([p.heap_max for p in pts], "#2060c0", "traced live bytes"))
     peak = max(pts, key=lambda p: p.heap_max)

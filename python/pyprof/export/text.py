@@ -23,9 +23,10 @@ def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
         from .pstats import print_table
         print_table(session, sort, buf)
     if session.meta.get("objects"):
-        from ..objects import write
+        from ..objects import write, write_steps
         buf.write("\n")
         write(session.meta["objects"], buf)
+        write_steps(session.meta.get("objects_steps"), buf)
     return buf.getvalue()
 
 
