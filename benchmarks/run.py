@@ -397,6 +397,22 @@ def render_lines(res) -> list:
     return out + [""]
 
 
+def ratio_table(rows, configs, digits) -> list:
+    """Markdown rows: per workload, the base's CV and each configuration's ratio
+    with its interval."""
+    head = ["workload", "base CV"] + configs
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for bench, r in rows.items():
+        cv = r["base"].get("cv", 0)
+        cells = [bench, f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
+        for c in configs:
+            row = r.get(c, {})
+            cells.append(f"{row['ratio']:.{digits}f} [{row['ci'][0]:.{digits}f}–"
+                         f"{row['ci'][1]:.{digits}f}]" if "ratio" in row else "failed")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def render_sample(res) -> list:
     rows = analyse(res)
     configs = [c for c in res["configs"] if c != "base"]
@@ -410,16 +426,7 @@ def render_sample(res) -> list:
            f"{res['started']} – {res.get('finished', '?')}.", "",
            "Wall-time overhead = profiled / unprofiled time of the region, median of paired "
            "ratios [bootstrap 95% interval]:", ""]
-    head = ["workload", "base CV"] + configs
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for bench, r in rows.items():
-        cv = r["base"].get("cv", 0)
-        cells = [bench, f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
-        for c in configs:
-            row = r.get(c, {})
-            cells.append(f"{row['ratio']:.3f} [{row['ci'][0]:.3f}–{row['ci'][1]:.3f}]"
-                         if "ratio" in row else "failed")
-        out.append("| " + " | ".join(cells) + " |")
+    out += ratio_table(rows, configs, 3)
     summ = {c: [rows[b][c] for b in rows if "ratio" in rows[b].get(c, {})] for c in configs}
     out += ["", "CPU time of every process involved (the program, its threads, and for py-spy "
             "and austin their own process) during the region, profiled / unprofiled, median "
@@ -478,16 +485,7 @@ def render_memory(res) -> list:
            f"{res['cpu']}; {res['started']} – {res.get('finished', '?')}.", "",
            "Wall-time overhead = profiled / unprofiled time of the region, median of paired "
            "ratios [bootstrap 95% interval]:", ""]
-    head = ["workload", "base CV"] + configs
-    out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for bench, r in rows.items():
-        cv = r["base"].get("cv", 0)
-        cells = [bench, f"{cv * 100:.1f}%" + (" ⚠" if cv > 0.03 else "")]
-        for c in configs:
-            row = r.get(c, {})
-            cells.append(f"{row['ratio']:.2f} [{row['ci'][0]:.2f}–{row['ci'][1]:.2f}]"
-                         if "ratio" in row else "failed")
-        out.append("| " + " | ".join(cells) + " |")
+    out += ratio_table(rows, configs, 2)
     summ = {c: [rows[b][c]["ratio"] for b in rows if "ratio" in rows[b].get(c, {})]
             for c in configs}
     for label, fn in (("geomean", geomean), ("max", max)):

@@ -5,10 +5,10 @@ under tracemalloc (the ground truth) and under pyprof's memory mode. Run as
 Only objects that do not come from CPython's free lists (bytes, str,
 bytearray, large lists and dicts): tracemalloc charges a reused free-list
 object to the line that reuses it, which allocator hooks cannot see."""
-import json
 import queue
-import sys
 import threading
+
+from memtruth import measure
 
 
 def make_bytes(n):
@@ -90,29 +90,7 @@ def run():
 
 
 def main():
-    result = {}
-    if sys.argv[1] == "tracemalloc":
-        import tracemalloc
-        tracemalloc.start(1)
-        keep = run()
-        snap = tracemalloc.take_snapshot()
-        tracemalloc.stop()
-        for st in snap.statistics("lineno"):
-            frame = st.traceback[0]
-            if frame.filename == __file__:
-                result[frame.lineno] = st.size
-    else:
-        import pyprof
-        p = pyprof.Profile(mode="memory")
-        p.enable()
-        keep = run()
-        p.disable()
-        s = p.session()
-        for (fid, line), c in s.memory_lines().items():
-            if s.functions[fid].filename == __file__ and c.net_bytes:
-                result[line] = c.net_bytes
-    del keep
-    print(json.dumps(result))
+    measure(run, __file__)
 
 
 if __name__ == "__main__":

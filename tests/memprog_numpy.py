@@ -1,9 +1,9 @@
 """NumPy arrays made and freed on known lines, measured by tracemalloc (which
 NumPy reports its buffers to) and by pyprof (NumPy's data handler): prints
 {line: net bytes} of this file. ``memprog_numpy.py tracemalloc|pyprof``."""
-import json
-import sys
 import threading
+
+from memtruth import measure
 
 
 def arrays():
@@ -34,31 +34,8 @@ def run():
 
 
 def main():
-    import numpy                                # loaded before measuring, as a program would
-    result = {}
-    if sys.argv[1] == "tracemalloc":
-        import tracemalloc
-        tracemalloc.start(1)
-        keep = run()
-        snap = tracemalloc.take_snapshot()
-        tracemalloc.stop()
-        for st in snap.statistics("lineno"):
-            frame = st.traceback[0]
-            if frame.filename == __file__:
-                result[frame.lineno] = result.get(frame.lineno, 0) + st.size
-    else:
-        import pyprof
-        p = pyprof.Profile(mode="memory")
-        p.enable()
-        keep = run()
-        p.disable()
-        s = p.session()
-        for (fid, line), c in s.memory_lines().items():
-            if s.functions[fid].filename == __file__ and c.net_bytes:
-                result[line] = c.net_bytes
-        result["status"] = s.meta.get("numpy_buffers")
-    del keep
-    print(json.dumps(result))
+    __import__("numpy")                         # loaded before measuring, as a program would
+    measure(run, __file__)
 
 
 if __name__ == "__main__":

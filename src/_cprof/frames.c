@@ -216,43 +216,6 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
     return n;
 }
 
-/* The calling thread's innermost complete Python frame, if the thread is
- * attached (holds the GIL): its code object and instruction offset. For the
- * allocation hooks: no allocation, no reference counts, no locks. */
-int pp_frames_current(uintptr_t *code, uint32_t *offset)
-{
-    int attached;
-    PyThreadState *ts = pp_signal_tstate(&attached);
-    if (ts == NULL || !attached)
-        return 0;
-#if PY_VERSION_HEX >= 0x030D0000
-    _PyInterpreterFrame *f = ts->current_frame;
-#else
-    _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
-#endif
-    for (; f != NULL; f = f->previous) {
-#if PY_VERSION_HEX >= 0x030C0000
-        if (f->owner == FRAME_OWNED_BY_CSTACK)
-            continue;
-#endif
-        if (_PyFrame_IsIncomplete(f))
-            continue;
-#if PY_VERSION_HEX >= 0x030D0000
-        PyObject *co = f->f_executable;
-        if (!PyCode_Check(co))
-            continue;
-        ptrdiff_t off = f->instr_ptr - _PyCode_CODE((PyCodeObject *)co);
-#else
-        PyObject *co = (PyObject *)f->f_code;
-        ptrdiff_t off = f->prev_instr - _PyCode_CODE((PyCodeObject *)co);
-#endif
-        *code = (uintptr_t)co;
-        *offset = off < 0 ? 0 : (uint32_t)off;
-        return 1;
-    }
-    return 0;
-}
-
 /* The calling thread's complete Python frames, innermost first, when it holds
  * the GIL: up to max (code, offset) pairs; the number written (0 if detached). */
 int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
@@ -288,4 +251,9 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
         n++;
     }
     return n;
+}
+
+int pp_frames_current(uintptr_t *code, uint32_t *offset)
+{
+    return pp_frames_stack(code, offset, 1);
 }

@@ -509,6 +509,21 @@ static inline int pass_through(int d)
     return pp_mem_self || !atomic_load_explicit(&recording, memory_order_acquire);
 }
 
+/* After a realloc below: the old block (taken out before, b; NULL if it was
+ * not tracked) is back if the realloc failed, else freed and the new one made
+ * on this line. */
+static void realloc_done(void *old, void *ptr, size_t size, const block *b)
+{
+    if (ptr == NULL) {
+        if (b)
+            put_back(old, b);              /* failed: the old block is still there */
+        return;
+    }
+    if (b)
+        charge_free(b);
+    note_alloc(ptr, size);
+}
+
 static void *do_malloc(int d, size_t size)
 {
     if (pass_through(d))
@@ -541,15 +556,7 @@ static void *do_realloc(int d, void *old, size_t size)
     block b;
     int had = old != NULL && take_block(old, &b);
     void *ptr = below[d].realloc(below[d].ctx, old, size);
-    if (ptr == NULL) {
-        if (had)
-            put_back(old, &b);             /* failed: the old block is still there */
-    }
-    else {
-        if (had)
-            charge_free(&b);
-        note_alloc(ptr, size);
-    }
+    realloc_done(old, ptr, size, had ? &b : NULL);
     pp_mem_self = 0;
     return ptr;
 }
@@ -669,15 +676,7 @@ static void *np_realloc(void *ctx, void *old, size_t size)
     block b;
     int had = old != NULL && take_block(old, &b);
     void *ptr = np_orig.allocator.realloc(np_orig.allocator.ctx, old, size);
-    if (ptr == NULL) {
-        if (had)
-            put_back(old, &b);
-    }
-    else {
-        if (had)
-            charge_free(&b);
-        note_alloc(ptr, size);
-    }
+    realloc_done(old, ptr, size, had ? &b : NULL);
     pp_mem_self = 0;
     return ptr;
 }

@@ -13,6 +13,27 @@ from ._files import atomic_write
 from .stacks import named_stacks
 
 
+def new_root():
+    return ["all", "", 0, 0, {}]
+
+
+def add_path(root, frames, value) -> None:
+    """Add `value` to the root and to each (label, file, line) frame below it."""
+    node = root
+    node[3] += value
+    for f in frames:
+        child = node[4].get(f)
+        if child is None:
+            child = node[4][f] = [f[0], f[1], f[2], 0, {}]
+        child[3] += value
+        node = child
+
+
+def pack(n):
+    """A node as the page's JSON: [name, file, line, value, children largest first]."""
+    return [n[0], n[1], n[2], n[3], [pack(c) for c in sorted(n[4].values(), key=lambda c: -c[3])]]
+
+
 def tree(session, lines=False, weight="count"):
     """{thread name: nested node} with node = [name, file, line, value, children]."""
     roots: dict = {}
@@ -21,19 +42,8 @@ def tree(session, lines=False, weight="count"):
         name = th.name if th else f"thread {t}"
         v = count if weight == "count" else wt
         for key in (name, "all threads"):
-            node = roots.setdefault(key, {"": ["all", "", 0, 0, {}]})[""]
-            node[3] += v
-            for f in frames:
-                child = node[4].get(f)
-                if child is None:
-                    child = node[4][f] = [f[0], f[1], f[2], 0, {}]
-                child[3] += v
-                node = child
-
-    def pack(n):
-        return [n[0], n[1], n[2], n[3], [pack(c) for c in sorted(n[4].values(),
-                                                                  key=lambda c: -c[3])]]
-    return {k: pack(v[""]) for k, v in roots.items()}
+            add_path(roots.setdefault(key, new_root()), frames, v)
+    return {k: pack(v) for k, v in roots.items()}
 
 
 PAGE = """<!DOCTYPE html>

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import PyprofError
 from ._files import atomic_write
-from .flamegraph import page
+from .flamegraph import add_path, new_root, pack, page
 from .stacks import frame_label
 
 
@@ -17,24 +17,11 @@ def tree(session, lines=False) -> dict:
              "bytes live at the end": lambda c: c.net_bytes}
     out = {}
     for view, value in views.items():
-        root = ["all", "", 0, 0, {}]
+        root = new_root()
         for sid, c in session.memory_by_stack.items():
-            v = value(c)
-            if v <= 0 or sid not in session.memory_stacks:
-                continue
-            node = root
-            node[3] += v
-            for fid, line in session.memory_stacks[sid]:
-                f = frame_label(session, fid, line, lines)
-                child = node[4].get(f)
-                if child is None:
-                    child = node[4][f] = [f[0], f[1], f[2], 0, {}]
-                child[3] += v
-                node = child
-
-        def pack(n):
-            return [n[0], n[1], n[2], n[3],
-                    [pack(c) for c in sorted(n[4].values(), key=lambda c: -c[3])]]
+            if value(c) > 0 and sid in session.memory_stacks:
+                add_path(root, [frame_label(session, fid, line, lines)
+                                for fid, line in session.memory_stacks[sid]], value(c))
         out[view] = pack(root)
     return out
 
