@@ -261,10 +261,11 @@ asan: deps
 	  || die "gcc's libasan.so/libubsan.so not found (apt-get install gcc, or the libasanN/libubsanN packages)"
 	# Both hook paths: 3.11's legacy profile hook and the newest's sys.monitoring.
 	sel=$$( (grep '^3\.11 ' <<< "$$PYS" || true; tail -n 1 <<< "$$PYS") | sort -u)
-	# Only the test processes get the sanitizer runtimes (never pip or the compiler).
+	# Only the test processes get the sanitizer runtimes (never pip or the compiler);
+	# a refused allocation returns NULL, as with libc (the program gets MemoryError).
 	run() {
 	  LD_PRELOAD="$$libasan $$libubsan" \
-	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  "$$@"
 	}
