@@ -164,13 +164,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             rss_peak = p->mem->rss_peak;
         }
         if (live) {
-            all.peak = live->peak > all.peak ? live->peak : all.peak;
-            all.current += live->current;
-            all.allocated += live->allocated;
-            all.unknown_frees += live->unknown_frees;
-            all.live_blocks += live->live_blocks;
-            all.dropped += live->dropped;
-            all.linked = live->linked;
+            pp_meminfo_add(&all, live);
             pp_memory_rss(&rss_end, &rss_peak);
         }
         const pp_meminfo *mi = &all;

@@ -433,10 +433,17 @@ static void note_alloc(void *ptr, size_t size)
 }
 
 /* Takes the block out of the table; 1 if it was there (*b filled). */
+/* Sampled mode: a pointer whose filter slot is empty was never picked. */
+static inline int surely_untracked(void *ptr)
+{
+    return sample_every
+           && atomic_load_explicit(filter_slot((uintptr_t)ptr), memory_order_relaxed) == 0;
+}
+
 static int take_block(void *ptr, block *b)
 {
-    if (sample_every && atomic_load_explicit(filter_slot((uintptr_t)ptr), memory_order_relaxed) == 0)
-        return 0;                   /* not a sampled block: no lock */
+    if (surely_untracked(ptr))
+        return 0;                   /* no lock */
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, b);
@@ -446,23 +453,45 @@ static int take_block(void *ptr, block *b)
     return had;
 }
 
+/* Charges a freed block to its site. Tables locked. */
+static void charge_locked(const block *b)
+{
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || b->site >= nsites)
+        return;
+    if (rising) {                           /* the first free after a maximum: a peak */
+        peak_index++;
+        rising = 0;
+    }
+    settle_peak(&sites[b->site]);
+    sites[b->site].free_bytes += b->size;
+    sites[b->site].free_count += b->count;
+    totals.current -= b->size;
+}
+
 static void charge_free(const block *b)
 {
     lock_tables();
-    if (atomic_load_explicit(&recording, memory_order_relaxed) && b->site < nsites) {
-        if (rising) {                       /* the first free after a maximum: a peak */
-            peak_index++;
-            rising = 0;
-        }
-        settle_peak(&sites[b->site]);
-        sites[b->site].free_bytes += b->size;
-        sites[b->site].free_count += b->count;
-        totals.current -= b->size;
-    }
+    charge_locked(b);
     unlock_tables();
-    int attached;
-    if (pp_signal_tstate(&attached) && attached)
-        pp_tracer_mem_delta(-(int64_t)b->size);
+    pp_tracer_mem_delta(-(int64_t)b->size);
+}
+
+/* A block freed (taken out and charged under one lock). */
+static void release_block(void *ptr)
+{
+    block b;
+    if (surely_untracked(ptr))
+        return;                     /* no lock */
+    lock_tables();
+    int had = atomic_load_explicit(&recording, memory_order_relaxed)
+              && block_take((uintptr_t)ptr, &b);
+    if (had)
+        charge_locked(&b);
+    else if (!sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
+        totals.unknown_frees++;
+    unlock_tables();
+    if (had)
+        pp_tracer_mem_delta(-(int64_t)b.size);
 }
 
 static void put_back(void *ptr, const block *b)
@@ -475,7 +504,7 @@ static void put_back(void *ptr, const block *b)
 
 void pp_memory_forget(PyObject *obj)
 {
-    if (!atomic_load_explicit(&recording, memory_order_relaxed))
+    if (!atomic_load_explicit(&recording, memory_order_relaxed) || surely_untracked(obj))
         return;
     block b;
     int had;
@@ -565,9 +594,7 @@ static void do_free(int d, void *ptr)
 {
     if (ptr != NULL && !pass_through(d)) {
         pp_mem_self = 1;
-        block b;
-        if (take_block(ptr, &b))
-            charge_free(&b);
+        release_block(ptr);
         pp_mem_self = 0;
     }
     below[d].free(below[d].ctx, ptr);
@@ -686,9 +713,7 @@ static void np_free(void *ctx, void *ptr, size_t size)
     (void)ctx;
     if (ptr != NULL && !pass_through(-1)) {
         pp_mem_self = 1;
-        block b;
-        if (take_block(ptr, &b))
-            charge_free(&b);
+        release_block(ptr);
         pp_mem_self = 0;
     }
     np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
@@ -966,6 +991,79 @@ int pp_memory_start(pp_profiler *p)
     return 0;
 }
 
+void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run)
+{
+    if (run->peak > into->peak)
+        into->peak = run->peak;
+    into->allocated += run->allocated;
+    into->current += run->current;
+    into->unknown_frees += run->unknown_frees;
+    into->live_blocks += run->live_blocks;
+    into->dropped += run->dropped;
+    into->linked = run->linked;
+}
+
+/* This run's curve after the earlier runs' (rows: this run's, site-indexed),
+ * and the RSS peak: the kernel's high-water mark and its RSS counter are
+ * updated lazily, so the larger of it and what the curve saw. */
+static void keep_curve(struct pp_memdata *m, const pp_memrow *rows, uint32_t n)
+{
+    uint32_t npts;
+    pp_mempoint *pts = resolve_curve(rows, n, &npts);
+    pp_mempoint *curve = pts ? realloc(m->curve, ((size_t)m->npoints + npts + 1) * sizeof *curve)
+                             : NULL;
+    if (curve) {
+        memcpy(curve + m->npoints, pts, (size_t)npts * sizeof *pts);
+        m->curve = curve;
+        m->npoints += npts;
+    }
+    uint64_t rss_peak;
+    pp_memory_rss(&m->rss_end, &rss_peak);
+    for (uint32_t i = 0; pts && i < npts; i++)
+        if (pts[i].rss > rss_peak)
+            rss_peak = pts[i].rss;
+    if (rss_peak > m->rss_peak)
+        m->rss_peak = rss_peak;
+    free(pts);
+}
+
+/* This run's stacks after the earlier runs'; its rows are made to point there
+ * (or to none, out of memory). */
+static void keep_stacks(pp_profiler *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
+{
+    pp_memstacks st, *ms = &m->stacks;
+    int ok = pp_memory_stacks(p, &st) == 0;
+    if (!ok)
+        PyErr_Clear();
+    if (ok) {
+        uint64_t *fr = realloc(ms->frames, ((size_t)ms->nframes + st.nframes + 1) * sizeof *fr);
+        if (fr)
+            ms->frames = fr;
+        uint32_t *sa = realloc(ms->start, ((size_t)ms->n + st.n + 1) * sizeof *sa);
+        if (sa)
+            ms->start = sa;
+        uint32_t *sd = realloc(ms->depth, ((size_t)ms->n + st.n + 1) * sizeof *sd);
+        if (sd)
+            ms->depth = sd;
+        ok = fr && sa && sd;
+    }
+    if (ok) {
+        memcpy(ms->frames + ms->nframes, st.frames, (size_t)st.nframes * sizeof *ms->frames);
+        for (uint32_t k = 0; k < st.n; k++) {
+            ms->start[ms->n + k] = ms->nframes + st.start[k];
+            ms->depth[ms->n + k] = st.depth[k];
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (rows[i].stack != PP_NONE)
+            rows[i].stack = ok ? rows[i].stack + ms->n : PP_NONE;
+    if (ok) {
+        ms->n += st.n;
+        ms->nframes += st.nframes;
+        pp_memstacks_free(&st);
+    }
+}
+
 int pp_memory_stop(pp_profiler *p)
 {
     curve_stop();
@@ -990,76 +1088,13 @@ int pp_memory_stop(pp_profiler *p)
             rc = -1;
         }
         else {
-            /* the curve of this run, then its rows after those of earlier runs */
-            uint32_t npts;
-            pp_mempoint *pts = resolve_curve(rows, n, &npts);
-            pp_mempoint *curve = pts ? realloc(m->curve, ((size_t)m->npoints + npts + 1)
-                                                             * sizeof *curve) : NULL;
-            if (curve) {
-                memcpy(curve + m->npoints, pts, (size_t)npts * sizeof *pts);
-                m->curve = curve;
-                m->npoints += npts;
-            }
-            /* the kernel's high-water mark and its RSS counter are updated
-             * lazily: the peak is the larger of it and what the curve saw */
-            uint64_t rss_peak;
-            pp_memory_rss(&m->rss_end, &rss_peak);
-            for (uint32_t i = 0; i < npts; i++)
-                if (pts[i].rss > rss_peak)
-                    rss_peak = pts[i].rss;
-            if (rss_peak > m->rss_peak)
-                m->rss_peak = rss_peak;
-            free(pts);
-            /* this run's stacks after those of earlier runs; its rows point there */
-            pp_memstacks st;
-            if (pp_memory_stacks(p, &st) == 0) {
-                pp_memstacks *ms = &m->stacks;
-                uint64_t *fr = realloc(ms->frames, ((size_t)ms->nframes + st.nframes + 1)
-                                                       * sizeof *fr);
-                uint32_t *sa = realloc(ms->start, ((size_t)ms->n + st.n + 1) * sizeof *sa);
-                uint32_t *sd = sa ? realloc(ms->depth, ((size_t)ms->n + st.n + 1) * sizeof *sd)
-                                  : NULL;
-                if (fr)
-                    ms->frames = fr;
-                if (sa)
-                    ms->start = sa;
-                if (sd)
-                    ms->depth = sd;
-                if (fr && sa && sd) {
-                    memcpy(ms->frames + ms->nframes, st.frames, (size_t)st.nframes * sizeof *fr);
-                    for (uint32_t k = 0; k < st.n; k++) {
-                        ms->start[ms->n + k] = ms->nframes + st.start[k];
-                        ms->depth[ms->n + k] = st.depth[k];
-                    }
-                    for (uint32_t i = 0; i < n; i++)
-                        if (rows[i].stack != PP_NONE)
-                            rows[i].stack += ms->n;
-                    ms->n += st.n;
-                    ms->nframes += st.nframes;
-                }
-                else {
-                    for (uint32_t i = 0; i < n; i++)
-                        rows[i].stack = PP_NONE;
-                }
-                pp_memstacks_free(&st);
-            }
-            else {
-                PyErr_Clear();
-                for (uint32_t i = 0; i < n; i++)
-                    rows[i].stack = PP_NONE;
-            }
+            keep_curve(m, rows, n);
+            keep_stacks(p, m, rows, n);
             memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
             free(rows);
             m->rows = all;
             m->nrows += n;
-            if (info.peak > m->info.peak)
-                m->info.peak = info.peak;
-            m->info.allocated += info.allocated;
-            m->info.current += info.current;
-            m->info.unknown_frees += info.unknown_frees;
-            m->info.live_blocks += info.live_blocks;
-            m->info.dropped += info.dropped;
-            m->info.linked = info.linked;
+            pp_meminfo_add(&m->info, &info);
             p->mem = m;
         }
     }

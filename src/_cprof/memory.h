@@ -79,6 +79,8 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *in
 int pp_memory_stacks(pp_profiler *p, pp_memstacks *out);
 void pp_memstacks_free(pp_memstacks *s);
 int pp_memory_recording(void);
+/* Totals of one run added to those of earlier ones (peak: the larger). */
+void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run);
 /* NumPy's C-API table capsule: patch its default data handler (GIL held). */
 int pp_memory_patch_numpy(PyObject *api);
 /* The curve recorded so far, resolved (malloc'd copy; GIL held). */

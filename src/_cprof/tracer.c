@@ -53,9 +53,13 @@ static void mem_settle(pp_tables *t, pp_stack *st)
 
 void pp_tracer_mem_delta(int64_t delta)
 {
-    pp_profiler *p = pp_active;
-    if (p == NULL || !pp_mem_frames || pp_tls.gen != p->gen || pp_tls.ts == NULL)
+    if (!pp_mem_frames)             /* first: memory alone or with the sampler pays nothing more */
         return;
+    pp_profiler *p = pp_active;
+    int attached;
+    if (p == NULL || pp_tls.gen != p->gen || pp_tls.ts == NULL
+        || (delta < 0 && !(pp_signal_tstate(&attached) && attached)))
+        return;                     /* a free without the GIL: its stack is not to be touched */
     pp_stack *st = &pp_tls.ts->st;
     if (delta > 0)
         mem_settle(&pp_tls.ts->t, st);      /* a new allocation: the frame is gone */
@@ -1477,7 +1481,7 @@ int pp_tracer_enable(pp_profiler *p)
     }
     p->gen = ++pp_gen_counter;
     p->fast = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC && !p->lines && !p->memory;
-    pp_mem_frames = p->memory && !p->memory_only;
+    pp_mem_frames = p->memory && !p->memory_only && !p->sampling;     /* call tracing only */
     pp_index_clear(&p->sites);
     memset(p->c_sites, 0, sizeof p->c_sites);
     if (p->enable_count++ == 0) {
