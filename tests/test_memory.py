@@ -44,19 +44,26 @@ def first_line(fn):
     return fn.__code__.co_firstlineno
 
 
+def tracemalloc_and_pyprof(program):
+    """{line: live bytes} of `program` (tests/memtruth.py) under tracemalloc and
+    under pyprof, each in its own process, and what pyprof says of NumPy."""
+    runs = {}
+    for tool in ("tracemalloc", "pyprof"):
+        r = subprocess.run([sys.executable, os.path.join(HERE, program), tool],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        runs[tool] = json.loads(r.stdout)
+    status = runs["pyprof"].pop("status")
+    truth, got = ({int(k): v for k, v in runs[t].items()} for t in ("tracemalloc", "pyprof"))
+    return truth, got, status
+
+
 def test_net_bytes_per_line_equal_tracemalloc():
     """The same program under tracemalloc and under pyprof, in separate
     processes: every line's live bytes at the end, within 1% (equal in
     practice), including realloc, generators, exceptions, recursion, threads
     and blocks freed by another thread."""
-    runs = {}
-    for tool in ("tracemalloc", "pyprof"):
-        r = subprocess.run([sys.executable, os.path.join(HERE, "memprog.py"), tool],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        runs[tool] = json.loads(r.stdout)
-    runs["pyprof"].pop("status")
-    truth, got = ({int(k): v for k, v in runs[t].items()} for t in ("tracemalloc", "pyprof"))
+    truth, got, _ = tracemalloc_and_pyprof("memprog.py")
     assert len(truth) >= 10
     big = {line for line, size in truth.items() if size >= 1000}
     assert set(got) >= big, (truth, got)
@@ -475,15 +482,8 @@ def test_numpy_buffers_per_line_equal_tracemalloc():
     through NumPy's data handler: the same bytes on the same lines, including
     a ufunc's result, concatenate, realloc (resize) and a freed array."""
     pytest.importorskip("numpy", reason="numpy is in the test extras; installed by make test")
-    runs = {}
-    for tool in ("tracemalloc", "pyprof"):
-        r = subprocess.run([sys.executable, os.path.join(HERE, "memprog_numpy.py"), tool],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        runs[tool] = json.loads(r.stdout)
-    assert runs["pyprof"].pop("status") == "patched"
-    truth = {int(k): v for k, v in runs["tracemalloc"].items()}
-    got = {int(k): v for k, v in runs["pyprof"].items()}
+    truth, got, status = tracemalloc_and_pyprof("memprog_numpy.py")
+    assert status == "patched"
     big = {line for line, size in truth.items() if size >= 1000}
     assert len(big) >= 4, truth
     for line in big:

@@ -42,6 +42,16 @@ def to_dict(session, threads=None) -> dict:
     return stats
 
 
+def _charge(table, key, seen, secs, leaf) -> None:
+    """A sample's time: total once per stack (recursion), self at the leaf."""
+    row = table.setdefault(key, [0, 0, 0.0, 0.0])
+    if key not in seen:
+        seen.add(key)
+        row[3] += secs
+    if leaf:
+        row[2] += secs
+
+
 def _from_samples(session, threads=None) -> dict:
     """pstats from a sampling capture: tt/ct are the time the samples stand
     for (self / total); call counts are unknown to a sampler and written as 0
@@ -54,22 +64,12 @@ def _from_samples(session, threads=None) -> dict:
             continue
         secs = c.weight / 1e9
         keys = [funcs[fid].pstats_key for fid, _ in session.stacks[sid].frames]
-        seen, seen_edges = set(), set()
+        seen: set = set()
+        leaf = len(keys) - 1
         for i, key in enumerate(keys):
-            row = stats.setdefault(key, [0, 0, 0.0, 0.0])
-            if key not in seen:
-                seen.add(key)
-                row[3] += secs
-            if i == len(keys) - 1:
-                row[2] += secs
+            _charge(stats, key, seen, secs, i == leaf)
             if i:
-                edge = (keys[i - 1], key)
-                e = edges.setdefault(edge, [0, 0, 0.0, 0.0])
-                if edge not in seen_edges:
-                    seen_edges.add(edge)
-                    e[3] += secs
-                if i == len(keys) - 1:
-                    e[2] += secs
+                _charge(edges, (keys[i - 1], key), seen, secs, i == leaf)
     out = {k: (v[0], v[1], v[2], v[3], {}) for k, v in stats.items()}
     for (caller, callee), e in edges.items():
         out[callee][4][caller] = tuple(e)
