@@ -288,18 +288,18 @@ class _Runner:
         if opts.outfile and format_for_path(opts.outfile) == "cprof" and interval > 0:
             flush_to = os.path.abspath(opts.outfile)
         self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
-        sampling = dict(mode="sample", rate=opts.rate, wall=opts.wall,
-                        native=opts.native) if opts.sample else {}
+        modes = dict(mode="sample", rate=opts.rate, wall=opts.wall,
+                     native=opts.native) if opts.sample else {}
         if opts.memory and not (opts.sample or self.line_mode or opts.functions):
-            sampling = dict(mode="memory")
+            modes = dict(mode="memory")
         elif opts.memory:
-            sampling["memory"] = True
+            modes["memory"] = True
         if opts.memory:
-            sampling["memory_sample"] = opts.memory_sample_bytes
+            modes["memory_sample"] = opts.memory_sample_bytes
             if opts.memory_stacks:
-                sampling["memory_stacks"] = True
+                modes["memory_stacks"] = True
         self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
-                            flush_to=flush_to, flush_interval=interval, **sampling,
+                            flush_to=flush_to, flush_interval=interval, **modes,
                             lines=self.line_mode, lines_of=opts.lines_of,
                             lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
                             include=opts.include, exclude=opts.exclude)
@@ -340,9 +340,9 @@ class _Runner:
                 else:
                     self.prof.print_stats(opts.sort)
                 if opts.objects:
-                    from . import objects
-                    objects.write(self.prof.meta["objects"], out)
-                    objects.write_steps(self.prof._objects_steps, out)
+                    from .objects import write_from_meta
+                    write_from_meta({"objects": self.prof.meta["objects"],
+                                     "objects_steps": self.prof._objects_steps}, out)
                 out.flush()
             finally:
                 sys.stdout = saved
@@ -568,11 +568,8 @@ def cmd_view(argv) -> int:
     else:
         from .export.pstats import print_table
         print_table(session, opts.sort, sys.stdout)
-    if session.meta.get("objects"):
-        from .objects import write, write_steps
-        sys.stdout.write("\n")
-        write(session.meta["objects"], sys.stdout)
-        write_steps(session.meta.get("objects_steps"), sys.stdout)
+    from .objects import write_from_meta
+    write_from_meta(session.meta, sys.stdout)
     return 0
 
 

@@ -67,3 +67,11 @@ def write_steps(steps, out) -> None:
         out.write(f"  {label} (at {st['t']:.3f} s): " + ", ".join(
             f"{r['type']} {r['count']:,} / {r['bytes']:,} B" for r in st["objects"][:5]) + "\n")
     out.write("\n")
+
+
+def write_from_meta(meta, out) -> None:
+    """What a capture's META holds of objects (at the end, at steps), if any."""
+    if meta.get("objects"):
+        out.write("\n")
+        write(meta["objects"], out)
+        write_steps(meta.get("objects_steps"), out)

@@ -22,11 +22,8 @@ def render(session, unit="us", call_rows=True, sort="cumulative") -> str:
     else:
         from .pstats import print_table
         print_table(session, sort, buf)
-    if session.meta.get("objects"):
-        from ..objects import write, write_steps
-        buf.write("\n")
-        write(session.meta["objects"], buf)
-        write_steps(session.meta.get("objects_steps"), buf)
+    from ..objects import write_from_meta
+    write_from_meta(session.meta, buf)
     return buf.getvalue()
 
 
