@@ -106,9 +106,10 @@ static inline int64_t conv(const tconv *c, int64_t ticks)
 }
 
 static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_unit,
-                          uint64_t events, int include_open, const pp_meminfo *live)
+                          uint64_t events, int include_open, const pp_meminfo *live,
+                          uint64_t paths_dropped)
 {
-    char s[1024];
+    char s[2048];
     int64_t now_wall = pp_clock_realtime_ns();
     int64_t dur = p->enabled_ns + (p->enabled ? pp_clock_monotonic_ns() - p->enabled_since_ns : 0);
     int n = snprintf(s, sizeof s,
@@ -117,7 +118,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "\"start_wall_ns\":%lld,\"snapshot_wall_ns\":%lld,\"duration_ns\":%lld,"
         "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
         "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d,"
-        "\"cstack_asides\":%llu,\"lines\":%s",
+        "\"cstack_asides\":%llu,\"lines\":%s,\"paths\":%s,\"paths_dropped\":%llu",
         PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
         tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
         p->timer ? "true" : "false", p->timeunit,
@@ -128,7 +129,9 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
         pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides,
-        p->lines ? "true" : "false");
+        p->lines ? "true" : "false",
+        p->paths && !p->sampling && !p->memory_only ? "true" : "false",
+        (unsigned long long)paths_dropped);
     if (n > 0 && (size_t)n < sizeof s && p->sampling) {
         pp_sampler_info si;
         pp_sampler_get_info(&si);
@@ -290,8 +293,9 @@ done:
 
 /* The per-thread tables of one kind, as records of the capture. */
 typedef struct {
-    buf fs, es, ls, cs, ms;
-    uint32_t nfs, nes, nls, ncs, nms;
+    buf fs, es, ls, cs, ms, ps;
+    uint32_t nfs, nes, nls, ncs, nms, nps;
+    uint64_t paths_dropped;
 } statbufs;
 
 static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables *t,
@@ -328,6 +332,18 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
         put_i64(es, conv(tc, s->it));
         (*nes)++;
     }
+    for (uint32_t i = 0; i < t->np; i++) {
+        const pp_pslot *s = &t->p[i];
+        put_u32(&sb->ps, ts->index);
+        put_u32(&sb->ps, i);
+        put_u32(&sb->ps, s->parent);
+        put_u32(&sb->ps, t->f[s->fslot].fid);
+        put_u64(&sb->ps, s->calls);
+        put_i64(&sb->ps, conv(tc, s->tt));
+        put_i64(&sb->ps, conv(tc, s->it));
+        sb->nps++;
+    }
+    sb->paths_dropped += t->paths_dropped;
     for (uint32_t i = 0; i < t->nl; i++) {
         const pp_lslot *s = &t->l[i];
         put_u32(&sb->ls, ts->index);
@@ -462,13 +478,15 @@ static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
     record_end(b, r);
 }
 
-static PyObject *capture_snapshot(pp_profiler *p, int include_open)
+static PyObject *capture_snapshot(pp_profiler *p, int flags)
 {
+    int include_open = flags & PP_SNAP_OPEN;
     tconv tc = {0, 1.0};
     double time_unit = 1e-9;
     if (p->timer == NULL) {
         tc.scale = 1;
-        tc.ns_per_tick = pp_clock_ns_per_tick();
+        /* steps compare snapshots: one calibration for all of them */
+        tc.ns_per_tick = p->snap_ns_per_tick > 0 ? p->snap_ns_per_tick : pp_clock_ns_per_tick();
     }
     else if (p->timeunit > 0.0) {
         time_unit = p->timeunit;
@@ -528,7 +546,8 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         }
     }
 
-    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL);
+    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL,
+                  sb.paths_dropped);
     if (p->meta && PyBytes_Check(p->meta)) {
         size_t r = record_begin(&b, PP_REC_META);
         put(&b, PyBytes_AS_STRING(p->meta), (size_t)PyBytes_GET_SIZE(p->meta));
@@ -539,6 +558,8 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         goto done;
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
+    if (p->paths && !p->sampling && !p->memory_only)
+        put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
     if (p->lines) {
         put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
         put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
@@ -550,6 +571,13 @@ static PyObject *capture_snapshot(pp_profiler *p, int include_open)
         put_curve(&b, p, live_curve, nlive_curve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
+    }
+    if (p->records && !(flags & PP_SNAP_NO_RECORDS)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(p->records); i++) {
+            PyObject *rec = PyList_GET_ITEM(p->records, i);
+            if (PyBytes_Check(rec))
+                put(&b, PyBytes_AS_STRING(rec), (size_t)PyBytes_GET_SIZE(rec));
+        }
     }
     size_t r = record_begin(&b, PP_REC_END);
     record_end(&b, r);
@@ -568,13 +596,14 @@ done:
     free(sb.ls.p);
     free(sb.cs.p);
     free(sb.ms.p);
+    free(sb.ps.p);
     return result;
 }
 
-PyObject *pp_capture_snapshot(pp_profiler *p, int include_open)
+PyObject *pp_capture_snapshot(pp_profiler *p, int flags)
 {
     int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
-    PyObject *r = capture_snapshot(p, include_open);
+    PyObject *r = capture_snapshot(p, flags);
     pp_memory_self_end(was);
     return r;
 }
@@ -665,7 +694,7 @@ int pp_capture_write_blob(const char *path, const void *blob, size_t n, int fina
 
 int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen)
 {
-    PyObject *blob = pp_capture_snapshot(p, 1);
+    PyObject *blob = pp_capture_snapshot(p, PP_SNAP_OPEN);
     if (blob == NULL) {
         snprintf(err, errlen, "snapshot failed (out of memory)");
         return -1;

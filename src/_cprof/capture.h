@@ -15,7 +15,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 3
+#define PP_FORMAT_MINOR 4
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -38,12 +38,18 @@ enum {
                                  * (t_ns: since the start of profiling) */
     PP_REC_MEMSTACKS = 15,      /* 1.3: u32 n, n x (u32 depth, depth x u64 fid<<32|line root
                                  * first): MEMORY rows' stack ids index them */
+    PP_REC_PATHS = 16,          /* 1.4: u32 n, n x <IIIIQqq thread path parent fid calls tt it>
+                                 * (path ids per thread; parent 0xFFFFFFFE: a root) */
+    PP_REC_STEP = 17,           /* 1.4: one per pyprof.step(), made by the Python side: u32
+                                 * header length, JSON header, the step's tables as records */
     PP_REC_END = 0xFFFF,
 };
 
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as
  * ending now when include_open is set (periodic flushes). GIL held. */
-PyObject *pp_capture_snapshot(pp_profiler *p, int include_open);
+#define PP_SNAP_OPEN 1           /* calls still open count as ending now */
+#define PP_SNAP_NO_RECORDS 2     /* without the records the Python side added */
+PyObject *pp_capture_snapshot(pp_profiler *p, int flags);
 /* Snapshot and write atomically (temporary file + rename). -1 with err set. */
 int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);
 /* Write a blob to a file atomically. -1 with err set. No Python API used. */

@@ -20,17 +20,17 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", NULL};
+                             "memory_stacks", "paths", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1;
+    int memory_stacks = -1, paths = 1;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLi:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLip:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks))
+                                     &memory_stacks, &paths))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -48,6 +48,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->timer, timer);
     self->timeunit = timeunit;
     self->subcalls = subcalls;
+    self->paths = paths;
     self->builtins = builtins;
     self->exact_builtins = exact_builtins;
     self->sampling = strcmp(mode, "sample") == 0;
@@ -81,7 +82,7 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pp_profiler *self = (pp_profiler *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->subcalls = self->builtins = 1;
+    self->subcalls = self->builtins = self->paths = 1;
     self->warn_replaced = 1;
     self->tool_id = -1;
     self->threads_tail = &self->threads;
@@ -112,6 +113,7 @@ static void profiler_dealloc(pp_profiler *self)
 static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->timer);
+    Py_VISIT(self->records);
     Py_VISIT(self->prev_thread_hook);
     Py_VISIT(self->prev_trace_hook);
     Py_VISIT(self->line_filter);
@@ -128,6 +130,7 @@ static int profiler_clear_refs(pp_profiler *self)
     Py_CLEAR(self->line_filter);
     Py_CLEAR(self->sample_root);
     Py_CLEAR(self->sample_program);
+    Py_CLEAR(self->records);
     return 0;
 }
 
@@ -174,11 +177,17 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
 
 static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"include_open", NULL};
-    int include_open = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:snapshot", kwlist, &include_open))
+    static char *kwlist[] = {"include_open", "records", "ns_per_tick", NULL};
+    int include_open = 1, records = 1;
+    double ns_per_tick = 0.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppd:snapshot", kwlist, &include_open, &records,
+                                     &ns_per_tick))
         return NULL;
-    return pp_capture_snapshot(self, include_open);
+    self->snap_ns_per_tick = ns_per_tick;
+    PyObject *r = pp_capture_snapshot(self, (include_open ? PP_SNAP_OPEN : 0)
+                                            | (records ? 0 : PP_SNAP_NO_RECORDS));
+    self->snap_ns_per_tick = 0.0;
+    return r;
 }
 
 static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
@@ -199,6 +208,16 @@ static PyObject *profiler_set_meta(pp_profiler *self, PyObject *meta)
         return NULL;
     }
     Py_XSETREF(self->meta, meta == Py_None ? NULL : Py_NewRef(meta));
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_set_records(pp_profiler *self, PyObject *records)
+{
+    if (records != Py_None && !PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "records must be a list of bytes or None");
+        return NULL;
+    }
+    Py_XSETREF(self->records, records == Py_None ? NULL : Py_NewRef(records));
     Py_RETURN_NONE;
 }
 
@@ -390,6 +409,9 @@ static PyMethodDef profiler_methods[] = {
      "(see pyprof.session); calls still open count as ending now unless include_open is false."},
     {"_function_objects", (PyCFunction)profiler_function_objects, METH_NOARGS,
      "Code objects (Python functions) or names (C functions), indexed by function id."},
+    {"set_records", (PyCFunction)profiler_set_records, METH_O,
+     "set_records(list)\nWhole records (bytes: type, 0, length, payload) the Python side adds; "
+     "written with every capture, before END. The list is shared: append to it."},
     {"set_meta", (PyCFunction)profiler_set_meta, METH_O,
      "set_meta(json_bytes)\nMetadata written with every capture (the META record)."},
     {"set_flush", (PyCFunction)(void (*)(void))profiler_set_flush, METH_VARARGS | METH_KEYWORDS,

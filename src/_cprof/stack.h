@@ -14,6 +14,8 @@ typedef struct {
     uint64_t key;
     uint32_t fslot;
     uint32_t eslot;             /* PP_NONE at the bottom or without subcalls */
+    uint32_t pslot;             /* calling context (PP_NONE: not recorded) */
+    uint32_t pad;
     int64_t t0;
     int64_t subt;               /* ticks spent in callees that have ended */
     /* line mode only (left unset otherwise) */

@@ -77,7 +77,8 @@ int pp_tables_init(pp_tables *t)
 {
     memset(t, 0, sizeof *t);
     if (pp_index_init(&t->fidx, 256) < 0 || pp_index_init(&t->eidx, 512) < 0
-        || pp_index_init(&t->lidx, 16) < 0 || pp_index_init(&t->cidx, 16) < 0) {
+        || pp_index_init(&t->lidx, 16) < 0 || pp_index_init(&t->cidx, 16) < 0
+        || pp_index_init(&t->pidx, 512) < 0) {
         pp_tables_free(t);
         return -1;
     }
@@ -90,7 +91,9 @@ void pp_tables_free(pp_tables *t)
     pp_index_free(&t->eidx);
     pp_index_free(&t->lidx);
     pp_index_free(&t->cidx);
+    pp_index_free(&t->pidx);
     free(t->f);
+    free(t->p);
     free(t->e);
     free(t->l);
     free(t->c);
@@ -106,7 +109,9 @@ void pp_tables_clear(pp_tables *t)
     pp_index_clear(&t->eidx);
     pp_index_clear(&t->lidx);
     pp_index_clear(&t->cidx);
-    t->nf = t->ne = t->nl = t->nc = 0;
+    pp_index_clear(&t->pidx);
+    t->nf = t->ne = t->nl = t->nc = t->np = 0;
+    t->paths_dropped = 0;
     for (uint32_t i = 0; i < t->caplmap; i++)
         t->lmap[i].n = 0;       /* keep the memory, forget the slots */
 }
@@ -127,6 +132,8 @@ int pp_tables_copy(pp_tables *dst, const pp_tables *src)
     memset(dst, 0, sizeof *dst);
     if (pp_index_copy(&dst->fidx, &src->fidx) < 0 || pp_index_copy(&dst->eidx, &src->eidx) < 0
         || pp_index_copy(&dst->lidx, &src->lidx) < 0 || pp_index_copy(&dst->cidx, &src->cidx) < 0
+        || pp_index_copy(&dst->pidx, &src->pidx) < 0
+        || copy_array((void **)&dst->p, src->p, src->np, src->capp, sizeof(pp_pslot)) < 0
         || copy_array((void **)&dst->f, src->f, src->nf, src->capf, sizeof(pp_fslot)) < 0
         || copy_array((void **)&dst->e, src->e, src->ne, src->cape, sizeof(pp_eslot)) < 0
         || copy_array((void **)&dst->l, src->l, src->nl, src->capl, sizeof(pp_lslot)) < 0
@@ -138,10 +145,13 @@ int pp_tables_copy(pp_tables *dst, const pp_tables *src)
     dst->ne = src->ne;
     dst->nl = src->nl;
     dst->nc = src->nc;
+    dst->np = src->np;
+    dst->paths_dropped = src->paths_dropped;
     dst->capf = src->capf ? src->capf : 1;
     dst->cape = src->cape ? src->cape : 1;
     dst->capl = src->capl ? src->capl : 1;
     dst->capc = src->capc ? src->capc : 1;
+    dst->capp = src->capp ? src->capp : 1;
     return 0;
 }
 
@@ -179,6 +189,20 @@ uint32_t pp_tables_add_function(pp_tables *t, uint64_t key, uint32_t fid)
         t->f[s].fid = fid;
         t->f[s].last_caller = PP_NONE;
         t->f[s].last_lslot = PP_NONE;
+        t->f[s].last_ppath = PP_NONE;
+    }
+    return s;
+}
+
+uint32_t pp_tables_add_path(pp_tables *t, uint32_t parent, uint32_t fslot)
+{
+    if (t->np >= PP_MAX_PATHS)
+        return PP_NONE;
+    uint32_t s = add_slot((void **)&t->p, &t->np, &t->capp, sizeof(pp_pslot), &t->pidx,
+                          pp_path_key(parent, fslot));
+    if (s != PP_NONE) {
+        t->p[s].parent = parent;
+        t->p[s].fslot = fslot;
     }
     return s;
 }

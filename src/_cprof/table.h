@@ -36,6 +36,8 @@ typedef struct {
     uint32_t last_edge;         /* so this usually saves the edge index probe */
     uint32_t last_lslot;        /* line mode: the same for call rows (caller's line slot */
     uint32_t last_crow;         /* -> call row of this callee) */
+    uint32_t last_ppath;        /* path cache: caller's path -> this callee's path */
+    uint32_t last_path;
     uint64_t calls;
     uint64_t rec_calls;         /* calls that ended while another activation was open */
     int64_t tt;
@@ -56,6 +58,23 @@ typedef struct {
     int64_t tt;
     int64_t it;
 } pp_eslot;
+
+/* Per (thread, calling context): a node of the calling-context tree, i.e. the
+ * chain of functions from the thread's first frame down to this one. A path is
+ * open at most once at a time, so its inclusive time needs no recursion rule. */
+typedef struct {
+    uint32_t parent;            /* caller's path slot, PP_ROOT at the bottom */
+    uint32_t fslot;
+    uint64_t calls;
+    int64_t tt;                 /* inclusive ticks */
+    int64_t it;                 /* self ticks */
+} pp_pslot;
+
+#define PP_ROOT (PP_NONE - 1)
+/* Bound on paths per thread (32 MB of slots): a program with more distinct
+ * call chains (deep recursion over many shapes) keeps the first ones, and the
+ * calls below the rest are counted as dropped. */
+#define PP_MAX_PATHS (1u << 20)
 
 /* Per (thread, code object, line) of a line target. `open` counts the
  * segments of this line running on this thread: a segment's time is added
@@ -105,6 +124,10 @@ typedef struct {
     uint32_t nc, capc;
     pp_lmap *lmap;              /* by function slot; lines of unmapped lines use lidx */
     uint32_t caplmap;
+    pp_index pidx;              /* paths (when recorded) */
+    pp_pslot *p;
+    uint32_t np, capp;
+    uint64_t paths_dropped;     /* calls made below a path that could not be added */
 } pp_tables;
 
 int pp_index_init(pp_index *ix, uint32_t capacity);
@@ -158,6 +181,40 @@ uint32_t pp_tables_add_edge(pp_tables *t, uint32_t caller, uint32_t callee);
 uint32_t pp_tables_add_line(pp_tables *t, uint64_t key, uintptr_t code, uint32_t fid,
                             uint32_t line);
 uint32_t pp_tables_add_callrow(pp_tables *t, uint32_t lslot, uint32_t callee);
+/* PP_NONE when memory runs out or PP_MAX_PATHS is reached */
+uint32_t pp_tables_add_path(pp_tables *t, uint32_t parent, uint32_t fslot);
+
+static inline uint64_t pp_path_key(uint32_t parent, uint32_t fslot)
+{
+    return 1ull << 63 | (uint64_t)(uint32_t)(parent + 1) << 32 | fslot;   /* never 0 */
+}
+
+/* The path of function slot `fs` called from path `parent` (PP_ROOT at the
+ * bottom of the stack); PP_NONE below a path that was not recorded. */
+static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs)
+{
+    if (parent == PP_NONE)
+        return PP_NONE;
+    pp_fslot *c = &t->f[fs];
+    if (c->last_ppath == parent)
+        return c->last_path;
+    uint32_t s = pp_index_get(&t->pidx, pp_path_key(parent, fs));
+    if (s == PP_NONE && (s = pp_tables_add_path(t, parent, fs)) == PP_NONE)
+        return PP_NONE;
+    c->last_ppath = parent;
+    c->last_path = s;
+    return s;
+}
+
+static inline void pp_account_path(pp_tables *t, uint32_t ps, int64_t tt, int64_t it)
+{
+    if (ps == PP_NONE)
+        return;
+    pp_pslot *s = &t->p[ps];
+    s->calls++;
+    s->tt += tt;
+    s->it += it;
+}
 
 /* Line keys are exact below line 2^17 (user-space pointers use 47 bits);
  * beyond, keys may repeat and the slot itself is compared. */

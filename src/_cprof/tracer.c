@@ -437,6 +437,12 @@ COLD void enter_slow(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self
         }
     }
     pp_stack *st = &ts->st;
+    uint32_t ps = PP_NONE;
+    if (p->paths) {
+        ps = pp_tables_path(t, st->depth ? st->f[st->depth - 1].pslot : PP_ROOT, fs);
+        if (ps == PP_NONE)
+            t->paths_dropped++;
+    }
     uint32_t es = PP_NONE;
     if (p->subcalls && st->depth) {
         es = pp_tables_edge(t, st->f[st->depth - 1].fslot, fs);
@@ -456,6 +462,7 @@ COLD void enter_slow(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self
     f->key = key;
     f->fslot = fs;
     f->eslot = es;
+    f->pslot = ps;
     f->subt = 0;
     if (p->memory) {
         mem_settle(t, st);
@@ -483,6 +490,21 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, 
     uint32_t fs = pp_index_get(&t->fidx, key);
     if (UNLIKELY(fs == PP_NONE))
         goto slow;
+    uint32_t ps = PP_NONE;
+    if (p->paths) {
+        uint32_t parent = depth ? st->f[depth - 1].pslot : PP_ROOT;
+        pp_fslot *c = &t->f[fs];
+        if (LIKELY(c->last_ppath == parent)) {
+            ps = c->last_path;
+        }
+        else {
+            ps = pp_index_get(&t->pidx, pp_path_key(parent, fs));
+            if (UNLIKELY(ps == PP_NONE))
+                goto slow;
+            c->last_ppath = parent;
+            c->last_path = ps;
+        }
+    }
     uint32_t es = PP_NONE;
     if (p->subcalls && depth) {
         uint32_t caller = st->f[depth - 1].fslot;
@@ -506,6 +528,7 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, 
     f->key = key;
     f->fslot = fs;
     f->eslot = es;
+    f->pslot = ps;
     f->subt = 0;
     f->t0 = (int64_t)__rdtsc();     /* last: our bookkeeping is not the callee's time */
     return;
@@ -542,6 +565,7 @@ HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
     pp_account_function(&t->f[f->fslot], tt, it);
     if (f->eslot != PP_NONE)
         pp_account_edge(&t->e[f->eslot], tt, it);
+    pp_account_path(t, f->pslot, tt, it);
 }
 
 /* Line mode: the running line of frame f stops running at `now`. */
@@ -1682,6 +1706,7 @@ void pp_tracer_free(pp_profiler *p)
     Py_CLEAR(p->sample_root);
     Py_CLEAR(p->sample_program);
     Py_CLEAR(p->meta);
+    Py_CLEAR(p->records);
     free(p->flush_path);
     p->flush_path = NULL;
 }

@@ -42,6 +42,7 @@ typedef struct pp_profiler {
     PyObject_HEAD
     char warn_replaced;         /* sampling: warn once if the program takes SIGPROF back */
     int subcalls;
+    int paths;                  /* record the calling-context tree */
     int builtins;
     int exact_builtins;         /* 3.12+: never DISABLE CALL at Python-only call sites */
     pp_index sites;             /* 3.12+: call site -> non-C calls seen, or SITE_KEPT */
@@ -81,6 +82,8 @@ typedef struct pp_profiler {
     int64_t enabled_since_ns;
     uint64_t enable_count;
     PyObject *meta;             /* bytes: JSON written with every capture */
+    PyObject *records;          /* list of bytes: whole records written before END */
+    double snap_ns_per_tick;    /* > 0: the next snapshot converts ticks with this */
     char *flush_path;
     int64_t flush_interval_ns;  /* 0 = no periodic flush */
     int64_t next_flush_ns;
