@@ -110,6 +110,7 @@ CONFIGS = {
     "pyprof": _pyprof,
     "pyprof-exact": lambda: _pyprof(exact_builtins=True),
     "pyprof-nobuiltins": lambda: _pyprof(builtins=False),
+    "pyprof-nopaths": lambda: _pyprof(paths=False),
     "cProfile": _cprofile,
     "yappi": _yappi,
     "pyinstrument": _pyinstrument,

@@ -23,6 +23,7 @@ from .errors import PyprofError
 from .export import export, format_for_path
 from .export import pstats as pstats_export
 from .session import Session
+from .steps import StepRecorder
 
 # The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry).
 profiler_entry = namedtuple(
@@ -34,7 +35,7 @@ profiler_subentry = namedtuple(
 class Profile(_cprof.Profiler):
     """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
     exact_builtins=False, flush_to=None, flush_interval=10.0,
-    lines=False, lines_of=(), lines_all=None, include=(), exclude=())
+    lines=False, lines_of=(), lines_all=None, include=(), exclude=(), paths=True)
 
     Deterministic function profiler with cProfile's interface. ``timer`` and
     ``timeunit`` behave as cProfile's (a callable returning float seconds, or an
@@ -44,6 +45,10 @@ class Profile(_cprof.Profiler):
     Python functions stops reporting calls (see docs/columns.md, "Builtins").
     ``flush_to``: a .cprof path rewritten every ``flush_interval`` seconds while
     enabled, so a crash or ``os._exit`` leaves the last flush readable.
+
+    ``paths``: record the calling-context tree (each function per chain of
+    callers; the code view and the stack exports of traced runs use it); off
+    saves one table lookup per call.
 
     Line mode (any of the following): every line of the line targets is timed as
     well, with the calls made from it (docs/lines.md). ``lines=True``: targets are
@@ -57,13 +62,14 @@ class Profile(_cprof.Profiler):
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
-                 memory_sample=0, memory_stacks=None, _warn=True):
+                 memory_sample=0, memory_stacks=None, paths=True, _warn=True):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
                          mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
                          memory=memory, memory_sample=int(memory_sample or 0),
-                         memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)))
+                         memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)),
+                         paths=paths)
         self._warn_replaced = _warn
-        self._steps = []                # pyprof.step() markers (steps.py)
+        self._step_recorder = StepRecorder(self)    # pyprof.step() (steps.py)
         self._objects_at_steps = False
         self._objects_steps = []
         self._thread_names = {}
@@ -146,12 +152,17 @@ class Profile(_cprof.Profiler):
             return self.runcall(func, *args, **kw)
         return profiled
 
+    def clear(self):
+        super().clear()
+        self._step_recorder.clear()
+
     def __enter__(self):
         self.enable()
         return self
 
     def __exit__(self, *exc_info):
         self.disable()
+        self._step_recorder.close()     # a step open when profiling stops ends there
 
     # -------------------------------------------------------- pyprof API
     def add_function(self, func):
@@ -174,6 +185,7 @@ class Profile(_cprof.Profiler):
         capture, callgrind (``callgrind.out.*``, ``.callgrind``), line tables
         (``.txt``), else pstats."""
         self.disable()
+        self._step_recorder.close()
         fmt = format_for_path(path)
         if fmt == "cprof" and self.sampling:
             self.session().save(path)           # with the native frames' names
@@ -192,6 +204,9 @@ class Profile(_cprof.Profiler):
     def _session(self, include_open):
         self._refresh_meta()
         session = Session.from_blob(self.snapshot(include_open))
+        rec = self._step_recorder
+        if rec.open is not None:                # the step running now, up to now
+            session.steps.append(rec.ending(rec._counters(), rec.prof_seconds()))
         if session.stacks:
             _name_native_frames(session)
         return session
@@ -217,8 +232,8 @@ class Profile(_cprof.Profiler):
         if self.memory:
             from . import _numpy
             meta["numpy_buffers"] = _numpy.status()
-        if self._steps:
-            meta["steps"] = list(self._steps)
+        if self._step_recorder.markers:
+            meta["steps"] = list(self._step_recorder.markers)
         if self._objects_steps:
             meta["objects_steps"] = list(self._objects_steps)
         if self.lines:

@@ -27,13 +27,14 @@ from .errors import PyprofError
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
+REC_PATHS, REC_STEP = 16, 17
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -45,7 +46,9 @@ _SAMPLE = struct.Struct("<IIIIQq")
 _MEMROW = struct.Struct("<IIIIQQQQQQ")
 _FMEM = struct.Struct("<IIqq")
 _MEMPOINT = struct.Struct("<qQQQII")
+_PATH = struct.Struct("<IIIIQqq")
 NO_FUNCTION = 0xFFFFFFFF
+ROOT_PATH = 0xFFFFFFFE
 
 # Where an allocation was made (docs/memory.md): a Python line, a thread that
 # had released the GIL, or a thread holding it with no Python frame running.
@@ -192,6 +195,51 @@ class MemPoint:
 
 
 @dataclass
+class PathNode:
+    """A node of a thread's calling-context tree (function tracing): function
+    ``fid`` called along the chain of its ``parent`` paths (ROOT_PATH: called at
+    the bottom of the thread's stack). ``calls``, inclusive ``total`` and
+    ``own`` time (raw units) of the activations made along exactly this chain."""
+
+    parent: int
+    fid: int
+    calls: int = 0
+    total: int = 0
+    own: int = 0
+
+
+@dataclass
+class TreeNode:
+    """A node of a merged call tree (see Session.call_tree): a function ``fid``
+    (None at the root) with figures and children keyed by function id."""
+
+    fid: int | None
+    calls: int = 0
+    total: int = 0
+    own: int = 0
+    children: dict = field(default_factory=dict)
+    threads: set = field(default_factory=set)
+
+
+@dataclass
+class Step:
+    """A step marked with pyprof.step(): its ``index`` (0-based, in marking
+    order), ``name`` (None unless given), ``start`` and ``end`` in seconds since
+    profiling started, and ``data``: a Session holding only what was counted
+    during the step (its functions, threads and stacks are the whole capture's)."""
+
+    index: int
+    name: str | None
+    start: float
+    end: float
+    data: "Session"
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name else f"step {self.index}"
+
+
+@dataclass
 class Thread:
     index: int
     ident: int
@@ -218,6 +266,11 @@ class Session:
     memory_rows: list = field(default_factory=list)       # as recorded (what to_blob writes)
     fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
+    paths: dict = field(default_factory=dict)       # (thread, path id) -> PathNode
+    steps: list = field(default_factory=list)       # Step, in marking order
+    # a part of a capture (a step) has the counters of some paths only: the
+    # whole capture's paths give the shape of the tree above them
+    path_shape: dict = field(default_factory=dict)
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -322,6 +375,11 @@ class Session:
                         MemPoint(t / 1e9, rss, heap, hmax,
                                  None if fid == NO_FUNCTION else (fid, line))
                         for t, rss, heap, hmax, fid, line in _rows(_MEMPOINT, payload)]
+                elif rtype == REC_STEP:
+                    s.steps.append(_parse_step(payload, name))
+                elif rtype == REC_PATHS:
+                    for t, pid, parent, fid, calls, tt, it in _rows(_PATH, payload):
+                        s.paths[(t, pid)] = PathNode(parent, fid, calls, tt, it)
                 elif rtype == REC_FMEMORY:
                     for t, fid, peak, residual in _rows(_FMEM, payload):
                         s.fmemory[(t, fid)] = (peak, residual)
@@ -333,7 +391,15 @@ class Session:
         names = s.meta.get("thread_names", {})
         for t in s.threads.values():
             t.name = t.name or names.get(str(t.ident)) or f"Thread-{t.ident}"
+        for st in s.steps:
+            st.data.adopt(s)
         return s
+
+    def adopt(self, whole: "Session") -> None:
+        """Share the names of `whole` (a part of it, like a step's counters)."""
+        self.info, self.meta, self.functions = whole.info, whole.meta, whole.functions
+        self.threads, self.stacks, self.memory_stacks = whole.threads, whole.stacks, whole.memory_stacks
+        self.path_shape = whole.paths
 
     # ------------------------------------------------------------ writing
     def to_blob(self) -> bytes:
@@ -358,44 +424,57 @@ class Session:
             (t.encode("utf-8", "surrogatepass") for t in strings))))
         out.append(_record(REC_FUNCTIONS, struct.pack("<I", len(self.functions)) + funcs))
         out.append(_record(REC_THREADS, threads))
-        out.append(_record(REC_FSTATS, struct.pack("<I", len(self.fstats)) + b"".join(
-            _FSTAT.pack(t, fid, c.calls, c.rec_calls, c.total, c.own)
-            for (t, fid), c in self.fstats.items())))
-        out.append(_record(REC_EDGES, struct.pack("<I", len(self.edges)) + b"".join(
-            _EDGE.pack(t, a, b, 0, c.calls, c.rec_calls, c.total, c.own)
-            for (t, a, b), c in self.edges.items())))
         if self.info.get("sampling"):
             out.append(_record(REC_STACKS, _pack_stacks(self.stacks)))
-            out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
-                _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
-                for (t, st, state), c in self.samples.items())))
         if self.info.get("memory"):
             out.append(_record(REC_MEMCURVE, struct.pack("<I", len(self.memory_curve)) + b"".join(
                 _MEMPOINT.pack(round(pt.t * 1e9), pt.rss, pt.heap, pt.heap_max,
                                *(pt.site if pt.site else (NO_FUNCTION, 0)))
                 for pt in self.memory_curve)))
-        if self.fmemory:
-            out.append(_record(REC_FMEMORY, struct.pack("<I", len(self.fmemory)) + b"".join(
-                _FMEM.pack(t, fid, peak, residual)
-                for (t, fid), (peak, residual) in self.fmemory.items())))
-        if self.info.get("memory"):
-            out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory_rows)) + b"".join(
-                _MEMROW.pack(fid, line, kind, stack, c.alloc_bytes, c.alloc_count,
-                             c.free_bytes, c.free_count, c.peak_bytes, c.at_peak_bytes)
-                for fid, line, kind, stack, c in self.memory_rows)))
             out.append(_record(REC_MEMSTACKS, struct.pack("<I", len(self.memory_stacks)) + b"".join(
                 struct.pack("<I", len(frames)) + b"".join(
                     struct.pack("<Q", fid << 32 | line) for fid, line in frames)
                 for _, frames in sorted(self.memory_stacks.items()))))
-        if self.info.get("lines"):
+        out.extend(self._table_records(self.info))
+        for st in self.steps:
+            out.append(_record(REC_STEP, _pack_step(st)))
+        out.append(_record(REC_END, b""))
+        return b"".join(out)
+
+    def _table_records(self, info) -> list:
+        """The counter tables (not the names), as records: what a capture and
+        each of its steps hold. `info` tells which modes' tables to write."""
+        out = [_record(REC_FSTATS, struct.pack("<I", len(self.fstats)) + b"".join(
+            _FSTAT.pack(t, fid, c.calls, c.rec_calls, c.total, c.own)
+            for (t, fid), c in self.fstats.items()))]
+        out.append(_record(REC_EDGES, struct.pack("<I", len(self.edges)) + b"".join(
+            _EDGE.pack(t, a, b, 0, c.calls, c.rec_calls, c.total, c.own)
+            for (t, a, b), c in self.edges.items())))
+        if info.get("paths"):
+            out.append(_record(REC_PATHS, struct.pack("<I", len(self.paths)) + b"".join(
+                _PATH.pack(t, pid, n.parent, n.fid, n.calls, n.total, n.own)
+                for (t, pid), n in self.paths.items())))
+        if info.get("sampling"):
+            out.append(_record(REC_SAMPLES, struct.pack("<I", len(self.samples)) + b"".join(
+                _SAMPLE.pack(t, st, state, 0, c.count, c.weight)
+                for (t, st, state), c in self.samples.items())))
+        if self.fmemory:
+            out.append(_record(REC_FMEMORY, struct.pack("<I", len(self.fmemory)) + b"".join(
+                _FMEM.pack(t, fid, peak, residual)
+                for (t, fid), (peak, residual) in self.fmemory.items())))
+        if info.get("memory"):
+            out.append(_record(REC_MEMORY, struct.pack("<I", len(self.memory_rows)) + b"".join(
+                _MEMROW.pack(fid, line, kind, stack, c.alloc_bytes, c.alloc_count,
+                             c.free_bytes, c.free_count, c.peak_bytes, c.at_peak_bytes)
+                for fid, line, kind, stack, c in self.memory_rows)))
+        if info.get("lines"):
             out.append(_record(REC_LINES, struct.pack("<I", len(self.lines)) + b"".join(
                 _LINE.pack(t, fid, line, 0, c.hits, c.time)
                 for (t, fid, line), c in self.lines.items())))
             out.append(_record(REC_CALLROWS, struct.pack("<I", len(self.callrows)) + b"".join(
                 _CALLROW.pack(t, fid, line, callee, c.calls, c.time)
                 for (t, fid, line, callee), c in self.callrows.items())))
-        out.append(_record(REC_END, b""))
-        return b"".join(out)
+        return out
 
     def save(self, path) -> None:
         """Write this Session as a .cprof file (atomically)."""
@@ -458,6 +537,45 @@ class Session:
             out[fid] = (max(p0, peak), r0 + residual)
         return out
 
+    def call_tree(self, threads=None) -> TreeNode:
+        """The calling-context tree of function tracing, summed over threads
+        (or the given thread indices): each node is a function reached along one
+        chain of callers, with the calls, inclusive and self time spent there.
+        Built from the recorded paths (exact), not from caller/callee pairs."""
+        root = TreeNode(None)
+        nodes: dict = {}            # (thread, path id) -> TreeNode
+
+        def node_for(t, pid):
+            chain, key = [], (t, pid)
+            while key not in nodes:
+                p = self.paths.get(key) or self.path_shape.get(key)
+                if p is None:
+                    raise PyprofError(f"path {key[1]} of thread {t} is missing its parent")
+                chain.append((key, p.fid))
+                if p.parent == ROOT_PATH:
+                    parent = root
+                    break
+                key = (t, p.parent)
+            else:
+                parent = nodes[key]
+            for key, fid in reversed(chain):
+                n = parent.children.get(fid)
+                if n is None:
+                    n = parent.children[fid] = TreeNode(fid)
+                nodes[key] = parent = n
+            return nodes[(t, pid)]
+
+        for (t, pid), p in self.paths.items():
+            if threads is not None and t not in threads:
+                continue
+            n = node_for(t, pid)
+            n.calls += p.calls
+            n.total += p.total
+            n.own += p.own
+            n.threads.add(t)
+        root.total = sum(c.total for c in root.children.values())
+        return root
+
     def line_totals(self, threads=None) -> dict:
         """(function id, line) -> LineCounters summed over threads."""
         return _totals(self.lines, LineCounters, threads)
@@ -470,6 +588,62 @@ class Session:
     def events(self) -> int:
         return self.info.get("events", 0)
 
+    def select_steps(self, spec) -> list:
+        """The steps named by `spec`: an index N, "N", "A..B" (inclusive), or a
+        step name. PyprofError when the capture has no steps or none match."""
+        if not self.steps:
+            raise PyprofError("this capture has no steps (mark them with pyprof.step())")
+        text = str(spec).strip()
+        lo = hi = None
+        if ".." in text:
+            a, _, b = text.partition("..")
+            try:
+                lo = int(a) if a else self.steps[0].index
+                hi = int(b) if b else self.steps[-1].index
+            except ValueError:
+                lo = None
+        elif text.lstrip("-").isdigit():
+            lo = hi = int(text)
+        chosen = ([st for st in self.steps if lo <= st.index <= hi] if lo is not None
+                  else [st for st in self.steps if st.name == text])
+        if not chosen:
+            last = self.steps[-1].index
+            raise PyprofError(f"--step {text}: no such step (this capture has steps "
+                              f"{self.steps[0].index}..{last})")
+        return chosen
+
+    def steps_session(self, steps) -> "Session":
+        """A Session of the counters of `steps` added up (names shared)."""
+        out = Session()
+        out.adopt(self)
+        for st in steps:
+            _add_into(out, st.data)
+        return out
+
+
+def _add_into(out: "Session", part: "Session") -> None:
+    for name in ("fstats", "edges", "lines", "callrows", "samples"):
+        table = getattr(out, name)
+        for key, c in getattr(part, name).items():
+            if key in table:
+                table[key].add(c)
+            else:
+                table[key] = type(c)(**vars(c))
+    for key, p in part.paths.items():
+        q = out.paths.get(key)
+        if q is None:
+            out.paths[key] = PathNode(p.parent, p.fid, p.calls, p.total, p.own)
+        else:
+            q.calls += p.calls
+            q.total += p.total
+            q.own += p.own
+    for fid, line, kind, stack, c in part.memory_rows:
+        row = MemCounters(**vars(c))
+        out.memory_rows.append((fid, line, kind, stack, row))
+        out.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters()).add(row)
+        if stack != NO_FUNCTION:
+            out.memory_by_stack.setdefault(stack, MemCounters()).add(row)
+
 
 def _totals(table, counters, threads) -> dict:
     """A per-thread table ({(thread, *key): counters}) summed over threads."""
@@ -479,6 +653,66 @@ def _totals(table, counters, threads) -> dict:
             rest = key[1] if len(key) == 2 else key[1:]
             out.setdefault(rest, counters()).add(c)
     return out
+
+
+def _pack_step(st: Step) -> bytes:
+    header = json.dumps({"index": st.index, "name": st.name, "start": st.start,
+                         "end": st.end}).encode()
+    tables = b"".join(st.data._table_records(st.data.info)) + _record(REC_END, b"")
+    return struct.pack("<I", len(header)) + header + tables
+
+
+def _parse_step(payload, name) -> Step:
+    raw = bytes(payload)
+    (hlen,) = struct.unpack_from("<I", raw)
+    header = json.loads(raw[4:4 + hlen])
+    data = Session.from_blob(raw[4 + hlen:], name)
+    return Step(int(header["index"]), header.get("name"), float(header["start"]),
+                float(header["end"]), data)
+
+
+def counters_delta(after: Session, before: Session) -> Session:
+    """What `after` counted that `before` (an earlier snapshot of the same
+    run) had not: every counter table subtracted key by key, unchanged keys
+    left out. Names are not copied (see Session.adopt)."""
+    d = Session()
+
+    def sub(table_after, table_before, out, fields):
+        for key, a in table_after.items():
+            b = table_before.get(key)
+            if b is None:
+                out[key] = a
+                continue
+            diff = [getattr(a, f) - getattr(b, f) for f in fields]
+            if any(diff):
+                out[key] = type(a)(*diff) if not isinstance(a, PathNode) else \
+                    PathNode(a.parent, a.fid, *diff)
+
+    sub(after.fstats, before.fstats, d.fstats, ("calls", "rec_calls", "total", "own"))
+    sub(after.edges, before.edges, d.edges, ("calls", "rec_calls", "total", "own"))
+    sub(after.paths, before.paths, d.paths, ("calls", "total", "own"))
+    sub(after.lines, before.lines, d.lines, ("hits", "time"))
+    sub(after.callrows, before.callrows, d.callrows, ("calls", "time"))
+    sub(after.samples, before.samples, d.samples, ("count", "weight"))
+    mem_fields = ("alloc_bytes", "alloc_count", "free_bytes", "free_count")
+
+    def by_site(rows):      # a site can have several rows (finished runs, the live one)
+        out: dict = {}
+        for f, ln, k, st, c in rows:
+            out.setdefault((f, ln, k, st), MemCounters()).add(c)
+        return out
+
+    old = by_site(before.memory_rows)
+    for (fid, line, kind, stack), c in by_site(after.memory_rows).items():
+        b = old.get((fid, line, kind, stack))
+        diff = [getattr(c, f) - (getattr(b, f) if b else 0) for f in mem_fields]
+        if any(diff):
+            row = MemCounters(*diff)
+            d.memory_rows.append((fid, line, kind, stack, row))
+            d.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters()).add(row)
+            if stack != NO_FUNCTION:
+                d.memory_by_stack.setdefault(stack, MemCounters()).add(row)
+    return d
 
 
 def _parse_stacks(payload) -> dict:
