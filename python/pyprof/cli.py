@@ -34,7 +34,7 @@ from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, format_for_path
 
 EXIT_USAGE = 2
-SUBCOMMANDS = ("run", "convert", "view")
+SUBCOMMANDS = ("run", "convert", "view", "stats")
 SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -530,9 +530,76 @@ def cmd_convert(argv) -> int:
 
 
 # ------------------------------------------------------------------ view
+def add_view_options(p) -> None:
+    """The options of the tfprof-style views (docs/views.md): the same names
+    on the command line, in the API (views.Options) and in the notebook magic."""
+    from .views import COLUMNS, VIEWS
+    g = p.add_argument_group("views (docs/views.md)")
+    g.add_argument("--view", choices=VIEWS, metavar="NAME",
+                   help="code (call tree by path), op (per function), scope (package > "
+                        "module > class > function), graph (callers and callees), lines, "
+                        "memory")
+    g.add_argument("--select", action="append", default=[], metavar="COLUMNS",
+                   help="columns to show, comma-separated: " + ", ".join(COLUMNS))
+    g.add_argument("--order-by", metavar="COLUMN", help="sort by this column (or name)")
+    g.add_argument("--min-time", type=_seconds, default=0.0, metavar="TIME",
+                   help="hide nodes with less inclusive time (e.g. 1ms, 250us, 0.5)")
+    g.add_argument("--min-calls", type=int, default=0, metavar="N")
+    g.add_argument("--min-bytes", type=_bytes_arg, default=0, metavar="BYTES",
+                   help="hide nodes that allocated fewer bytes (e.g. 1M)")
+    g.add_argument("--min-samples", type=int, default=0, metavar="N")
+    g.add_argument("--max-depth", type=int, metavar="N", help="show N levels at most")
+    for name, what in (("start", "show the subtrees starting at the nodes matching REGEX"),
+                       ("trim", "hide the nodes matching REGEX and everything below them"),
+                       ("show", "show only the nodes matching REGEX"),
+                       ("hide", "hide the nodes matching REGEX (not what is below them)")):
+        g.add_argument(f"--{name}", action="append", default=[], metavar="REGEX",
+                       help=what + " (searched in the name and the file; repeatable)")
+    g.add_argument("--account-displayed-only", action="store_true",
+                   help="totals count only the nodes displayed (by default hidden nodes "
+                        "still count in their ancestors' totals)")
+    g.add_argument("--thread", action="append", default=[], metavar="NAME",
+                   help="only the threads with this name (or matching this regex)")
+    g.add_argument("--step", metavar="N|A..B|NAME", help="only what steps counted "
+                   "(pyprof.step(): an index, an inclusive range, or a name)")
+    g.add_argument("--limit", type=int, metavar="N", help="show the first N top-level rows")
+    g.add_argument("--format", dest="view_format", choices=["table", "json", "csv"],
+                   default="table", help="output of --view (default: table)")
+
+
+def view_options(opts):
+    from .views import Options
+    return Options(
+        select=tuple(c.strip() for arg in opts.select for c in arg.split(",") if c.strip()),
+        order_by=opts.order_by, min_time=opts.min_time, min_calls=opts.min_calls,
+        min_bytes=opts.min_bytes, min_samples=opts.min_samples, max_depth=opts.max_depth,
+        start=tuple(opts.start), trim=tuple(opts.trim), show=tuple(opts.show),
+        hide=tuple(opts.hide), account_displayed_only=opts.account_displayed_only,
+        thread=tuple(opts.thread), step=opts.step, limit=opts.limit)
+
+
+def _seconds(text) -> float:
+    """'1.5' (seconds), '250ms', '10us', '100ns' -> seconds."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 1ms, 250us, 0.5)")
+    scale = {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def _bytes_arg(text) -> int:
+    try:
+        return _byte_count(text, "--min-bytes") if text != "0" else 0
+    except PyprofError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def cmd_view(argv) -> int:
-    p = _Parser(prog="pyprof view", description="Show a .cprof capture file.")
+    p = _Parser(prog="pyprof view", description="Show a .cprof capture file: its tables, "
+                "or one of the views (--view) through filters.")
     p.add_argument("input", help="a .cprof capture file")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_view_options(p)
     p.add_argument("--lines", action="store_true",
                    help="the line tables (the default when the capture has line data)")
     p.add_argument("--functions", action="store_true", help="the function table")
@@ -547,7 +614,23 @@ def cmd_view(argv) -> int:
     if opts.sort not in SORT_KEYS:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
     from .session import Session
+    from . import views
+    vopts = view_options(opts)
+    views.check_options(vopts)
+    if opts.output:
+        _check_writable(opts.output)
     session = Session.load(opts.input)
+    if opts.view or opts.view_format != "table" or _view_filters_given(opts):
+        text = views.render(session, opts.view or "code", opts.view_format, vopts,
+                            color=None if not opts.output else False)
+        if opts.output:
+            from .export._files import atomic_write
+            atomic_write(opts.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if opts.output:
+        raise PyprofError("-o goes with --view (or --format)")
     if opts.memory and not session.info.get("memory"):
         raise PyprofError(f"{opts.input} has no memory data (profile with --memory)")
     if session.info.get("memory") and not (opts.lines or opts.functions) or opts.memory:
@@ -573,6 +656,35 @@ def cmd_view(argv) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ stats
+def cmd_stats(argv) -> int:
+    p = _Parser(prog="pyprof stats",
+                description="Per function (and line): the mean and coefficient of variation "
+                            "(with std, min, max) of columns over the steps of the captures "
+                            "(pyprof.step()) or over the captures as repeated runs.")
+    p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
+    p.add_argument("--by", choices=["step", "run"], default="step",
+                   help="statistics over steps (default) or over the files as runs")
+    p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
+                   help="columns, comma-separated (default: calls,time,self-time, or "
+                        "samples,... for sampled captures, plus bytes,net-bytes with memory)")
+    p.add_argument("--csv", metavar="OUT", help="write the statistics as CSV to OUT ('-': stdout)")
+    p.add_argument("--no-lines", action="store_true", help="functions only")
+    opts = p.parse_args(argv)
+    if opts.csv and opts.csv != "-":
+        _check_writable(opts.csv)
+    select = [c.strip() for arg in opts.select for c in arg.split(",") if c.strip()]
+    from . import stats
+    return stats.run(opts.inputs, opts.by, select or None, opts.csv, not opts.no_lines)
+
+
+def _view_filters_given(opts) -> bool:
+    return bool(opts.select or opts.order_by or opts.min_time or opts.min_calls
+                or opts.min_bytes or opts.min_samples or opts.max_depth or opts.start
+                or opts.trim or opts.show or opts.hide or opts.account_displayed_only
+                or opts.thread or opts.step or opts.limit)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from . import control
@@ -582,6 +694,8 @@ def main(argv=None) -> int:
             return cmd_convert(argv[1:])
         if argv and argv[0] == "view":
             return cmd_view(argv[1:])
+        if argv and argv[0] == "stats":
+            return cmd_stats(argv[1:])
         if argv and argv[0] == "run":
             argv = argv[1:]
         return cmd_run(argv)

@@ -1,0 +1,208 @@
+"""Per-step and per-run statistics (docs/steps.md): for each function (and line,
+where the captures have line data), the mean, coefficient of variation,
+standard deviation, minimum and maximum of chosen columns over the steps of
+the captures (``by="step"``) or over the captures themselves (``by="run"``).
+
+Entities are aligned by key, not by the ids of one capture: a function by
+(kind, file, qualified name), a line by (file, line). A step or run in which an
+entity did not run counts as zero for it.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import statistics
+import sys
+
+from . import views
+from .errors import PyprofError
+
+STAT_NAMES = ("mean", "cv", "std", "min", "max")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _entities(session, select, level):
+    """key -> {column: value} for one step or run."""
+    builder = views._op if level == "function" else views._lines
+    out = {}
+    for node in builder(session, None).values():
+        if level == "function":
+            # names of some callables carry an address, which differs per run
+            key = (node.kind, node.file, _ADDRESS.sub("", node.name))
+        else:
+            key = ("line", node.file, node.line)
+        row = {}
+        for col in select:
+            v = views._value(node, col)
+            if v is not None:
+                row[col] = v
+        if row:
+            out[key] = (node, row)
+    return out
+
+
+def default_columns(session) -> list:
+    cols = []
+    if session.info.get("sampling"):
+        cols += ["samples", "time", "self-time"]
+    elif session.fstats:
+        cols += ["calls", "time", "self-time"]
+    if session.info.get("memory"):
+        cols += ["bytes", "net-bytes"]
+    return cols
+
+
+def collect(sessions, by="step", select=None, lines=True):
+    """[(level, key, label, file, line, column, values)] and the labels of the
+    steps or runs (in order), and warnings (keys that do not align)."""
+    if by not in ("step", "run"):
+        raise PyprofError(f"--by {by!r}: choose step or run")
+    if not sessions:
+        raise PyprofError("no capture files given")
+    select = list(select or default_columns(sessions[0][1]))
+    for col in select:
+        if col not in views.COLUMNS or views.COLUMNS[col][1] == "":
+            raise PyprofError(f"unknown column {col!r} (choose from "
+                              f"{', '.join(c for c in views.COLUMNS if views.COLUMNS[c][1])})")
+    units = []          # (label, Session) per step or run
+    for path, s in sessions:
+        if by == "step":
+            if not s.steps:
+                raise PyprofError(f"{path} has no steps (mark them with pyprof.step(), or "
+                                  f"use --by run)")
+            units += [(f"{os.path.basename(path)}:{st.label}", st.data) for st in s.steps]
+        else:
+            units.append((path, s))
+    levels = ["function"] + (["line"] if lines and any(
+        s.info.get("lines") or s.info.get("sampling") for _, s in sessions) else [])
+    rows, warnings = [], []
+    for level in levels:
+        cols = [c for c in select if c in views._available(units[0][1],
+                                                            "op" if level == "function"
+                                                            else "lines")]
+        if not cols:
+            if level == "function":
+                raise PyprofError(f"none of the columns {', '.join(select)} is in these "
+                                  f"captures")
+            continue
+        per_unit = [_entities(s, cols, level) for _, s in units]
+        keys = {}
+        for ents in per_unit:
+            for key, (node, _) in ents.items():
+                keys.setdefault(key, node)
+        if by == "run" and len(per_unit) > 1:
+            partial = [k for k in keys if sum(k in e for e in per_unit) < len(per_unit)]
+            if partial and level == "function":
+                names = ", ".join(f"{k[2]} ({os.path.basename(k[1])})" if k[1] else k[2]
+                                  for k in partial[:8])
+                more = f" and {len(partial) - 8} more" if len(partial) > 8 else ""
+                warnings.append(f"{len(partial)} of {len(keys)} functions are not in every "
+                                f"run (counted as 0 where absent): {names}{more}")
+        for key, node in keys.items():
+            for col in cols:
+                values = [e[key][1].get(col, 0) if key in e else 0 for e in per_unit]
+                label = node.name
+                rows.append((level, key, label, node.file, node.line, col, values))
+    progs = {(s.meta.get("argv") or ["?"])[0] for _, s in sessions}
+    if len(progs) > 1:
+        warnings.insert(0, f"the captures come from different programs ({', '.join(sorted(progs))})")
+    return rows, [u for u, _ in units], warnings
+
+
+def summarize(values) -> dict:
+    n = len(values)
+    mean = sum(values) / n
+    std = statistics.stdev(values) if n > 1 else 0.0
+    return {"mean": mean, "cv": std / mean if mean else (0.0 if not std else math.inf),
+            "std": std, "min": min(values), "max": max(values)}
+
+
+def table(rows, units, order="time"):
+    """One row per (level, entity) with the statistics of each column."""
+    by_entity: dict = {}
+    for level, key, label, file, line, col, values in rows:
+        e = by_entity.setdefault((level, key), {"level": level, "name": label, "file": file,
+                                                "line": line, "n": len(values)})
+        for stat, v in summarize(values).items():
+            e[f"{col}_{stat}"] = v
+    out = list(by_entity.values())
+    sort_col = f"{order}_mean"
+    out.sort(key=lambda e: (e["level"] != "function", -e.get(sort_col, 0), e["name"]))
+    return out
+
+
+def write_csv(entries, columns, out) -> None:
+    w = csv.writer(out, lineterminator="\n")
+    head = ["level", "name", "file", "line", "n"] + [f"{c}_{s}" for c in columns
+                                                      for s in STAT_NAMES]
+    w.writerow(head)
+    for e in entries:
+        w.writerow([e["level"], e["name"], e["file"], e["line"], e["n"]] +
+                   [_csv_num(e.get(f"{c}_{s}")) for c in columns for s in STAT_NAMES])
+
+
+def _csv_num(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf"
+        return repr(round(v, 12))
+    return v
+
+
+def write_text(entries, columns, units, by, out, limit=30) -> None:
+    out.write(f"{len(units)} {by}s; "
+              f"mean and coefficient of variation (std/mean) per function\n\n")
+    heads = []
+    for c in columns:
+        heads += [f"{views.COLUMNS[c][0]} mean", "cv"]
+    rows = []
+    for e in [e for e in entries if e["level"] == "function"][:limit]:
+        cells = []
+        for c in columns:
+            m = e.get(f"{c}_mean")
+            cv = e.get(f"{c}_cv")
+            cells.append("" if m is None else _fmt(c, m))
+            cells.append("" if cv is None else ("inf" if math.isinf(cv) else f"{cv:.1%}"))
+        where = f" ({os.path.basename(e['file'])}:{e['line']})" if e["file"] else ""
+        rows.append((cells, e["name"] + where))
+    widths = [max([len(h)] + [len(r[0][i]) for r in rows]) for i, h in enumerate(heads)]
+    out.write("  ".join(h.rjust(w) for h, w in zip(heads, widths)) + "  function\n")
+    for cells, name in rows:
+        out.write("  ".join(c.rjust(w) for c, w in zip(cells, widths)) + "  " + name + "\n")
+
+
+def _fmt(col, v):
+    unit = views.COLUMNS[col][1]
+    if unit == "s":
+        return views.fmt_time(v)
+    if unit == "B":
+        return views.fmt_bytes(v)
+    return f"{v:,.1f}" if isinstance(v, float) and v != int(v) else f"{int(v):,}"
+
+
+def run(paths, by="step", select=None, csv_path=None, lines=True, out=None) -> int:
+    from .session import Session
+    out = out or sys.stdout
+    sessions = [(p, Session.load(p)) for p in paths]
+    rows, units, warnings = collect(sessions, by, select, lines)
+    for w in warnings:
+        print(f"pyprof: warning: {w}", file=sys.stderr)
+    columns = list(dict.fromkeys(r[5] for r in rows))
+    order = "time" if "time" in columns else columns[0]
+    entries = table(rows, units, order)
+    if csv_path:
+        buf = io.StringIO()
+        write_csv(entries, columns, buf)
+        if csv_path == "-":
+            out.write(buf.getvalue())
+        else:
+            from .export._files import atomic_write
+            atomic_write(csv_path, buf.getvalue())
+    else:
+        write_text(entries, columns, units, by, out)
+    return 0
