@@ -6,6 +6,8 @@ A Session holds what the C core captured, keyed the way the core keys it:
 - ``threads``: thread index -> :class:`Thread`;
 - ``fstats``: (thread index, function id) -> :class:`Counters`;
 - ``edges``: (thread index, caller id, callee id) -> :class:`Counters`;
+- ``timeline``: with a timeline, (thread index, function id, start ns, duration ns)
+  per kept call;
 - ``info``: what the core says about the capture (clock, time unit, events...);
 - ``meta``: what the Python side added (command line, pid, host, thread names...).
 
@@ -27,13 +29,14 @@ from .errors import PyprofError
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 _HEADER = struct.Struct("<8sHHIQI")
 
 REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
+REC_TIMELINE = 18                       # 16 and 17 are reserved
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -45,6 +48,7 @@ _SAMPLE = struct.Struct("<IIIIQq")
 _MEMROW = struct.Struct("<IIIIQQQQQQ")
 _FMEM = struct.Struct("<IIqq")
 _MEMPOINT = struct.Struct("<qQQQII")
+_TLEVENT = struct.Struct("<IIqq")
 NO_FUNCTION = 0xFFFFFFFF
 
 # Where an allocation was made (docs/memory.md): a Python line, a thread that
@@ -218,6 +222,9 @@ class Session:
     memory_rows: list = field(default_factory=list)       # as recorded (what to_blob writes)
     fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
+    # function mode with a timeline: (thread, fid, start_ns, dur_ns) per kept call,
+    # start in ns since profiling started (the memory curve's and steps' origin)
+    timeline: list = field(default_factory=list)
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -325,6 +332,8 @@ class Session:
                 elif rtype == REC_FMEMORY:
                     for t, fid, peak, residual in _rows(_FMEM, payload):
                         s.fmemory[(t, fid)] = (peak, residual)
+                elif rtype == REC_TIMELINE:
+                    s.timeline = list(_rows(_TLEVENT, payload))
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -394,6 +403,9 @@ class Session:
             out.append(_record(REC_CALLROWS, struct.pack("<I", len(self.callrows)) + b"".join(
                 _CALLROW.pack(t, fid, line, callee, c.calls, c.time)
                 for (t, fid, line, callee), c in self.callrows.items())))
+        if self.info.get("timeline"):
+            out.append(_record(REC_TIMELINE, struct.pack("<I", len(self.timeline)) + b"".join(
+                _TLEVENT.pack(t, fid, start, dur) for t, fid, start, dur in self.timeline)))
         out.append(_record(REC_END, b""))
         return b"".join(out)
 

@@ -15,7 +15,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 3
+#define PP_FORMAT_MINOR 4
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -38,6 +38,9 @@ enum {
                                  * (t_ns: since the start of profiling) */
     PP_REC_MEMSTACKS = 15,      /* 1.3: u32 n, n x (u32 depth, depth x u64 fid<<32|line root
                                  * first): MEMORY rows' stack ids index them */
+    /* 16, 17: reserved */
+    PP_REC_TIMELINE = 18,       /* 1.4: u32 n, n x <IIqq thread fid start_ns dur_ns>
+                                 * (start_ns: since the start of profiling) */
     PP_REC_END = 0xFFFF,
 };
 

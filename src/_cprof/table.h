@@ -90,6 +90,26 @@ typedef struct {
     uint32_t n;
 } pp_lmap;
 
+/* Timeline (function mode with timeline on): one ended call, in clock ticks.
+ * 24 bytes; capture.c converts start and duration to ns since profiling began. */
+typedef struct {
+    uint32_t fid;               /* profile-wide function id */
+    uint32_t pad;
+    int64_t t0;                 /* ticks at entry (the frame's t0) */
+    int64_t dur;                /* ticks, entry to return */
+} pp_tlevent;
+
+/* A thread's timeline buffer. Its capacity is reserved from one profile-wide
+ * budget (tracer.c), so the events held by all threads never exceed it. `on`
+ * is 0 in snapshot copies of the tables: their ended-now calls are not events. */
+typedef struct {
+    pp_tlevent *ev;
+    uint32_t n, cap;
+    uint64_t dropped_short;     /* calls shorter than the minimum duration */
+    uint64_t dropped_full;      /* calls that found the budget spent (or no memory) */
+    int on;
+} pp_timeline;
+
 typedef struct {
     pp_index fidx;
     pp_fslot *f;
@@ -105,6 +125,7 @@ typedef struct {
     uint32_t nc, capc;
     pp_lmap *lmap;              /* by function slot; lines of unmapped lines use lidx */
     uint32_t caplmap;
+    pp_timeline tl;             /* timeline only (empty otherwise); never copied */
 } pp_tables;
 
 int pp_index_init(pp_index *ix, uint32_t capacity);
