@@ -295,7 +295,12 @@ def test_session_timeline_survives_the_file(tmp_path):
     prof.runcall(workloads.recursion)
     prof.dump(tmp_path / "r.cprof")
     s = Session.load(tmp_path / "r.cprof")
-    assert s.timeline == session_of(prof).timeline
+    live = session_of(prof).timeline
+    # the same calls; ns may differ by rounding: each snapshot converts ticks with
+    # the TSC calibration of its moment, which keeps refining (clock.c)
+    assert [(t, f) for t, f, _, _ in s.timeline] == [(t, f) for t, f, _, _ in live]
+    assert all(abs(a[2] - b[2]) <= 1000 and abs(a[3] - b[3]) <= 1000
+               for a, b in zip(s.timeline, live))
     s.save(tmp_path / "copy.cprof")
     assert Session.load(tmp_path / "copy.cprof").timeline == s.timeline
 
