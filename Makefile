@@ -35,6 +35,7 @@ PYTEST_ARGS  ?= -q
 TEST_TIMEOUT ?= 1200
 BENCH_ARGS   ?=
 DEMO_LINES   ?= 45
+SPEEDSCOPE_VERSION ?= 1.25.0
 
 # apt packages: build-essential ones (the build fails without them) and the rest
 # (libunwind-dev: optional native stacks; graphviz/valgrind/golang-go: `dot`,
@@ -131,6 +132,22 @@ install_pkg() {
     "$$dir/bin/python" -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 }
 
+# speedscope's built web app (npm package) in build/speedscope, for the test that
+# loads a Chrome trace in it (headless Chromium). Optional: without npm or the
+# network that test skips, saying so.
+fetch_speedscope() {
+  local dir="$$PWD/build/speedscope"
+  [ -f "$$dir/package/dist/release/index.html" ] && return 0
+  command -v npm >/dev/null 2>&1 || { msg "no npm: speedscope not fetched (its test will skip)"; return 0; }
+  mkdir -p "$$dir"
+  if ( cd "$$dir" && timeout 120 npm pack --silent "speedscope@$(SPEEDSCOPE_VERSION)" >/dev/null 2>&1 \
+       && tar xzf "speedscope-$(SPEEDSCOPE_VERSION).tgz" ); then
+    msg "speedscope $(SPEEDSCOPE_VERSION) in $$dir/package"
+  else
+    msg "npm pack speedscope failed (offline?): its test will skip"
+  fi
+}
+
 # Where the newest found interpreter's venv is: sets NEW_MINOR NEW_PY NEW_VENV.
 newest() {
   pythons_or_die
@@ -179,6 +196,7 @@ pythons:
 venv:
 	@$(SH_LIB)
 	pythons_or_die
+	fetch_speedscope
 	while read -r minor exe; do
 	  ensure_venv "$$minor" "$$exe" "$(VENV_DIR)/$$minor" test
 	  install_pkg "$(VENV_DIR)/$$minor" "cp$${minor/./}"
@@ -187,6 +205,7 @@ venv:
 test: deps
 	@$(SH_LIB)
 	pythons_or_die
+	fetch_speedscope
 	mkdir -p build/test-logs
 	declare -a summary=()
 	failed=0 tp=0 tf=0 ts=0

@@ -111,6 +111,8 @@ CONFIGS = {
     "pyprof-exact": lambda: _pyprof(exact_builtins=True),
     "pyprof-nobuiltins": lambda: _pyprof(builtins=False),
     "pyprof-nopaths": lambda: _pyprof(paths=False),
+    # --timeline at its defaults (all calls, at most 1M events held)
+    "pyprof-timeline": lambda: _pyprof(timeline=True),
     "cProfile": _cprofile,
     "yappi": _yappi,
     "pyinstrument": _pyinstrument,

@@ -2,7 +2,7 @@
 
     python -m pyprof [run] [-o FILE] [-s SORT] [--sample | -l | --lines-of P | --lines-all]
                      [-m module | -c code | script] [args...]
-    pyprof convert FILE.cprof -o OUT [-f FORMAT]
+    pyprof convert FILE.cprof -o OUT [-f FORMAT] [--min-duration DURATION]
     pyprof view FILE.cprof [--lines | --functions] [--unit U]
     pyprof --version
 
@@ -32,6 +32,7 @@ from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, format_for_path
+from .timeline import DEFAULT_MAX_EVENTS
 
 EXIT_USAGE = 2
 SUBCOMMANDS = ("run", "convert", "view", "stats")
@@ -65,7 +66,8 @@ def _run_parser() -> _Parser:
                    help="write the profile to FILE, in the format its name asks for: .cprof "
                         "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
                         "tables), .collapsed or .folded (collapsed stacks), .speedscope.json, "
-                        ".pb.gz (pprof), .html (flame graph), else pstats (default: print a "
+                        ".pb.gz (pprof), .html (flame graph), .trace.json (Chrome/Perfetto "
+                        "trace, with --timeline or --memory), else pstats (default: print a "
                         "table to stdout)")
     p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
                    help="sort key of the printed table, as pstats: "
@@ -132,6 +134,18 @@ def _run_parser() -> _Parser:
     lines.add_argument("--strict", action="store_true",
                        help="exit with status 2 when a --lines-of pattern matched nothing "
                             "(and the program itself succeeded)")
+    tl = p.add_argument_group("timeline (docs/timeline.md)")
+    tl.add_argument("--timeline", action="store_true",
+                    help="function mode (also --memory --functions): keep every call as an "
+                         "event with its start and duration, for a Chrome/Perfetto trace "
+                         "(-o FILE.trace.json, or 'pyprof convert FILE.cprof --format chrome')")
+    tl.add_argument("--min-duration", metavar="DURATION",
+                    help="with --timeline: keep only calls lasting at least DURATION (like "
+                         "10us or 1ms; the others are counted; default: all)")
+    tl.add_argument("--timeline-max-events", type=int, metavar="N",
+                    help=f"with --timeline: keep at most N events over all threads, 24 bytes "
+                         f"each (default {DEFAULT_MAX_EVENTS:,}); later calls are counted as "
+                         f"dropped")
     p.add_argument("--no-builtins", action="store_true",
                    help="record Python functions only, not C functions and methods (cheaper: "
                         "on 3.11 it avoids the interpreter's tracing mode altogether)")
@@ -150,7 +164,8 @@ def _run_parser() -> _Parser:
 
 
 _VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval", "--lines-of", "--include",
-               "--exclude", "--unit", "--rate", "--dump-every", "--signal"}
+               "--exclude", "--unit", "--rate", "--dump-every", "--signal", "--min-duration",
+               "--timeline-max-events"}
 
 
 def _split_argv(argv):
@@ -298,6 +313,9 @@ class _Runner:
             modes["memory_sample"] = opts.memory_sample_bytes
             if opts.memory_stacks:
                 modes["memory_stacks"] = True
+        if opts.timeline:
+            modes.update(timeline=True, timeline_min_duration=opts.min_duration_ns,
+                         timeline_max_events=opts.timeline_max_events)
         self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
                             flush_to=flush_to, flush_interval=interval, **modes,
                             lines=self.line_mode, lines_of=opts.lines_of,
@@ -459,6 +477,26 @@ def _byte_count(text, option):
     return value
 
 
+def _check_timeline(opts):
+    """--timeline's options, after --memory's implications are settled."""
+    from .timeline import duration_ns
+    if not opts.timeline:
+        if opts.min_duration is not None or opts.timeline_max_events is not None:
+            raise PyprofError("--min-duration and --timeline-max-events go with --timeline")
+        return
+    if opts.sample or opts.lines or opts.lines_of or opts.lines_all or opts.include:
+        raise PyprofError("--timeline records function calls: it goes with function mode, not "
+                          "with --sample or line tracing (-l, --lines-of, --lines-all)")
+    if opts.memory and not opts.functions:
+        raise PyprofError("--timeline records function calls: with --memory, add --functions")
+    opts.min_duration_ns = duration_ns(opts.min_duration or 0, "--min-duration")
+    if opts.timeline_max_events is None:
+        opts.timeline_max_events = DEFAULT_MAX_EVENTS
+    if not 0 <= opts.timeline_max_events < 2**32:
+        raise PyprofError(f"--timeline-max-events must be in [0, 2**32), not "
+                          f"{opts.timeline_max_events}")
+
+
 def cmd_run(argv) -> int:
     mine, rest = _split_argv(argv)
     opts = _run_parser().parse_args(mine)
@@ -479,6 +517,10 @@ def cmd_run(argv) -> int:
         if fmt in STACK_FORMATS and not opts.sample:
             raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
                               f"does not record: add --sample")
+        if fmt == "chrome" and not (opts.timeline or opts.memory
+                                    or opts.memory_sample is not None):
+            raise PyprofError(f"{opts.outfile}: a Chrome trace shows the timeline of calls or "
+                              f"the memory curve: add --timeline (or --memory)")
     opts.memory_sample_bytes = 0
     if opts.memory_sample is not None:
         opts.memory = True
@@ -491,6 +533,7 @@ def cmd_run(argv) -> int:
     if opts.functions and (opts.sample or opts.lines or opts.lines_of or opts.lines_all):
         raise PyprofError("--functions combines --memory with function tracing, not with "
                           "--sample or line tracing")
+    _check_timeline(opts)
     if not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.native or opts.signal
                             or opts.dump_every):
         raise PyprofError("--rate, --cpu, --wall, --native, --signal and --dump-every go with "
@@ -519,12 +562,26 @@ def cmd_convert(argv) -> int:
     p.add_argument("input", help="a .cprof capture file")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="file to write")
     p.add_argument("-f", "--format", choices=sorted([*FORMATS, *ALIASES]),
-                   help="output format (default: from the output suffix, else pstats)")
+                   help="output format (default: from the output suffix, else pstats); "
+                        "chrome (alias perfetto): Chrome Trace Event JSON")
+    p.add_argument("--min-duration", metavar="DURATION",
+                   help="with --format chrome: leave out calls shorter than DURATION (like "
+                        "100us or 1ms); how many is reported")
     opts = p.parse_args(argv)
     from .session import Session
+    fmt = ALIASES.get(opts.format, opts.format) or format_for_path(opts.output)
+    min_ns = 0
+    if opts.min_duration is not None:
+        if fmt != "chrome":
+            raise PyprofError("--min-duration goes with --format chrome")
+        from .timeline import duration_ns
+        min_ns = duration_ns(opts.min_duration, "--min-duration")
     session = Session.load(opts.input)
-    fmt = opts.format or format_for_path(opts.output)
     _check_writable(opts.output)
+    if fmt == "chrome":
+        from .export import chrome
+        chrome.write(session, opts.output, min_ns, report=sys.stderr)
+        return 0
     export(session, fmt, opts.output)
     return 0
 

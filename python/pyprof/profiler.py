@@ -24,6 +24,7 @@ from .export import export, format_for_path
 from .export import pstats as pstats_export
 from .session import Session
 from .steps import StepRecorder
+from .timeline import DEFAULT_MAX_EVENTS, duration_ns
 
 # The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry).
 profiler_entry = namedtuple(
@@ -35,7 +36,8 @@ profiler_subentry = namedtuple(
 class Profile(_cprof.Profiler):
     """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
     exact_builtins=False, flush_to=None, flush_interval=10.0,
-    lines=False, lines_of=(), lines_all=None, include=(), exclude=(), paths=True)
+    lines=False, lines_of=(), lines_all=None, include=(), exclude=(), paths=True,
+    timeline=False, timeline_min_duration=0, timeline_max_events=1000000)
 
     Deterministic function profiler with cProfile's interface. ``timer`` and
     ``timeunit`` behave as cProfile's (a callable returning float seconds, or an
@@ -56,13 +58,21 @@ class Profile(_cprof.Profiler):
     ``lines_of``: patterns (``module``, ``module:function``, ``module:Class.method``,
     a file glob); ``lines_all``: a directory whose code is all traced (not
     site-packages nor the standard library), ``include``/``exclude``: file globs.
+
+    Timeline (function mode, also with ``memory=True``; docs/timeline.md):
+    ``timeline=True`` keeps every ended call lasting at least
+    ``timeline_min_duration`` (integer nanoseconds, or a string such as
+    ``"10us"``; default 0: all) as (thread, function, start, duration), at most
+    ``timeline_max_events`` of them over all threads (24 bytes each); the calls
+    left out are counted. ``dump("x.trace.json")`` writes a Chrome/Perfetto trace.
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
-                 memory_sample=0, memory_stacks=None, paths=True, _warn=True):
+                 memory_sample=0, memory_stacks=None, paths=True, timeline=False,
+                 timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, _warn=True):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
                          mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
                          memory=memory, memory_sample=int(memory_sample or 0),
@@ -79,6 +89,15 @@ class Profile(_cprof.Profiler):
         if lines or lines_of or lines_all or include:
             self.line_targets = lines_mod.Targets(lines_of, lines_all, include, exclude)
             self._set_lines(self.line_targets)
+        if timeline:
+            if self.line_targets is not None or mode != "trace":
+                raise PyprofError("timeline=True records function calls: it goes with function "
+                                  "mode (also with memory=True), not line mode, mode='sample' "
+                                  "or mode='memory'")
+            max_events = int(timeline_max_events)
+            if not 0 <= max_events <= 0xFFFFFFFF:
+                raise PyprofError(f"timeline_max_events must be in [0, 2**32), not {max_events}")
+            self._set_timeline(duration_ns(timeline_min_duration), max_events)
         if flush_to is not None:
             self._refresh_meta()
             self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
@@ -225,7 +244,8 @@ class Profile(_cprof.Profiler):
             "host": socket.gethostname(),
             "cwd": _safe_cwd(),
             "modes": (["sample"] if self.sampling else
-                      ["function", "lines"] if self.lines else ["function"]),
+                      ["function", "lines"] if self.lines else
+                      ["function", "timeline"] if self.timeline else ["function"]),
             "written_at": time.time(),
             "thread_names": dict(self._thread_names),
         }

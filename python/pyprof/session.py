@@ -6,6 +6,8 @@ A Session holds what the C core captured, keyed the way the core keys it:
 - ``threads``: thread index -> :class:`Thread`;
 - ``fstats``: (thread index, function id) -> :class:`Counters`;
 - ``edges``: (thread index, caller id, callee id) -> :class:`Counters`;
+- ``timeline``: with a timeline, (thread index, function id, start ns, duration ns)
+  per kept call;
 - ``info``: what the core says about the capture (clock, time unit, events...);
 - ``meta``: what the Python side added (command line, pid, host, thread names...).
 
@@ -34,7 +36,7 @@ REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
-REC_PATHS, REC_STEP = 16, 17
+REC_PATHS, REC_STEP, REC_TIMELINE = 16, 17, 18
 _REC = struct.Struct("<HHI")
 _FUNC = struct.Struct("<6I")
 _THREAD = struct.Struct("<IIQQQ")
@@ -47,6 +49,7 @@ _MEMROW = struct.Struct("<IIIIQQQQQQ")
 _FMEM = struct.Struct("<IIqq")
 _MEMPOINT = struct.Struct("<qQQQII")
 _PATH = struct.Struct("<IIIIQqq")
+_TLEVENT = struct.Struct("<IIqq")
 NO_FUNCTION = 0xFFFFFFFF
 ROOT_PATH = 0xFFFFFFFE
 
@@ -271,6 +274,9 @@ class Session:
     # a part of a capture (a step) has the counters of some paths only: the
     # whole capture's paths give the shape of the tree above them
     path_shape: dict = field(default_factory=dict)
+    # function mode with a timeline: (thread, fid, start_ns, dur_ns) per kept call,
+    # start in ns since profiling started (the memory curve's and steps' origin)
+    timeline: list = field(default_factory=list)
     final: bool = True
 
     # ------------------------------------------------------------ reading
@@ -383,6 +389,8 @@ class Session:
                 elif rtype == REC_FMEMORY:
                     for t, fid, peak, residual in _rows(_FMEM, payload):
                         s.fmemory[(t, fid)] = (peak, residual)
+                elif rtype == REC_TIMELINE:
+                    s.timeline = list(_rows(_TLEVENT, payload))
                 # Unknown record types come from newer minor versions: skip them.
         except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
             raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -436,6 +444,9 @@ class Session:
                     struct.pack("<Q", fid << 32 | line) for fid, line in frames)
                 for _, frames in sorted(self.memory_stacks.items()))))
         out.extend(self._table_records(self.info))
+        if self.info.get("timeline"):
+            out.append(_record(REC_TIMELINE, struct.pack("<I", len(self.timeline)) + b"".join(
+                _TLEVENT.pack(t, fid, start, dur) for t, fid, start, dur in self.timeline)))
         for st in self.steps:
             out.append(_record(REC_STEP, _pack_step(st)))
         out.append(_record(REC_END, b""))

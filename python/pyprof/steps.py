@@ -55,7 +55,7 @@ class StepRecorder:
         # step would show a few ns there.
         if self.ns_per_tick is None:
             self.ns_per_tick = _cprof.clock_info()["ns_per_tick"]
-        return self.prof.snapshot(True, False, self.ns_per_tick)
+        return self.prof.snapshot(True, True, self.ns_per_tick)
 
     def start(self, name) -> None:
         was = self._pause()

@@ -105,9 +105,23 @@ static inline int64_t conv(const tconv *c, int64_t ticks)
     return (int64_t)llround((double)ticks * c->ns_per_tick);
 }
 
+/* Timeline: ticks of the profiler's clock to ns (a user timer's unit too). */
+static inline int64_t tl_ns(const pp_profiler *p, const tconv *c, int64_t ticks)
+{
+    if (c->scale)
+        return conv(c, ticks);
+    if (p->timeunit > 0.0)
+        return (int64_t)llround((double)ticks * p->timeunit * 1e9);
+    return ticks;
+}
+
+typedef struct {
+    uint64_t events, dropped_short, dropped_full, open;
+} tlcounts;
+
 static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_unit,
                           uint64_t events, int include_open, const pp_meminfo *live,
-                          uint64_t paths_dropped)
+                          const tlcounts *tl, uint64_t paths_dropped)
 {
     char s[2048];
     int64_t now_wall = pp_clock_realtime_ns();
@@ -183,6 +197,15 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false",
             (unsigned long long)rss_peak, (unsigned long long)rss_end,
             (unsigned long long)mi->dropped);
+    }
+    if (n > 0 && (size_t)n < sizeof s && p->timeline) {
+        n += snprintf(s + n, sizeof s - (size_t)n,
+            ",\"timeline\":true,\"timeline_events\":%llu,\"timeline_dropped_short\":%llu,"
+            "\"timeline_dropped_full\":%llu,\"timeline_open\":%llu,"
+            "\"timeline_min_duration_ns\":%lld,\"timeline_max_events\":%llu",
+            (unsigned long long)tl->events, (unsigned long long)tl->dropped_short,
+            (unsigned long long)tl->dropped_full, (unsigned long long)tl->open,
+            (long long)p->tl_min_ns, (unsigned long long)p->tl_max);
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
@@ -467,6 +490,44 @@ static void put_samples(buf *b, const pp_samples *s)
     record_end(b, r);
 }
 
+/* TIMELINE rows of one thread: its ended calls, then (include_open, while
+ * enabled) the calls still open, clipped to `now` (they nest: each contains
+ * the ones above it, and all end together). */
+static void put_timeline(buf *b, pp_profiler *p, const tconv *tc, const pp_thread *ts,
+                         int include_open, int64_t now, tlcounts *c)
+{
+    const pp_timeline *tl = &ts->t.tl;
+    for (uint32_t i = 0; i < tl->n; i++) {
+        const pp_tlevent *e = &tl->ev[i];
+        /* start and end converted, then subtracted: a child's interval stays
+         * inside its parent's whatever the rounding */
+        int64_t start = tl_ns(p, tc, e->t0 - p->start_ticks);
+        int64_t end = tl_ns(p, tc, e->t0 + e->dur - p->start_ticks);
+        put_u32(b, ts->index);
+        put_u32(b, e->fid);
+        put_i64(b, start);
+        put_i64(b, end - start);
+    }
+    c->events += tl->n;
+    c->dropped_short += tl->dropped_short;
+    c->dropped_full += tl->dropped_full;
+    if (!include_open || !p->enabled)
+        return;
+    int64_t end = tl_ns(p, tc, now - p->start_ticks);
+    for (uint32_t d = 0; d < ts->st.depth; d++) {
+        const pp_frame *f = &ts->st.f[d];
+        if (now - f->t0 < p->tl_min_ticks || f->fslot >= ts->t.nf)
+            continue;
+        int64_t start = tl_ns(p, tc, f->t0 - p->start_ticks);
+        put_u32(b, ts->index);
+        put_u32(b, ts->t.f[f->fslot].fid);
+        put_i64(b, start);
+        put_i64(b, end - start);
+        c->events++;
+        c->open++;
+    }
+}
+
 /* A table record: its u32 row count, then the rows. */
 static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
 {
@@ -546,7 +607,15 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
         }
     }
 
-    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL,
+    /* timeline rows first: INFO reports their counts */
+    buf tlb = {0};
+    tlcounts tlc = {0};
+    if (p->timeline && !(flags & PP_SNAP_COUNTERS)) {
+        int64_t tnow = include_open && p->enabled ? (now ? now : pp_tracer_now(p)) : 0;
+        for (pp_thread *ts = p->threads; ts; ts = ts->next)
+            put_timeline(&tlb, p, &tc, ts, include_open, tnow, &tlc);
+    }
+    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL, &tlc,
                   sb.paths_dropped);
     if (p->meta && PyBytes_Check(p->meta)) {
         size_t r = record_begin(&b, PP_REC_META);
@@ -572,7 +641,15 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
     }
-    if (p->records && !(flags & PP_SNAP_NO_RECORDS)) {
+    if (p->timeline && !(flags & PP_SNAP_COUNTERS)) {
+        size_t r = record_begin(&b, PP_REC_TIMELINE);
+        put_u32(&b, (uint32_t)tlc.events);
+        put(&b, tlb.p, tlb.n);
+        if (tlb.oom)
+            b.oom = 1;
+        record_end(&b, r);
+    }
+    if (p->records && !(flags & PP_SNAP_COUNTERS)) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(p->records); i++) {
             PyObject *rec = PyList_GET_ITEM(p->records, i);
             if (PyBytes_Check(rec))
@@ -591,6 +668,7 @@ done:
     if (have_live_stacks)
         pp_memstacks_free(&live_stacks);
     free(b.p);
+    free(tlb.p);
     free(sb.fs.p);
     free(sb.es.p);
     free(sb.ls.p);

@@ -42,13 +42,15 @@ enum {
                                  * (path ids per thread; parent 0xFFFFFFFE: a root) */
     PP_REC_STEP = 17,           /* 1.4: one per pyprof.step(), made by the Python side: u32
                                  * header length, JSON header, the step's tables as records */
+    PP_REC_TIMELINE = 18,       /* 1.4: u32 n, n x <IIqq thread fid start_ns dur_ns>
+                                 * (start_ns: since the start of profiling) */
     PP_REC_END = 0xFFFF,
 };
 
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as
  * ending now when include_open is set (periodic flushes). GIL held. */
 #define PP_SNAP_OPEN 1           /* calls still open count as ending now */
-#define PP_SNAP_NO_RECORDS 2     /* without the records the Python side added */
+#define PP_SNAP_COUNTERS 2       /* counters only: no timeline, no records of the Python side */
 PyObject *pp_capture_snapshot(pp_profiler *p, int flags);
 /* Snapshot and write atomically (temporary file + rename). -1 with err set. */
 int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);

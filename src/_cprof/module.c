@@ -177,15 +177,15 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
 
 static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"include_open", "records", "ns_per_tick", NULL};
-    int include_open = 1, records = 1;
+    static char *kwlist[] = {"include_open", "counters_only", "ns_per_tick", NULL};
+    int include_open = 1, counters_only = 0;
     double ns_per_tick = 0.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppd:snapshot", kwlist, &include_open, &records,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppd:snapshot", kwlist, &include_open, &counters_only,
                                      &ns_per_tick))
         return NULL;
     self->snap_ns_per_tick = ns_per_tick;
     PyObject *r = pp_capture_snapshot(self, (include_open ? PP_SNAP_OPEN : 0)
-                                            | (records ? 0 : PP_SNAP_NO_RECORDS));
+                                            | (counters_only ? PP_SNAP_COUNTERS : 0));
     self->snap_ns_per_tick = 0.0;
     return r;
 }
@@ -308,6 +308,50 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_set_timeline(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"min_duration_ns", "max_events", NULL};
+    long long min_ns = 0, max_events = 1000000;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|LL:_set_timeline", kwlist, &min_ns,
+                                     &max_events))
+        return NULL;
+    if (self->enabled) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "the timeline cannot change while the profiler is enabled");
+        return NULL;
+    }
+    if (self->sampling || self->memory_only) {
+        PyErr_SetString(PyExc_ValueError,
+                        "the timeline records function calls: it needs function tracing "
+                        "(not mode='sample' or mode='memory')");
+        return NULL;
+    }
+    if (min_ns < 0) {
+        PyErr_Format(PyExc_ValueError, "timeline_min_duration must be >= 0 ns, not %lld", min_ns);
+        return NULL;
+    }
+    if (max_events < 0 || max_events > (long long)UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "timeline_max_events must be in [0, %llu], not %lld",
+                     (unsigned long long)UINT32_MAX, max_events);
+        return NULL;
+    }
+    if (self->enable_count && !self->timeline && self->timer != NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "with a user timer, the timeline must be set before the first enable()");
+        return NULL;
+    }
+    self->timeline = 1;
+    self->tl_min_ns = min_ns;
+    self->tl_max = (uint64_t)max_events;
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_get_timeline(pp_profiler *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->timeline);
+}
+
 static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *args)
 {
     PyObject *root, *program = Py_None;
@@ -405,8 +449,10 @@ static PyMethodDef profiler_methods[] = {
      "disable()\nStop collecting; calls still open end now."},
     {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
     {"snapshot", (PyCFunction)(void (*)(void))profiler_snapshot, METH_VARARGS | METH_KEYWORDS,
-     "snapshot(include_open=True) -> bytes\nThe collected data as a capture blob "
-     "(see pyprof.session); calls still open count as ending now unless include_open is false."},
+     "snapshot(include_open=True, counters_only=False, ns_per_tick=0.0) -> bytes\nThe "
+     "collected data as a capture blob (see pyprof.session); calls still open count as ending "
+     "now unless include_open is false. counters_only: without the timeline and the records "
+     "the Python side added (steps). ns_per_tick > 0: convert clock ticks with this factor."},
     {"_function_objects", (PyCFunction)profiler_function_objects, METH_NOARGS,
      "Code objects (Python functions) or names (C functions), indexed by function id."},
     {"set_records", (PyCFunction)profiler_set_records, METH_O,
@@ -421,6 +467,11 @@ static PyMethodDef profiler_methods[] = {
      "_set_lines(filter=None)\nLine mode from the next enable(): LINE events on line targets "
      "(added with _add_line_target, or code objects for which filter(code) is true, asked once "
      "each) and call rows."},
+    {"_set_timeline", (PyCFunction)(void (*)(void))profiler_set_timeline,
+     METH_VARARGS | METH_KEYWORDS,
+     "_set_timeline(min_duration_ns=0, max_events=1000000)\nFrom the next enable(): keep "
+     "each ended call lasting at least min_duration_ns as a timeline event, at most "
+     "max_events of them over all threads (the others are counted)."},
     {"_set_sample_root", (PyCFunction)profiler_set_sample_root, METH_VARARGS,
      "_set_sample_root(root, program=None)\nSampled stacks start above the frames of code "
      "`root` (the runner's frame running the program); a sample whose frame above it is not "
@@ -440,6 +491,8 @@ static PyMethodDef profiler_methods[] = {
 static PyGetSetDef profiler_getset[] = {
     {"enabled", (getter)profiler_get_enabled, NULL, "True while collecting.", NULL},
     {"lines", (getter)profiler_get_lines, NULL, "True in line mode.", NULL},
+    {"timeline", (getter)profiler_get_timeline, NULL, "True when calls are kept as a timeline.",
+     NULL},
     {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
     {"memory", (getter)profiler_get_memory, NULL, "True when allocations are recorded.", NULL},
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,

@@ -100,6 +100,7 @@ void pp_tables_free(pp_tables *t)
     for (uint32_t i = 0; i < t->caplmap; i++)
         free(t->lmap[i].slot);
     free(t->lmap);
+    free(t->tl.ev);
     memset(t, 0, sizeof *t);
 }
 
@@ -114,6 +115,8 @@ void pp_tables_clear(pp_tables *t)
     t->paths_dropped = 0;
     for (uint32_t i = 0; i < t->caplmap; i++)
         t->lmap[i].n = 0;       /* keep the memory, forget the slots */
+    t->tl.n = 0;                /* the buffer keeps its reserved capacity */
+    t->tl.dropped_short = t->tl.dropped_full = 0;
 }
 
 /* dst gets its own copy of an array of n used elements (capacity >= 1). */
@@ -127,6 +130,7 @@ static int copy_array(void **dst, const void *src, uint32_t n, uint32_t cap, siz
     return 0;
 }
 
+/* The copy has no timeline (tl zeroed, off): see pp_timeline. */
 int pp_tables_copy(pp_tables *dst, const pp_tables *src)
 {
     memset(dst, 0, sizeof *dst);

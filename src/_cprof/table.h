@@ -109,6 +109,26 @@ typedef struct {
     uint32_t n;
 } pp_lmap;
 
+/* Timeline (function mode with timeline on): one ended call, in clock ticks.
+ * 24 bytes; capture.c converts start and duration to ns since profiling began. */
+typedef struct {
+    uint32_t fid;               /* profile-wide function id */
+    uint32_t pad;
+    int64_t t0;                 /* ticks at entry (the frame's t0) */
+    int64_t dur;                /* ticks, entry to return */
+} pp_tlevent;
+
+/* A thread's timeline buffer. Its capacity is reserved from one profile-wide
+ * budget (tracer.c), so the events held by all threads never exceed it. `on`
+ * is 0 in snapshot copies of the tables: their ended-now calls are not events. */
+typedef struct {
+    pp_tlevent *ev;
+    uint32_t n, cap;
+    uint64_t dropped_short;     /* calls shorter than the minimum duration */
+    uint64_t dropped_full;      /* calls that found the budget spent (or no memory) */
+    int on;
+} pp_timeline;
+
 typedef struct {
     pp_index fidx;
     pp_fslot *f;
@@ -128,6 +148,7 @@ typedef struct {
     pp_pslot *p;
     uint32_t np, capp;
     uint64_t paths_dropped;     /* calls made below a path that could not be added */
+    pp_timeline tl;             /* timeline only (empty otherwise); never copied */
 } pp_tables;
 
 int pp_index_init(pp_index *ix, uint32_t capacity);

@@ -41,6 +41,16 @@ static pp_profiler *pp_active;   /* at most one enabled profiler per process */
 
 static int pp_mem_frames;       /* memory with tracing: peaks per activation */
 
+/* Work done when a call ends, beyond cProfile's accounting: one flag word so
+ * the return path tests a single predictable branch whatever is off. Set by
+ * enable for the active profiler. */
+enum { PP_POP_MEM = 1, PP_POP_TIMELINE = 2 };
+static int pp_pop_hooks;
+/* Timeline: the active profiler's minimum duration (ticks) and the event
+ * capacity not yet reserved by any thread's buffer. GIL held. */
+static int64_t pp_tl_min_ticks;
+static uint64_t pp_tl_left;
+
 /* From the allocation hooks, GIL held: the calling thread's net bytes moved
  * by delta; a new high point for the running activation. */
 static void mem_settle(pp_tables *t, pp_stack *st)
@@ -163,6 +173,7 @@ static pp_thread *attach_thread_impl(pp_profiler *p)
             ts->cstack_guard = low + (room < (256u << 10) ? room : (256u << 10));
         }
         ts->name_tries = 64;
+        ts->t.tl.on = p->timeline;
         ts->index = p->nthreads++;
         *p->threads_tail = ts;
         p->threads_tail = &ts->next;
@@ -553,6 +564,56 @@ COLD void mem_pop(pp_tables *t, pp_stack *st, const pp_frame *f)
         st->f[st->depth - 1].mem_hw = f->mem_hw;
 }
 
+/* Timeline: reserve more room in a thread's buffer from the profile-wide
+ * budget (chunks of at most 64 Ki events, so a thread holds little it does
+ * not use). GIL held; C allocator (not PyMem: never seen by memory hooks). */
+static int timeline_grow(pp_timeline *tl)
+{
+    uint64_t add = tl->cap < 4096 ? 4096 : tl->cap < 65536 ? tl->cap : 65536;
+    if (add > pp_tl_left)
+        add = pp_tl_left;
+    if (add == 0 || (uint64_t)tl->cap + add > UINT32_MAX)
+        return -1;
+    pp_tlevent *ne = realloc(tl->ev, (size_t)(tl->cap + add) * sizeof(pp_tlevent));
+    if (ne == NULL)
+        return -1;
+    tl->ev = ne;
+    tl->cap += (uint32_t)add;
+    pp_tl_left -= add;
+    return 0;
+}
+
+/* Timeline: the call of frame f ended after tt ticks. */
+static inline void timeline_add(pp_tables *t, const pp_frame *f, int64_t tt)
+{
+    pp_timeline *tl = &t->tl;
+    if (!tl->on)
+        return;                 /* a snapshot's copy, or a thread of another profiler */
+    if (tt < pp_tl_min_ticks) {
+        tl->dropped_short++;
+        return;
+    }
+    if (tl->n == tl->cap && timeline_grow(tl) < 0) {
+        tl->dropped_full++;
+        return;
+    }
+    pp_tlevent *e = &tl->ev[tl->n++];
+    e->fid = t->f[f->fslot].fid;
+    e->pad = 0;
+    e->t0 = f->t0;
+    e->dur = tt;
+}
+
+/* Out of line: the return path stays as small with these off. */
+static __attribute__((noinline)) void pop_hooks(pp_tables *t, pp_stack *st, const pp_frame *f,
+                                                int64_t tt)
+{
+    if (pp_pop_hooks & PP_POP_MEM)
+        mem_pop(t, st, f);
+    if (pp_pop_hooks & PP_POP_TIMELINE)
+        timeline_add(t, f, tt);
+}
+
 HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
 {
     pp_frame *f = &st->f[--st->depth];
@@ -560,8 +621,8 @@ HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
     int64_t it = tt - f->subt;
     if (st->depth)
         st->f[st->depth - 1].subt += tt;
-    if (UNLIKELY(pp_mem_frames))
-        mem_pop(t, st, f);
+    if (UNLIKELY(pp_pop_hooks))
+        pop_hooks(t, st, f, tt);
     pp_account_function(&t->f[f->fslot], tt, it);
     if (f->eslot != PP_NONE)
         pp_account_edge(&t->e[f->eslot], tt, it);
@@ -1506,11 +1567,28 @@ int pp_tracer_enable(pp_profiler *p)
     p->gen = ++pp_gen_counter;
     p->fast = p->timer == NULL && pp_clock_kind == PP_CLOCK_TSC && !p->lines && !p->memory;
     pp_mem_frames = p->memory && !p->memory_only && !p->sampling;     /* call tracing only */
+    int timeline = p->timeline && !p->memory_only && !p->sampling;
+    pp_pop_hooks = (pp_mem_frames ? PP_POP_MEM : 0) | (timeline ? PP_POP_TIMELINE : 0);
+    if (timeline) {
+        /* a call of exactly the minimum is kept: round the threshold up */
+        double ticks = (double)p->tl_min_ns * pp_tracer_ticks_per_ns(p);
+        int64_t min = (int64_t)ticks;
+        p->tl_min_ticks = pp_tl_min_ticks = min + ((double)min < ticks);
+        uint64_t reserved = 0;
+        for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+            ts->t.tl.on = 1;
+            reserved += ts->t.tl.cap;
+        }
+        pp_tl_left = p->tl_max > reserved ? p->tl_max - reserved : 0;
+    }
     pp_index_clear(&p->sites);
     memset(p->c_sites, 0, sizeof p->c_sites);
     if (p->enable_count++ == 0) {
         p->start_wall_ns = pp_clock_realtime_ns();
         p->start_mono_ns = pp_clock_monotonic_ns();
+        /* the timeline's origin, the same instant in the profiler's clock (a
+         * user timer is Python code: asked only when a timeline needs it) */
+        p->start_ticks = p->timer == NULL ? pp_clock_now() : timeline ? now_ticks(p) : 0;
     }
     p->enabled_since_ns = pp_clock_monotonic_ns();
     if (p->flush_interval_ns)
@@ -1635,6 +1713,15 @@ static pp_thread *sampled_thread(pp_profiler *p, uint32_t tid, uint64_t ident)
     if (ts && ts->name_tries && ts->name == NULL)
         resolve_thread_name(ts);
     return ts;
+}
+
+double pp_tracer_ticks_per_ns(pp_profiler *p)
+{
+    if (p->timer == NULL)
+        return 1.0 / pp_clock_ns_per_tick();
+    if (p->timeunit > 0.0)
+        return 1e-9 / p->timeunit;
+    return 1.0;                 /* a float timer's seconds are kept as integer ns */
 }
 
 pp_profiler *pp_tracer_active(void)

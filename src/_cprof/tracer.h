@@ -103,6 +103,12 @@ typedef struct pp_profiler {
     int64_t memory_sample;      /* 0: every allocation; else mean bytes between picks */
     int memory_stacks;          /* record each allocation's Python stack */
     struct pp_memdata *mem;     /* what they recorded, resolved to lines */
+    /* timeline (function mode): each ended call as (fid, start, duration) */
+    int timeline;
+    int64_t tl_min_ns;          /* calls shorter than this are counted, not kept */
+    int64_t tl_min_ticks;       /* the same in clock ticks (set by enable) */
+    uint64_t tl_max;            /* events held over all threads, at most */
+    int64_t start_ticks;        /* the clock at start_mono_ns: origin of the events */
     PyObject *weakreflist;
 } pp_profiler;
 
@@ -142,6 +148,9 @@ uint32_t pp_tracer_sample_thread(pp_profiler *p, uint32_t tid, uint64_t ident);
 /* Memory with tracing (GIL held): the calling thread allocated (delta > 0) or
  * freed bytes. */
 void pp_tracer_mem_delta(int64_t delta);
+/* Timeline: ticks of the profiler's clock per nanosecond (user timer: its
+ * unit), to turn a minimum duration in ns into ticks. */
+double pp_tracer_ticks_per_ns(pp_profiler *p);
 /* Write the periodic capture if one is due (GIL held). */
 void pp_tracer_maybe_flush(pp_profiler *p);
 /* The enabled profiler of this process, or NULL. */

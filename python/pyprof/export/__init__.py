@@ -22,8 +22,9 @@ FORMATS = {
     "memory-svg": ("memcurve", (".svg",)),
     "memory-flamegraph": ("memflame", (".memory.html",)),
     "memory-csv": ("memcsv", (".memory.csv",)),
+    "chrome": ("chrome", (".trace.json",)),
 }
-ALIASES = {"lines": "text"}
+ALIASES = {"lines": "text", "perfetto": "chrome"}
 STACK_FORMATS = ("collapsed", "speedscope", "pprof", "flamegraph")
 MEMORY_FORMATS = ("memory-svg", "memory-csv", "memory-flamegraph")
 

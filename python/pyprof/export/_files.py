@@ -26,3 +26,25 @@ def atomic_write(path, data) -> None:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def atomic_write_parts(path, parts) -> None:
+    """As atomic_write, for a long text made of many str parts (written as they
+    come, UTF-8, so it is never held whole in memory)."""
+    path = os.fspath(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".pyprof-", dir=os.path.dirname(os.path.abspath(path)))
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            for part in parts:
+                f.write(part)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
+        raise

@@ -1,0 +1,161 @@
+"""Chrome Trace Event Format (chrome://tracing, Perfetto, speedscope): the
+timeline of a capture (docs/timeline.md).
+
+- one process (``pid``: the profiled process's), named by ``M`` process_name;
+- one track per thread (``tid``: its kernel thread id), named by ``M`` thread_name;
+- each kept call as an ``X`` complete event (``ts``/``dur`` in microseconds,
+  written from integer nanoseconds with three decimals, so no precision is
+  lost and no locale or float formatting is involved), sorted per thread by
+  (start, longest first) so that every call comes after the one containing it;
+- the memory curve as a ``C`` counter "memory" with series ``rss_bytes`` and
+  ``heap_bytes`` (bytes; with --memory);
+- pyprof.step() markers as process-wide ``i`` instant events.
+
+No ``args`` on X events: speedscope keys frames by name and args, so per-call
+args would split a function into many frames. Strings are escaped by
+json.dumps after lone surrogates (undecodable file names) are turned into
+``\\udcXX`` text, so the file is valid UTF-8; NaN cannot occur (integers only,
+and allow_nan=False where floats could appear).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from .._version import __version__
+from ..errors import PyprofError
+from ..timeline import format_ns, thin
+from ._files import atomic_write_parts
+
+
+def has_content(session) -> bool:
+    return bool(session.info.get("timeline") or session.memory_curve
+                or session.meta.get("steps"))
+
+
+def _text(s) -> str:
+    """Valid UTF-8 text whatever the string holds (lone surrogates become \\udcXX)."""
+    return str(s).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _str(s) -> str:
+    return json.dumps(_text(s), ensure_ascii=False)
+
+
+def us(ns: int) -> str:
+    """Integer nanoseconds as a JSON number of microseconds: '1234.567'."""
+    ns = int(ns)
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def function_name(fn) -> str:
+    if fn is None:
+        return "?"
+    if fn.kind == "python":
+        return f"{fn.qualname or fn.name} ({fn.filename}:{fn.line})"
+    return fn.name
+
+
+def thread_ids(session) -> dict:
+    """thread index -> tid: its kernel id, unless another thread of the capture had
+    the same (ids are reused) or none is known; then a number past any kernel id."""
+    out, seen = {}, set()
+    for index in sorted(session.threads):
+        nid = session.threads[index].native_id
+        if not nid or nid in seen:
+            nid = (1 << 31) + index
+        seen.add(nid)
+        out[index] = nid
+    return out
+
+
+def build(session, min_duration_ns: int = 0):
+    """(parts, summary): the JSON text in pieces, and what was kept and dropped."""
+    if not has_content(session):
+        raise PyprofError("this capture has no timeline, memory curve or steps to put in a "
+                          "Chrome trace: profile with --timeline (function calls) or --memory")
+    info, meta = session.info, session.meta
+    pid = int(meta.get("pid") or 1)
+    events, dropped_export = thin(session.timeline, min_duration_ns)
+    tids = thread_ids(session)
+    for t, *_ in events:                    # a row of a thread the capture does not name
+        tids.setdefault(t, (1 << 31) + t)
+    summary = {
+        "timeline_events": len(events),
+        "dropped_short": int(info.get("timeline_dropped_short", 0)),
+        "dropped_full": int(info.get("timeline_dropped_full", 0)),
+        "dropped_at_export": dropped_export,
+        "min_duration_ns": int(info.get("timeline_min_duration_ns", 0)),
+        "export_min_duration_ns": int(min_duration_ns),
+        "open_calls_clipped": int(info.get("timeline_open", 0)),
+    }
+
+    def parts():
+        yield '{"traceEvents":[\n'
+        argv = meta.get("argv") or []
+        command = " ".join(map(str, argv))
+        pname = f"python {command}" if command else "python"
+        first = [f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
+                 f'"args":{{"name":{_str(pname)}}}}}']
+        used = {t for t, *_ in events} | set(session.threads)
+        for t in sorted(used):
+            th = session.threads.get(t)
+            name = th.name if th and th.name else f"thread {t}"
+            first.append(f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tids[t]},'
+                         f'"args":{{"name":{_str(name)}}}}}')
+            first.append(f'{{"name":"thread_sort_index","ph":"M","pid":{pid},"tid":{tids[t]},'
+                         f'"args":{{"sort_index":{int(t)}}}}}')
+        yield ",\n".join(first)
+        names, cats = {}, {}
+        # per thread, by start then longest first; equal intervals: the later
+        # recorded (the caller: it returned last) first
+        order = sorted(range(len(events)),
+                       key=lambda i: (events[i][0], events[i][2], -events[i][3], -i))
+        for k in range(0, len(order), 4096):
+            chunk = []
+            for i in order[k:k + 4096]:
+                t, fid, start, dur = events[i]
+                name = names.get(fid)
+                if name is None:
+                    fn = session.functions.get(fid)
+                    name = names[fid] = _str(function_name(fn))
+                    cats[fid] = "python" if fn is None or fn.kind == "python" else "builtin"
+                chunk.append(f'{{"name":{name},"cat":"{cats[fid]}","ph":"X","ts":{us(start)},'
+                             f'"dur":{us(dur)},"pid":{pid},"tid":{tids[t]}}}')
+            yield ",\n" + ",\n".join(chunk)
+        for pt in session.memory_curve:
+            yield (f',\n{{"name":"memory","ph":"C","ts":{us(round(pt.t * 1e9))},"pid":{pid},'
+                   f'"tid":0,"args":{{"rss_bytes":{int(pt.rss)},"heap_bytes":{int(pt.heap)}}}}}')
+        for m in meta.get("steps", []):
+            try:
+                t_ns = round(float(m["t"]) * 1e9)
+            except (KeyError, TypeError, ValueError, OverflowError):
+                continue                    # not a marker pyprof wrote
+            label = m.get("name") or f"step {m.get('index', '?')}"
+            if m.get("event") == "end":
+                label = f"end of {label}"
+            yield (f',\n{{"name":{_str(label)},"cat":"step","ph":"i","s":"p","ts":{us(t_ns)},'
+                   f'"pid":{pid},"tid":0}}')
+        other = {"pyprof_version": __version__,
+                 "command": _text(command),
+                 "python": _text(meta.get("python") or info.get("python") or ""),
+                 "clock": _text(info.get("clock", "")),
+                 **summary}
+        yield ('\n],"displayTimeUnit":"ms","otherData":'
+               + json.dumps(other, ensure_ascii=False, allow_nan=False) + "}\n")
+
+    return parts(), summary
+
+
+def write(session, path, min_duration_ns: int = 0, report=None):
+    """Write the trace atomically. `report` (a file, e.g. sys.stderr) gets one line
+    when --min-duration dropped calls at export."""
+    parts, summary = build(session, min_duration_ns)
+    atomic_write_parts(path, parts)
+    if report is not None and summary["dropped_at_export"]:
+        print(f"pyprof: {summary['dropped_at_export']} calls shorter than "
+              f"{format_ns(min_duration_ns)} left out of {os.fspath(path)} "
+              f"({summary['timeline_events']} kept)", file=report)
+    return summary
