@@ -80,6 +80,8 @@ class Diff:
     threshold: float
     floors: dict                        # unit -> smallest absolute change shown
     notes: list = field(default_factory=list)
+    limit: int | None = None
+    cut: int = 0                        # rows above the threshold left out by the limit
 
     @property
     def primary(self):
@@ -227,9 +229,12 @@ def diff(before, after, by="function", columns=None, threshold=5.0, min_time=0.0
     visible = [r for r in rows if shown(r)]
     visible.sort(key=lambda r: (-abs(r.change(primary)), r.function, r.file, r.line))
     hidden = len(rows) - len(visible)
+    cut = 0
     if limit is not None and limit >= 0:
+        cut = max(0, len(visible) - limit)
         visible = visible[:limit]
-    return Diff(names[0], names[1], by, common, visible, hidden, threshold, floors, notes)
+    return Diff(names[0], names[1], by, common, visible, hidden, threshold, floors, notes,
+                limit, cut)
 
 
 # ------------------------------------------------------------------ output
@@ -301,6 +306,9 @@ def write_table(d: Diff, out) -> None:
         out.write("".join(cells) + f" {r.function} ({where})\n")
     if not d.rows:
         out.write("(no change above the threshold)\n")
+    if d.cut:
+        out.write(f"{d.cut} more {'entry' if d.cut == 1 else 'entries'} not shown "
+                  f"(--limit {d.limit})\n")
     floor = d.floors[COLUMNS[d.primary][0]]
     floor_text = _FORMATTERS[COLUMNS[d.primary][0]](floor)
     out.write(f"{d.hidden} {'entry' if d.hidden == 1 else 'entries'} within the noise threshold "
@@ -337,6 +345,7 @@ def to_json(d: Diff) -> dict:
         "before": d.before, "after": d.after, "by": d.by, "primary": d.primary,
         "columns": {c: {"unit": COLUMNS[c][0], "meaning": COLUMNS[c][1]} for c in d.columns},
         "threshold_pct": d.threshold, "floors": d.floors, "hidden": d.hidden, "notes": d.notes,
+        "cut_by_limit": d.cut,
         "rows": [{"function": r.function, "file": r.file, "line": r.line, "status": r.status,
                   "values": {c: {"before": r.values[c][0], "after": r.values[c][1],
                                  "change": r.change(c), "change_pct": r.change_pct(c)}
