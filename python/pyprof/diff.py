@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import dataclass, field
 
 from .errors import PyprofError
@@ -337,7 +336,8 @@ def to_csv(d: Diff) -> str:
 
 
 def _raw(v):
-    return repr(v) if isinstance(v, float) and not math.isnan(v) else v
+    """Seconds with 12 significant digits (sums of nanoseconds: no float noise)."""
+    return f"{v:.12g}" if isinstance(v, float) else v
 
 
 def to_json(d: Diff) -> dict:
