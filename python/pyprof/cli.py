@@ -4,6 +4,8 @@
                      [-m module | -c code | script] [args...]
     pyprof convert FILE.cprof -o OUT [-f FORMAT] [--min-duration DURATION]
     pyprof view FILE.cprof [--lines | --functions] [--unit U]
+    pyprof merge A.cprof B.cprof ... -o ALL.cprof [--force]
+    pyprof diff BEFORE.cprof AFTER.cprof [--by function|line] [--format table|csv|json] ...
     pyprof --version
 
 `run` (the default) is a drop-in for ``python -m cProfile``: the program runs as
@@ -35,7 +37,7 @@ from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, for
 from .timeline import DEFAULT_MAX_EVENTS
 
 EXIT_USAGE = 2
-SUBCOMMANDS = ("run", "convert", "view", "stats")
+SUBCOMMANDS = ("run", "convert", "view", "stats", "merge", "diff")
 SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -742,6 +744,109 @@ def _view_filters_given(opts) -> bool:
                 or opts.thread or opts.step or opts.limit)
 
 
+# ------------------------------------------------------------------ merge
+def _capture_paths(args) -> list:
+    """The inputs of merge: files as given; a directory stands for its *.cprof
+    files; a glob pattern the shell did not expand (quoted) is expanded here."""
+    import glob
+    paths = []
+    for arg in args:
+        if os.path.isdir(arg):
+            found = sorted(glob.glob(os.path.join(glob.escape(arg), "*.cprof")))
+            if not found:
+                raise PyprofError(f"{arg} is a directory without .cprof files")
+            paths.extend(found)
+        elif not os.path.exists(arg) and glob.has_magic(arg):
+            found = sorted(glob.glob(arg))
+            if not found:
+                raise PyprofError(f"no file matches {arg!r}")
+            paths.extend(found)
+        else:
+            paths.append(arg)
+    return paths
+
+
+def cmd_merge(argv) -> int:
+    p = _Parser(prog="pyprof merge",
+                description="Merge captures of one program (runs, threads, processes) into one "
+                            "capture; each process stays apart in it (docs/merge-diff.md).")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="a .cprof capture, a directory (its *.cprof files) or a quoted glob")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the merged capture to write (.cprof)")
+    p.add_argument("--force", action="store_true",
+                   help="merge captures of different programs, or of the same process twice")
+    opts = p.parse_args(argv)
+    from .merge import merge_files
+    paths = _capture_paths(opts.inputs)
+    if format_for_path(opts.output) != "cprof":
+        raise PyprofError(f"{opts.output}: the output of merge is a capture: name it *.cprof "
+                          f"(then 'pyprof convert' it to other formats)")
+    _check_writable(opts.output)
+    merge_files(paths, force=opts.force).save(opts.output)
+    return 0
+
+
+# ------------------------------------------------------------------ diff
+def cmd_diff(argv) -> int:
+    from . import diff
+    p = _Parser(prog="pyprof diff",
+                description="Compare two captures per function or line: before, after, absolute "
+                            "and relative change, largest change first (docs/merge-diff.md).")
+    p.add_argument("before", help="the capture before the change (.cprof)")
+    p.add_argument("after", help="the capture after the change (.cprof)")
+    p.add_argument("--by", choices=diff.BY, default="function",
+                   help="compare functions (default) or lines")
+    p.add_argument("--select", nargs="+", metavar="COLUMN",
+                   help="the columns to show, the first one sorting and filtering: "
+                        + ", ".join(diff.COLUMNS) + " (default: all both captures have)")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="hide changes smaller than PCT percent (default 5)")
+    p.add_argument("--min-time", type=float, default=0.001, metavar="SECONDS",
+                   help="hide time changes smaller than SECONDS (default 0.001)")
+    p.add_argument("--min-bytes", type=int, default=1024, metavar="BYTES",
+                   help="hide byte changes smaller than BYTES (default 1024)")
+    p.add_argument("--min-count", type=int, default=1, metavar="N",
+                   help="hide count changes (calls, samples, hits) smaller than N (default 1)")
+    p.add_argument("--limit", type=int, metavar="N", help="show at most N rows")
+    p.add_argument("--format", choices=("table", "csv", "json"),
+                   help="output format (default: from -o's suffix .csv/.json, else table)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--flamegraph", metavar="OUT.html",
+                   help="also write a differential flame graph: widths from AFTER, red where "
+                        "a frame grew, blue where it shrank (needs stacks: --sample or memory "
+                        "stacks)")
+    opts = p.parse_args(argv)
+    if opts.threshold < 0 or opts.min_time < 0 or opts.min_bytes < 0 or opts.min_count < 0:
+        raise PyprofError("--threshold, --min-time, --min-bytes and --min-count must be >= 0")
+    fmt = opts.format
+    if fmt is None:
+        suffix = os.path.splitext(opts.output or "")[1].lower()
+        fmt = {".csv": "csv", ".json": "json"}.get(suffix, "table")
+    for path in (opts.output, opts.flamegraph):
+        if path:
+            _check_writable(path)
+    from .session import Session
+    before, after = Session.load(opts.before), Session.load(opts.after)
+    result = diff.diff(before, after, by=opts.by, columns=opts.select,
+                       threshold=opts.threshold, min_time=opts.min_time,
+                       min_bytes=opts.min_bytes, min_count=opts.min_count, limit=opts.limit,
+                       names=(opts.before, opts.after))
+    text = diff.render(result, fmt)
+    flame = None
+    if opts.flamegraph:                 # everything is computed before anything is written
+        from .export import diffflame
+        flame = diffflame.render(before, after, names=(opts.before, opts.after))
+    from .export._files import atomic_write
+    if flame is not None:
+        atomic_write(opts.flamegraph, flame)
+    if opts.output:
+        atomic_write(opts.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     from . import control
@@ -753,6 +858,10 @@ def main(argv=None) -> int:
             return cmd_view(argv[1:])
         if argv and argv[0] == "stats":
             return cmd_stats(argv[1:])
+        if argv and argv[0] == "merge":
+            return cmd_merge(argv[1:])
+        if argv and argv[0] == "diff":
+            return cmd_diff(argv[1:])
         if argv and argv[0] == "run":
             argv = argv[1:]
         return cmd_run(argv)

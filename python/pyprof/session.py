@@ -599,6 +599,33 @@ class Session:
     def events(self) -> int:
         return self.info.get("events", 0)
 
+    # ------------------------------------------------------------ processes
+    # A merged capture (pyprof merge, docs/merge-diff.md) holds several processes;
+    # any other capture holds one, process 0, with every thread in it.
+    @property
+    def processes(self) -> list:
+        """One record per process: pid, host, argv, start_wall_ns, file, its own
+        sampling/memory info and memory curve (meta["processes"] when merged)."""
+        from .merge import process_records
+        return process_records(self)
+
+    def thread_process(self, thread: int) -> int:
+        """The index (into ``processes``) of the process a thread belongs to."""
+        return int(self.meta.get("thread_process", {}).get(str(thread), 0))
+
+    def process_threads(self, process: int) -> set:
+        """The thread indices of one process, for the ``threads=`` arguments:
+        ``session.function_totals(threads=session.process_threads(1))``."""
+        return {t for t in self.threads if self.thread_process(t) == process}
+
+    def process_memory_curve(self, process: int) -> list:
+        """The memory curve (MemPoint list) of one process."""
+        if "processes" not in self.meta:
+            return list(self.memory_curve) if process == 0 else []
+        return [MemPoint(t, rss, heap, hmax, None if fid is None else (fid, line))
+                for t, rss, heap, hmax, fid, line
+                in self.meta["processes"][process].get("memory_curve", [])]
+
     def select_steps(self, spec) -> list:
         """The steps named by `spec`: an index N, "N", "A..B" (inclusive), or a
         step name. PyprofError when the capture has no steps or none match."""

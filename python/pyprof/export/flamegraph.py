@@ -17,21 +17,25 @@ def new_root():
     return ["all", "", 0, 0, {}]
 
 
-def add_path(root, frames, value) -> None:
-    """Add `value` to the root and to each (label, file, line) frame below it."""
+def add_path(root, frames, value, slot=3) -> None:
+    """Add `value` to the root and to each (label, file, line) frame below it,
+    in the node's slot 3 (its value), or another slot of nodes that carry more
+    values than one (the differential flame graph's BEFORE value is slot 5)."""
     node = root
-    node[3] += value
+    node[slot] += value
     for f in frames:
         child = node[4].get(f)
         if child is None:
-            child = node[4][f] = [f[0], f[1], f[2], 0, {}]
-        child[3] += value
+            child = node[4][f] = [f[0], f[1], f[2], 0, {}] + [0] * (len(root) - 5)
+        child[slot] += value
         node = child
 
 
 def pack(n):
-    """A node as the page's JSON: [name, file, line, value, children largest first]."""
-    return [n[0], n[1], n[2], n[3], [pack(c) for c in sorted(n[4].values(), key=lambda c: -c[3])]]
+    """A node as the page's JSON: [name, file, line, value, children largest
+    first, any further values of the node]."""
+    return [n[0], n[1], n[2], n[3], [pack(c) for c in sorted(n[4].values(), key=lambda c: -c[3])],
+            *n[5:]]
 
 
 def tree(session, lines=False, weight="count"):
@@ -59,12 +63,13 @@ header h1{font-size:15px;margin:0}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:6px 8px;border-radius:4px;
  font-size:12px;display:none;max-width:60ch;white-space:pre-wrap;z-index:9}
 #status{color:#555}
+#notes{margin:8px 12px;color:#333;white-space:pre-wrap;font-size:12px}
 </style></head><body>
 <header><h1>%(title)s</h1>
 <label>%(select)s <select id="thread"></select></label>
 <input id="search" placeholder="search (regex)" size="24">
 <button id="reset">reset zoom</button><span id="status"></span></header>
-<div id="fg"></div><div id="tip"></div>
+<div id="fg"></div><div id="tip"></div><div id="notes"></div>
 <script type="application/json" id="data">%(data)s</script>
 <script>
 "use strict";
@@ -81,12 +86,29 @@ sel.value = DATA.threads["all threads"] ? "all threads" : Object.keys(DATA.threa
 const params = new URLSearchParams(location.hash.slice(1));
 if (params.has("thread") && DATA.threads[params.get("thread")]) sel.value = params.get("thread");
 if (params.has("search")) search.value = params.get("search");
-function color(name) {
+// Differential data (DATA.diff): node = [name, file, line, AFTER, children, BEFORE];
+// red where a frame grew, blue where it shrank, deeper with the size of the change.
+function diffColor(n) {
+  const d = n[3] - n[5], r = Math.min(1, Math.abs(d) / (DATA.max_delta || 1));
+  const c = Math.round(245 - 190 * r);
+  return d > 0 ? "rgb(255," + c + "," + c + ")" : d < 0 ? "rgb(" + c + "," + c + ",255)" : "rgb(245,245,245)";
+}
+function diffText(n) {
+  const d = n[3] - n[5];
+  const gone = n[4].filter(c => c[3] === 0).reduce((s, c) => s + c[5], 0);
+  return "\\nbefore " + fmt(n[5]) + ", after " + fmt(n[3]) + ", change " + (d > 0 ? "+" : "") +
+    fmt(d) + (n[5] ? " (" + (d > 0 ? "+" : "") + (100 * d / n[5]).toFixed(1) + "%%)" : " (new)") +
+    (gone ? "\\n" + fmt(gone) + " in callees only in BEFORE" : "");
+}
+function color(node) {
+  if (DATA.diff) return diffColor(node);
+  const name = node[0];
   let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   if (name.startsWith("[")) return "#bbb";
   return "hsl(" + (20 + h %% 40) + "," + (60 + h %% 30) + "%%," + (55 + h %% 15) + "%%)";
 }
 function fmt(v) {
+  if (v < 0) return "-" + fmt(-v);
   if (unit === "bytes") {
     const u = ["B", "KiB", "MiB", "GiB"]; let i = 0;
     while (v >= 1024 && i < 3) { v /= 1024; i++; }
@@ -106,7 +128,7 @@ function render() {
     depth = Math.max(depth, d);
     const b = document.createElement("div");
     b.className = "box"; b.style.left = x + "px"; b.style.width = w + "px";
-    b.style.top = d * ROW + "px"; b.style.background = color(n[0]);
+    b.style.top = d * ROW + "px"; b.style.background = color(n);
     b.textContent = w > 30 ? n[0] : "";
     const hit = re && re.test(n[0]);
     if (hit) { b.classList.add("hit"); if (!inHit) matched += n[3]; }
@@ -114,7 +136,7 @@ function render() {
       tip.style.display = "block"; tip.style.left = (e.clientX + 12) + "px";
       tip.style.top = (e.clientY + 12) + "px";
       tip.textContent = n[0] + (n[1] ? "\\n" + n[1] + ":" + n[2] : "") + "\\n" + fmt(n[3]) +
-        " (" + (100 * n[3] / (root[3] || 1)).toFixed(1) + "%% of all)";
+        " (" + (100 * n[3] / (root[3] || 1)).toFixed(1) + "%% of all)" + (DATA.diff ? diffText(n) : "");
     };
     b.onmouseleave = () => { tip.style.display = "none"; };
     b.onclick = () => { zoom = n; render(); };
@@ -126,11 +148,19 @@ function render() {
   fg.style.height = (depth + 1) * ROW + "px";
   status.textContent = fmt(root[3]) + (re ? "; matched " + (100 * matched / (root[3] || 1)).toFixed(1) + "%%" : "");
 }
+function notes() {
+  const el = document.getElementById("notes");
+  if (!DATA.diff) return;
+  el.textContent = "Widths: AFTER. Red: grew since BEFORE; blue: shrank (hover for the numbers).\\n" +
+    (DATA.gone.length ? "Only in BEFORE (not drawn):\\n" +
+      DATA.gone.map(g => "  " + g[0] + "  " + fmt(g[1])).join("\\n") : "");
+}
 function safeRe(s) { try { return new RegExp(s); } catch (e) { return null; } }
 function pick() { root = DATA.threads[sel.value]; zoom = null; render(); }
 sel.onchange = pick; search.oninput = render;
 document.getElementById("reset").onclick = () => { zoom = null; render(); };
 window.onresize = render;
+notes();
 pick();
 </script></body></html>
 """
