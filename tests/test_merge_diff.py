@@ -400,6 +400,7 @@ def test_diff_new_and_gone_and_mixed_modes(tmp_path):
 def test_diff_bad_inputs(tmp_path):
     program(tmp_path)
     capture(tmp_path, "a.cprof", 1)
+    capture(tmp_path, "m.cprof", 1, opts=("--memory",))      # exact memory: no stacks
     (tmp_path / "text.cprof").write_text("not a capture\n")
     cases = [
         (["a.cprof", "missing.cprof"], ("missing.cprof",)),
@@ -408,7 +409,7 @@ def test_diff_bad_inputs(tmp_path):
         (["a.cprof", "a.cprof", "--select", "bytes"], ("unknown column",)),
         (["a.cprof", "a.cprof", "--select", "samples"], ("not in both",)),
         (["a.cprof", "a.cprof", "--threshold", "-1"], (">= 0",)),
-        (["a.cprof", "a.cprof", "--flamegraph", "f.html", "-o", "out.csv"],
+        (["m.cprof", "m.cprof", "--flamegraph", "f.html", "-o", "out.csv"],
          ("needs stacks in both captures",)),
     ]
     for args, needles in cases:
@@ -474,3 +475,29 @@ def test_differential_flamegraph_marks_frames_only_in_before(tmp_path):
     ok(pyprof(["diff", "a.cprof", "b.cprof", "--flamegraph", "d.html"], tmp_path))
     data = _data((tmp_path / "d.html").read_text())
     assert any(path.endswith("old_work") and value > 0 for path, value in data["gone"])
+
+
+def test_differential_flamegraph_of_traced_captures(tmp_path):
+    """Function tracing records the calling-context tree: its self times are
+    the stacks of the differential flame graph."""
+    program(tmp_path, work=200000)
+    paths = {k: capture(tmp_path, f"t{k}.cprof", k) for k in (1, 3)}
+    ok(pyprof(["diff", "t1.cprof", "t3.cprof", "--flamegraph", "d.html", "-o", "d.txt"],
+              tmp_path))
+    data = _data((tmp_path / "d.html").read_text())
+    assert data["unit"] == "ns" and list(data["threads"]) == ["traced time"]
+    (root,) = data["threads"].values()
+    before, after = Session.load(paths[1]), Session.load(paths[3])
+    own = sum(round(after.seconds(p.own) * 1e9) for p in after.paths.values() if p.own > 0)
+    assert root[3] == own
+
+    def find(node, name):
+        if node[0] == name:
+            return node
+        for child in node[4]:
+            found = find(child, name)
+            if found:
+                return found
+
+    work = find(root, "work")
+    assert work[3] > 2 * work[5] > 0            # 3x the calls of work: it grew

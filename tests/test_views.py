@@ -451,3 +451,24 @@ def test_memory_capture_views(tmp_path):
     assert rows[0]["net-bytes"] >= 8 * 1024 * 1024          # still referenced by `keep`
     ops = {r["name"]: r for r in views.view(s, "op", select=("bytes",))["rows"]}
     assert ops["big"]["bytes"] >= 8 * 1024 * 1024 > ops["small"]["bytes"] >= 8000
+
+
+def test_merge_keeps_paths_steps_and_timeline(tmp_path):
+    """pyprof merge of two runs: each step holds both runs' counters, the code
+    view the sum of both trees, the timeline both runs' events."""
+    prog = write(tmp_path / "steps_prog.py", STEPS)
+    for name in ("a", "b"):
+        r = pyprof_cli(["--timeline", "-o", f"{name}.cprof", str(prog)], tmp_path)
+        assert r.returncode == 0, r.stderr
+    r = pyprof_cli(["merge", "a.cprof", "b.cprof", "-o", "m.cprof"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    a, b, m = (pyprof.Session.load(tmp_path / f"{n}.cprof") for n in ("a", "b", "m"))
+    assert len(m.steps) == 6
+    for k in range(5):
+        rows = views.view(m, "op", select=("calls",), step=str(k), show=("^work$",))["rows"]
+        assert rows[0]["calls"] == 2 * (k + 1)
+    merged = code_paths(m, start=("^sleepy$",))
+    assert merged[("sleepy",)]["calls"] == 10
+    assert len(m.timeline) == len(a.timeline) + len(b.timeline)
+    works = [e for e in m.timeline if m.functions[e[1]].name == "work"]
+    assert len(works) == 2 * 16

@@ -31,8 +31,8 @@ import os
 from dataclasses import dataclass, field, replace
 
 from .errors import PyprofError
-from .session import (NO_FUNCTION, CallRow, Counters, LineCounters, MemCounters, SampleCounters,
-                      Session, Stack, Thread)
+from .session import (NO_FUNCTION, CallRow, Counters, LineCounters, MemCounters, PathNode,
+                      SampleCounters, Session, Stack, Step, Thread)
 
 
 @dataclass
@@ -60,6 +60,8 @@ class _Merged:
         self.stack_ids: dict = {}           # Stack with merged fids -> merged stack id
         self.memory_stack_ids: dict = {}    # frames with merged fids -> merged id
         self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
+        self.origin_ns = 0                  # wall time of the earliest input's start
+        self.steps: dict = {}               # step index -> (Step, its _Merged tables)
 
 
 def function_identity(fn) -> tuple:
@@ -200,6 +202,39 @@ def _merge_meta(merged, src, remap):
         del out["line_targets"]
 
 
+def _merge_paths(merged, src, remap):
+    # path ids are per thread, and each input's threads are new ones
+    out = merged.session.paths
+    for (t, pid), p in src.paths.items():
+        out[(remap.threads[t], pid)] = PathNode(p.parent, remap.functions[p.fid], p.calls,
+                                                p.total, p.own)
+
+
+def _merge_timeline(merged, src, remap):
+    """Events on one time axis: starts move from the input's origin to the
+    earliest input's."""
+    shift = int(src.info.get("start_wall_ns", merged.origin_ns)) - merged.origin_ns
+    merged.session.timeline.extend(
+        (remap.threads[t], remap.functions[fid], start + shift, dur)
+        for t, fid, start, dur in src.timeline)
+
+
+def _merge_steps(merged, src, remap):
+    """Steps with the same index (the same step of each process: a training
+    step on every rank) become one step holding what they all counted."""
+    for st in src.steps:
+        entry = merged.steps.get(st.index)
+        if entry is None:
+            part = _Merged()
+            entry = merged.steps[st.index] = (Step(st.index, st.name, st.start, st.end,
+                                                   part.session), part)
+        step, part = entry
+        step.start, step.end = min(step.start, st.start), max(step.end, st.end)
+        for merge_table in _STEP_TABLES:
+            merge_table(part, st.data, remap)
+    merged.session.steps = [merged.steps[i][0] for i in sorted(merged.steps)]
+
+
 def _merge_info(merged, src, remap):
     if not merged.session.info:
         merged.session.info = copy.deepcopy(src.info)
@@ -223,9 +258,15 @@ TABLE_MERGERS = [
     _merge_memory_rows,
     _merge_fmemory,
     _merge_memory_curve,
+    _merge_paths,
+    _merge_timeline,
     _merge_meta,
     _merge_info,
+    _merge_steps,           # after info: a step's tables are written per the capture's modes
 ]
+# The tables a step holds (its counters), merged as the whole capture's are.
+_STEP_TABLES = [_merge_fstats, _merge_edges, _merge_lines, _merge_callrows, _merge_samples,
+                _merge_memory_rows, _merge_paths]
 
 
 # ------------------------------------------------------------------ info
@@ -367,12 +408,15 @@ def merge(sessions, force=False, sources=None) -> Session:
         f"input {i + 1}" for i in range(len(sessions))]
     _check(sessions, sources, force)
     merged = _Merged()
+    merged.origin_ns = min((int(s.info.get("start_wall_ns", 0)) for s in sessions), default=0)
     for index, (src, source) in enumerate(zip(sessions, sources)):
         remap = Remap(source, index)
         for merge_table in TABLE_MERGERS:
             merge_table(merged, src, remap)
     out = merged.session
     out.final = all(s.final for s in sessions)
+    for st in out.steps:                # which tables a step writes: the merged modes'
+        st.data.info = out.info
     # Through the file format and back: the derived tables (memory by line and
     # by stack) are rebuilt, and what is returned is exactly what save() writes.
     result = Session.from_blob(out.to_blob(), "merged capture")

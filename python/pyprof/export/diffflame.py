@@ -6,9 +6,8 @@ shows before, after and the change. Frames found only in BEFORE have no width
 in AFTER: they are listed under the graph and counted in their parent's tooltip.
 
 The stacks come from :func:`weighted_stacks`, which yields (frames, value) for
-a Session from whatever stacks it has: sampled stacks (time in ns) or
-allocation stacks (bytes). Another source (a calling-context tree of traced
-calls) plugs in as one more entry of STACK_SOURCES.
+a Session from whatever stacks it has: the calling-context tree of traced calls
+(self time in ns), sampled stacks (time in ns) or allocation stacks (bytes).
 """
 from __future__ import annotations
 
@@ -23,6 +22,19 @@ def _sampled(session, lines=False):
         yield frames, weight
 
 
+def _traced(session, lines=False):
+    """Each path of the calling-context tree with its self time (lines: not
+    recorded by function tracing, so frames are functions)."""
+    todo = [((), session.call_tree())]
+    while todo:
+        frames, node = todo.pop()
+        for fid, child in node.children.items():
+            f = frames + (frame_label(session, fid, 0),)
+            if child.own > 0:
+                yield list(f), round(session.seconds(child.own) * 1e9)
+            todo.append((f, child))
+
+
 def _allocations(session, lines=False):
     for sid, c in session.memory_by_stack.items():
         if c.alloc_bytes > 0 and sid in session.memory_stacks:
@@ -32,6 +44,7 @@ def _allocations(session, lines=False):
 
 # name -> (does the Session have these stacks?, its (frames, value) iterator, unit)
 STACK_SOURCES = {
+    "traced time": (lambda s: bool(s.paths), _traced, "ns"),
     "sampled time": (lambda s: bool(s.samples), _sampled, "ns"),
     "bytes allocated": (lambda s: bool(s.memory_stacks), _allocations, "bytes"),
 }
@@ -79,8 +92,8 @@ def render(before, after, names=("BEFORE", "AFTER"), lines=False, gone_limit=50)
             return ", ".join(stack_sources(s)) or "no stacks"
         raise PyprofError(
             f"a differential flame graph needs stacks in both captures ({names[0]}: "
-            f"{what(before)}; {names[1]}: {what(after)}): profile with --sample, or "
-            f"--memory-sample / --memory --memory-stacks")
+            f"{what(before)}; {names[1]}: {what(after)}): profile with function tracing "
+            f"(the default), --sample, or --memory-sample / --memory --memory-stacks")
     source = common[0]
     root = tree(before, after, source, lines)
     nodes = list(_walk(root))
