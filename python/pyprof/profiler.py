@@ -223,9 +223,10 @@ class Profile(_cprof.Profiler):
     def _session(self, include_open):
         self._refresh_meta()
         session = Session.from_blob(self.snapshot(include_open))
-        rec = self._step_recorder
-        if rec.open is not None:                # the step running now, up to now
-            session.steps.append(rec.ending(rec._counters(), rec.prof_seconds()))
+        running = self._step_recorder.running()     # the step running now, up to now
+        if running is not None:
+            running.data.adopt(session)
+            session.steps.append(running)
         if session.stacks:
             _name_native_frames(session)
         return session
@@ -254,6 +255,8 @@ class Profile(_cprof.Profiler):
             meta["numpy_buffers"] = _numpy.status()
         if self._step_recorder.markers:
             meta["steps"] = list(self._step_recorder.markers)
+        if self._step_recorder.dropped:
+            meta["steps_dropped"] = self._step_recorder.dropped
         if self._objects_steps:
             meta["objects_steps"] = list(self._objects_steps)
         if self.lines:

@@ -709,50 +709,6 @@ def _parse_step(payload, name) -> Step:
                 float(header["end"]), data)
 
 
-def counters_delta(after: Session, before: Session) -> Session:
-    """What `after` counted that `before` (an earlier snapshot of the same
-    run) had not: every counter table subtracted key by key, unchanged keys
-    left out. Names are not copied (see Session.adopt)."""
-    d = Session()
-
-    def sub(table_after, table_before, out, fields):
-        for key, a in table_after.items():
-            b = table_before.get(key)
-            if b is None:
-                out[key] = a
-                continue
-            diff = [getattr(a, f) - getattr(b, f) for f in fields]
-            if any(diff):
-                out[key] = type(a)(*diff) if not isinstance(a, PathNode) else \
-                    PathNode(a.parent, a.fid, *diff)
-
-    sub(after.fstats, before.fstats, d.fstats, ("calls", "rec_calls", "total", "own"))
-    sub(after.edges, before.edges, d.edges, ("calls", "rec_calls", "total", "own"))
-    sub(after.paths, before.paths, d.paths, ("calls", "total", "own"))
-    sub(after.lines, before.lines, d.lines, ("hits", "time"))
-    sub(after.callrows, before.callrows, d.callrows, ("calls", "time"))
-    sub(after.samples, before.samples, d.samples, ("count", "weight"))
-    mem_fields = ("alloc_bytes", "alloc_count", "free_bytes", "free_count")
-
-    def by_site(rows):      # a site can have several rows (finished runs, the live one)
-        out: dict = {}
-        for f, ln, k, st, c in rows:
-            out.setdefault((f, ln, k, st), MemCounters()).add(c)
-        return out
-
-    old = by_site(before.memory_rows)
-    for (fid, line, kind, stack), c in by_site(after.memory_rows).items():
-        b = old.get((fid, line, kind, stack))
-        diff = [getattr(c, f) - (getattr(b, f) if b else 0) for f in mem_fields]
-        if any(diff):
-            row = MemCounters(*diff)
-            d.memory_rows.append((fid, line, kind, stack, row))
-            d.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters()).add(row)
-            if stack != NO_FUNCTION:
-                d.memory_by_stack.setdefault(stack, MemCounters()).add(row)
-    return d
-
-
 def _parse_stacks(payload) -> dict:
     raw = bytes(payload)
     (n,) = struct.unpack_from("<I", raw)

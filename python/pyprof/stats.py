@@ -182,7 +182,7 @@ def _fmt(col, v):
         return views.fmt_time(v)
     if unit == "B":
         return views.fmt_bytes(v)
-    return f"{v:,.1f}" if isinstance(v, float) and v != int(v) else f"{int(v):,}"
+    return f"{v:,.2f}" if isinstance(v, float) and v != int(v) else f"{int(v):,}"
 
 
 def run(paths, by="step", select=None, csv_path=None, lines=True, out=None) -> int:

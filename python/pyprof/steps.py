@@ -16,10 +16,18 @@ them. Outside profiling it does nothing.
 """
 from __future__ import annotations
 
+import json
+import struct
 import time
 
 from . import _cprof
-from .session import REC_STEP, Session, Step, _pack_step, _record, counters_delta
+from .session import REC_STEP, Session, Step, _record
+
+
+# The counters of every step are held in memory until the capture is written:
+# about 40 bytes per function, caller/callee pair and call path that changed
+# during the step. Past this many bytes, later steps keep their markers only.
+MAX_BYTES = 256 << 20
 
 
 def _profiler():
@@ -31,95 +39,75 @@ def _now(p) -> float:
 
 
 class StepRecorder:
-    """The steps of one Profile: the markers, the step open now and the
-    counters read at its start, and the records of the steps that ended
-    (shared with the C core, which writes them with every capture)."""
+    """The steps of one Profile: the markers, the step open now, and the
+    records of the steps that ended (shared with the C core, which writes them
+    with every capture). The C core keeps the counters of the last mark and
+    gives what changed since (Profiler._step_counters), so a mark costs time
+    in proportion to the rows that changed, and pyprof keeps no Python objects
+    of its own in the program's heap between marks."""
 
     def __init__(self, prof):
         self.prof = prof
         self.markers = []               # {"index", "name", "event", "t"} (meta["steps"])
         self.records = []               # STEP records of ended steps
-        # the step running: (index, name, start, counters at its start as the
-        # C core's bytes; parsed only when it ends, so that between marks
-        # pyprof keeps no objects of its own in the program's heap)
-        self.open = None
-        self.ns_per_tick = None         # ticks -> ns, the same for every snapshot of the steps
+        self.open = None                # the step running: (index, name, start)
+        self.started = 0
+        self.kept_bytes = 0
+        self.dropped = 0                # steps whose counters did not fit in MAX_BYTES
         prof.set_records(self.records)
 
     def prof_seconds(self) -> float:
         return _now(self.prof)
 
-    def _counters(self) -> bytes:
-        # The clock's calibration keeps refining; snapshots compared with each
-        # other must convert ticks alike, or a function that did not run in a
-        # step would show a few ns there.
-        if self.ns_per_tick is None:
-            self.ns_per_tick = _cprof.clock_info()["ns_per_tick"]
-        return self.prof.snapshot(True, True, self.ns_per_tick)
-
     def start(self, name) -> None:
-        was = self._pause()
-        try:
-            self._start(name)
-        finally:
-            self._resume(was)
-
-    def end(self, name) -> None:
-        was = self._pause()
-        try:
-            self._end_marked(name)
-        finally:
-            self._resume(was)
-
-    # pyprof's own work at a mark is not the program's: the thread's events
-    # are not recorded meanwhile (only the call of pyprof.step itself is)
-    def _pause(self) -> bool:
-        was = self.prof._thread_paused
-        self.prof._thread_paused = True
-        return was
-
-    def _resume(self, was) -> None:
-        if not was:
-            self.prof._thread_paused = False
-
-    def _start(self, name) -> None:
-        now_counters = self._counters()
+        counters = self.prof._step_counters()       # since the last mark
         t = _now(self.prof)
         if self.open is not None:
-            self._end(now_counters, t)
-        index = sum(1 for m in self.markers if m["event"] == "start")
+            self._record(counters, t)
+        index = self.started
+        self.started += 1
         self.markers.append({"index": index, "name": name, "event": "start", "t": t})
-        self.open = (index, name, t, now_counters)
+        self.open = (index, name, t)
 
-    def _end_marked(self, name) -> None:
+    def end(self, name) -> None:
         if self.open is None:
             return
+        counters = self.prof._step_counters()
         t = _now(self.prof)
         self.markers.append({"index": self.open[0], "name": name, "event": "end", "t": t})
-        self._end(self._counters(), t)
+        self._record(counters, t)
 
     def close(self) -> None:
         """Profiling stopped: the open step ends here."""
         if self.open is not None:
-            self._end(self._counters(), _now(self.prof))
+            self._record(self.prof._step_counters(), _now(self.prof))
 
-    def _end(self, counters, t) -> None:
-        self.records.append(_record(REC_STEP, _pack_step(self.ending(counters, t))))
+    def _record(self, counters: bytes, t) -> None:
+        index, name, start = self.open
         self.open = None
+        header = json.dumps({"index": index, "name": name, "start": start, "end": t}).encode()
+        rec = _record(REC_STEP, struct.pack("<I", len(header)) + header + counters)
+        if self.kept_bytes + len(rec) > MAX_BYTES:
+            self.dropped += 1           # its marker stays (meta["steps"]), its counters not
+            return
+        self.kept_bytes += len(rec)
+        self.records.append(rec)
 
-    def ending(self, counters, t) -> Step:
-        """The open step as if it ended at `t` with `counters` (the C core's bytes)."""
-        index, name, start, before = self.open
-        after = Session.from_blob(counters)
-        data = counters_delta(after, Session.from_blob(before))
-        data.adopt(after)
-        return Step(index, name, start, t, data)
+    def running(self):
+        """The open step as a Step up to now (for a live Session), or None."""
+        if self.open is None:
+            return None
+        index, name, start = self.open
+        data = Session.from_blob(self.prof._step_counters(peek=True))
+        return Step(index, name, start, _now(self.prof), data)
 
     def clear(self) -> None:
         self.markers.clear()
         self.records.clear()
         self.open = None
-        self.ns_per_tick = None
+        self.started = 0
+        self.kept_bytes = 0
+        self.dropped = 0
 
 
 def _mark(event, name):
@@ -127,15 +115,25 @@ def _mark(event, name):
     rec = getattr(p, "_step_recorder", None) if p is not None else None
     if rec is None:
         return
-    if event == "start":
-        rec.start(name)
-        if getattr(p, "_objects_at_steps", False):
-            from .objects import summary
-            m = rec.markers[-1]
-            p._objects_steps.append({"index": m["index"], "name": name, "t": m["t"],
-                                     "objects": summary(limit=15)})
-    else:
-        rec.end(name)
+    # pyprof's own work at a mark is not the program's: the thread's events are
+    # not recorded meanwhile, so only the call of pyprof.step shows (its time
+    # is what a mark costs). Set here, in the frame that unsets it, so the
+    # profiler's shadow stack stays balanced.
+    was_paused = p._thread_paused
+    p._thread_paused = True
+    try:
+        if event == "start":
+            rec.start(name)
+            if getattr(p, "_objects_at_steps", False):
+                from .objects import summary
+                m = rec.markers[-1]
+                p._objects_steps.append({"index": m["index"], "name": name, "t": m["t"],
+                                         "objects": summary(limit=15)})
+        else:
+            rec.end(name)
+    finally:
+        if not was_paused:
+            p._thread_paused = False
 
 
 class step:

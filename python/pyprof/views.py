@@ -513,7 +513,17 @@ def _scope_view(session, threads) -> dict:
         leaf.total = {}
         leaf.fixed["occurrence"] = 1
         leaf.name = path[-1][0]
-        level[(leaf.name, fid)] = leaf
+        key = (leaf.name, "function")
+        holder = level.get(key)
+        if holder is None:
+            level[key] = leaf
+        elif holder.kind == "function" and holder.file == "" and not holder.own:
+            # the scope of functions nested in this one, made first: it is this one
+            leaf.children = holder.children
+            leaf.fixed["occurrence"] += holder.fixed.get("occurrence", 0)
+            level[key] = leaf
+        else:                       # another function of the same name (lambdas...)
+            level[(leaf.name, fid)] = leaf
     return roots
 
 

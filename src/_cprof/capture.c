@@ -539,6 +539,290 @@ static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
     record_end(b, r);
 }
 
+/* A thread's tables as if the calls still open (with include_open) ended at
+ * `now`: a copy then (*copied set; the caller frees it), leaving the live
+ * state untouched, else the live tables. NULL when memory runs out. */
+static const pp_tables *tables_at(pp_profiler *p, pp_thread *ts, int include_open, int64_t now,
+                                  pp_tables *copy, int *copied)
+{
+    *copied = 0;
+    if (!include_open || ts->st.depth == 0)
+        return &ts->t;
+    pp_stack st = {0};
+    if (pp_tables_copy(copy, &ts->t) < 0)
+        return NULL;
+    st.f = malloc(ts->st.depth * sizeof(pp_frame));
+    if (st.f == NULL) {
+        pp_tables_free(copy);
+        return NULL;
+    }
+    memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
+    st.depth = st.cap = ts->st.depth;
+    st.mem_cur = ts->st.mem_cur;
+    st.mem_pending = ts->st.mem_pending;
+    st.mem_pending_base = ts->st.mem_pending_base;
+    pp_tracer_stop_all(ts, copy, &st, now, p->lines);
+    pp_stack_free(&st);
+    *copied = 1;
+    return copy;
+}
+
+/* ---------------------------------------------------------------- steps */
+
+/* Counters `cur` (n entries, by slot) against the base of the last mark: the
+ * delta of entry i, nonzero when it changed. */
+static inline int cnt_changed(const pp_cntbase *base, const pp_cnt4 *cur, uint32_t i,
+                              pp_cnt4 *d)
+{
+    pp_cnt4 prev = i < base->n ? base->v[i] : (pp_cnt4){0, 0, 0, 0};
+    d->calls = cur[i].calls - prev.calls;
+    d->rec_calls = cur[i].rec_calls - prev.rec_calls;
+    d->tt = cur[i].tt - prev.tt;
+    d->it = cur[i].it - prev.it;
+    return d->calls || d->rec_calls || d->tt || d->it;
+}
+
+/* The base becomes `cur` (which it now owns), unless peeking. */
+static void cnt_rebase(pp_cntbase *base, pp_cnt4 *cur, uint32_t n, int peek)
+{
+    if (peek) {
+        free(cur);
+        return;
+    }
+    free(base->v);
+    base->v = cur;
+    base->n = base->cap = n;
+}
+
+static pp_cnt4 *cnt_new(uint32_t n)
+{
+    return malloc((size_t)(n ? n : 1) * sizeof(pp_cnt4));
+}
+
+typedef struct {
+    buf fs, es, ps, ls, cs, ss, ms;
+    uint32_t nfs, nes, nps, nls, ncs, nss, nms;
+} stepbufs;
+
+/* One thread's rows that changed since its last mark. -1 on OOM. */
+static int step_thread(stepbufs *sb, pp_thread *ts, const pp_tables *t, const tconv *tc,
+                       int peek)
+{
+    pp_stepbase *base = &ts->step;
+    pp_cnt4 d, *cur;
+    if ((cur = cnt_new(t->nf)) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < t->nf; i++) {
+        const pp_fslot *s = &t->f[i];
+        cur[i] = (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
+        if (cnt_changed(&base->f, cur, i, &d)) {
+            put_u32(&sb->fs, ts->index);
+            put_u32(&sb->fs, s->fid);
+            put_u64(&sb->fs, d.calls);
+            put_u64(&sb->fs, d.rec_calls);
+            put_i64(&sb->fs, conv(tc, d.tt));
+            put_i64(&sb->fs, conv(tc, d.it));
+            sb->nfs++;
+        }
+    }
+    cnt_rebase(&base->f, cur, t->nf, peek);
+    if ((cur = cnt_new(t->ne)) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < t->ne; i++) {
+        const pp_eslot *s = &t->e[i];
+        cur[i] = (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
+        if (cnt_changed(&base->e, cur, i, &d)) {
+            put_u32(&sb->es, ts->index);
+            put_u32(&sb->es, t->f[s->caller].fid);
+            put_u32(&sb->es, t->f[s->callee].fid);
+            put_u32(&sb->es, 0);
+            put_u64(&sb->es, d.calls);
+            put_u64(&sb->es, d.rec_calls);
+            put_i64(&sb->es, conv(tc, d.tt));
+            put_i64(&sb->es, conv(tc, d.it));
+            sb->nes++;
+        }
+    }
+    cnt_rebase(&base->e, cur, t->ne, peek);
+    if ((cur = cnt_new(t->np)) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < t->np; i++) {
+        const pp_pslot *s = &t->p[i];
+        cur[i] = (pp_cnt4){s->calls, 0, s->tt, s->it};
+        if (cnt_changed(&base->p, cur, i, &d)) {
+            put_u32(&sb->ps, ts->index);
+            put_u32(&sb->ps, i);
+            put_u32(&sb->ps, s->parent);
+            put_u32(&sb->ps, t->f[s->fslot].fid);
+            put_u64(&sb->ps, d.calls);
+            put_i64(&sb->ps, conv(tc, d.tt));
+            put_i64(&sb->ps, conv(tc, d.it));
+            sb->nps++;
+        }
+    }
+    cnt_rebase(&base->p, cur, t->np, peek);
+    if ((cur = cnt_new(t->nl)) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < t->nl; i++) {
+        const pp_lslot *s = &t->l[i];
+        cur[i] = (pp_cnt4){s->hits, 0, s->time, 0};
+        if (cnt_changed(&base->l, cur, i, &d)) {
+            put_u32(&sb->ls, ts->index);
+            put_u32(&sb->ls, s->fid);
+            put_u32(&sb->ls, s->line);
+            put_u32(&sb->ls, 0);
+            put_u64(&sb->ls, d.calls);
+            put_i64(&sb->ls, conv(tc, d.tt));
+            sb->nls++;
+        }
+    }
+    cnt_rebase(&base->l, cur, t->nl, peek);
+    if ((cur = cnt_new(t->nc)) == NULL)
+        return -1;
+    for (uint32_t i = 0; i < t->nc; i++) {
+        const pp_cslot *s = &t->c[i];
+        cur[i] = (pp_cnt4){s->calls, 0, s->time, 0};
+        if (cnt_changed(&base->c, cur, i, &d)) {
+            put_u32(&sb->cs, ts->index);
+            put_u32(&sb->cs, t->l[s->lslot].fid);
+            put_u32(&sb->cs, t->l[s->lslot].line);
+            put_u32(&sb->cs, t->f[s->callee].fid);
+            put_u64(&sb->cs, d.calls);
+            put_i64(&sb->cs, conv(tc, d.tt));
+            sb->ncs++;
+        }
+    }
+    cnt_rebase(&base->c, cur, t->nc, peek);
+    return 0;
+}
+
+/* Sample counters that changed since the last mark (entries only grow). */
+static int step_samples(stepbufs *sb, pp_profiler *p, int peek)
+{
+    const pp_samples *s = &p->samples;
+    pp_cnt4 d, *cur = cnt_new(s->nsamples);
+    if (cur == NULL)
+        return -1;
+    for (uint32_t i = 0; i < s->nsamples; i++) {
+        const pp_sampleent *x = &s->samples[i];
+        cur[i] = (pp_cnt4){x->count, 0, x->weight_ns, 0};
+        if (cnt_changed(&p->step_samples, cur, i, &d)) {
+            put_u32(&sb->ss, x->thread);
+            put_u32(&sb->ss, x->stack);
+            put_u32(&sb->ss, x->state);
+            put_u32(&sb->ss, 0);
+            put_u64(&sb->ss, d.calls);
+            put_i64(&sb->ss, d.tt);
+            sb->nss++;
+        }
+    }
+    cnt_rebase(&p->step_samples, cur, s->nsamples, peek);
+    return 0;
+}
+
+/* Allocation sites of the recording under way that changed since the last
+ * mark (sites only grow within a recording; a new recording starts over). */
+static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
+{
+    pp_memrow *live = NULL;
+    uint32_t n = 0;
+    pp_meminfo info;
+    if (pp_memory_rows(p, &live, &n, &info) < 0)
+        return -1;
+    if (n < p->step_memory.n)               /* a new recording */
+        pp_cntbase_free(&p->step_memory);
+    uint32_t old_stacks = p->mem ? p->mem->stacks.n : 0;
+    pp_cnt4 d, *cur = cnt_new(n);
+    if (cur == NULL) {
+        free(live);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const pp_memrow *r = &live[i];
+        cur[i] = (pp_cnt4){r->alloc_bytes, r->alloc_count, (int64_t)r->free_bytes,
+                           (int64_t)r->free_count};
+        if (cnt_changed(&p->step_memory, cur, i, &d)) {
+            put_u32(&sb->ms, r->fid);
+            put_u32(&sb->ms, r->line);
+            put_u32(&sb->ms, r->kind);
+            put_u32(&sb->ms, r->stack == PP_NONE || !p->memory_stacks ? PP_NONE
+                                                                      : r->stack + old_stacks);
+            put_u64(&sb->ms, d.calls);
+            put_u64(&sb->ms, d.rec_calls);
+            put_u64(&sb->ms, (uint64_t)d.tt);
+            put_u64(&sb->ms, (uint64_t)d.it);
+            put_u64(&sb->ms, 0);            /* peaks are not per step */
+            put_u64(&sb->ms, 0);
+            sb->nms++;
+        }
+    }
+    cnt_rebase(&p->step_memory, cur, n, peek);
+    free(live);
+    return 0;
+}
+
+static PyObject *step_counters(pp_profiler *p, int peek)
+{
+    tconv tc = {0, 1.0};
+    if (p->timer == NULL) {
+        tc.scale = 1;
+        tc.ns_per_tick = pp_clock_ns_per_tick();
+    }
+    int64_t now = pp_tracer_now(p);
+    if (p->sampling)
+        pp_sampler_drain(p);
+    stepbufs sb = {0};
+    buf b = {0};
+    int oom = 0;
+    for (pp_thread *ts = p->threads; ts && !oom; ts = ts->next) {
+        pp_tables copy;
+        int copied;
+        const pp_tables *t = tables_at(p, ts, 1, now, &copy, &copied);
+        if (t == NULL || step_thread(&sb, ts, t, &tc, peek) < 0)
+            oom = 1;
+        if (copied)
+            pp_tables_free(&copy);
+    }
+    if (!oom && p->sampling && step_samples(&sb, p, peek) < 0)
+        oom = 1;
+    PyObject *result = NULL;
+    if (!oom && p->memory && p->enabled && pp_memory_recording() && step_memory(&sb, p, peek) < 0) {
+        free(sb.fs.p); free(sb.es.p); free(sb.ps.p); free(sb.ls.p); free(sb.cs.p);
+        free(sb.ss.p); free(sb.ms.p);
+        return NULL;                        /* pp_memory_rows set the error */
+    }
+    put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
+    put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
+    if (p->paths && !p->sampling && !p->memory_only)
+        put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
+    if (p->lines) {
+        put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
+        put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
+    }
+    if (p->sampling)
+        put_table(&b, PP_REC_SAMPLES, &sb.ss, sb.nss);
+    if (p->memory)
+        put_table(&b, PP_REC_MEMORY, &sb.ms, sb.nms);
+    size_t r = record_begin(&b, PP_REC_END);
+    record_end(&b, r);
+    if (oom || b.oom)
+        PyErr_NoMemory();
+    else
+        result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
+    free(b.p);
+    free(sb.fs.p); free(sb.es.p); free(sb.ps.p); free(sb.ls.p); free(sb.cs.p);
+    free(sb.ss.p); free(sb.ms.p);
+    return result;
+}
+
+PyObject *pp_capture_step_counters(pp_profiler *p, int peek)
+{
+    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
+    PyObject *r = step_counters(p, peek);
+    pp_memory_self_end(was);
+    return r;
+}
+
 static PyObject *capture_snapshot(pp_profiler *p, int flags)
 {
     int include_open = flags & PP_SNAP_OPEN;
@@ -578,33 +862,16 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
     }
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         events += ts->events;
-        if (include_open && ts->st.depth) {
-            /* End open calls on copies, leaving the live state untouched. */
-            pp_tables t;
-            pp_stack st = {0};
-            if (pp_tables_copy(&t, &ts->t) < 0) {
-                b.oom = 1;
-                break;
-            }
-            st.f = malloc(ts->st.depth * sizeof(pp_frame));
-            if (st.f == NULL) {
-                pp_tables_free(&t);
-                b.oom = 1;
-                break;
-            }
-            memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
-            st.depth = st.cap = ts->st.depth;
-            st.mem_cur = ts->st.mem_cur;
-            st.mem_pending = ts->st.mem_pending;
-            st.mem_pending_base = ts->st.mem_pending_base;
-            pp_tracer_stop_all((pp_thread *)ts, &t, &st, now, p->lines);
-            put_thread_stats(&sb, ts, &t, &tc);
-            pp_tables_free(&t);
-            pp_stack_free(&st);
+        pp_tables copy;
+        int copied;
+        const pp_tables *t = tables_at(p, ts, include_open, now, &copy, &copied);
+        if (t == NULL) {
+            b.oom = 1;
+            break;
         }
-        else {
-            put_thread_stats(&sb, ts, &ts->t, &tc);
-        }
+        put_thread_stats(&sb, ts, t, &tc);
+        if (copied)
+            pp_tables_free(&copy);
     }
 
     /* timeline rows first: INFO reports their counts */

@@ -52,6 +52,11 @@ enum {
 #define PP_SNAP_OPEN 1           /* calls still open count as ending now */
 #define PP_SNAP_COUNTERS 2       /* counters only: no timeline, no records of the Python side */
 PyObject *pp_capture_snapshot(pp_profiler *p, int flags);
+/* pyprof.step(): what every counter table gained since the previous call, as a
+ * record stream (FSTATS, EDGES, PATHS, LINES, CALLROWS, SAMPLES, MEMORY as the
+ * modes have them, then END), calls still open counting up to now. With peek,
+ * the previous call stays the reference. */
+PyObject *pp_capture_step_counters(pp_profiler *p, int peek);
 /* Snapshot and write atomically (temporary file + rename). -1 with err set. */
 int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);
 /* Write a blob to a file atomically. -1 with err set. No Python API used. */

@@ -190,6 +190,15 @@ static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *
     return r;
 }
 
+static PyObject *profiler_step_counters(pp_profiler *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"peek", NULL};
+    int peek = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:_step_counters", kwlist, &peek))
+        return NULL;
+    return pp_capture_step_counters(self, peek);
+}
+
 static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
@@ -453,6 +462,10 @@ static PyMethodDef profiler_methods[] = {
      "collected data as a capture blob (see pyprof.session); calls still open count as ending "
      "now unless include_open is false. counters_only: without the timeline and the records "
      "the Python side added (steps). ns_per_tick > 0: convert clock ticks with this factor."},
+    {"_step_counters", (PyCFunction)(void (*)(void))profiler_step_counters,
+     METH_VARARGS | METH_KEYWORDS,
+     "_step_counters(peek=False) -> bytes\nWhat the counters gained since the previous call "
+     "(pyprof.step), as a record stream; calls still open count up to now."},
     {"_function_objects", (PyCFunction)profiler_function_objects, METH_NOARGS,
      "Code objects (Python functions) or names (C functions), indexed by function id."},
     {"set_records", (PyCFunction)profiler_set_records, METH_O,

@@ -8,6 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+void pp_cntbase_free(pp_cntbase *b)
+{
+    free(b->v);
+    b->v = NULL;
+    b->n = b->cap = 0;
+}
+
+void pp_stepbase_free(pp_stepbase *b)
+{
+    pp_cntbase_free(&b->f);
+    pp_cntbase_free(&b->e);
+    pp_cntbase_free(&b->p);
+    pp_cntbase_free(&b->l);
+    pp_cntbase_free(&b->c);
+}
+
 int pp_index_init(pp_index *ix, uint32_t capacity)
 {
     ix->e = calloc(capacity, sizeof(pp_ient));

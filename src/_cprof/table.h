@@ -151,6 +151,26 @@ typedef struct {
     pp_timeline tl;             /* timeline only (empty otherwise); never copied */
 } pp_tables;
 
+/* Steps: a table's counters at the last step mark, by slot (in ticks), so a
+ * mark writes only what changed since. Lines keep hits in `calls` and time
+ * in `tt`; call rows calls and time the same way. */
+typedef struct {
+    uint64_t calls, rec_calls;
+    int64_t tt, it;
+} pp_cnt4;
+
+typedef struct {
+    pp_cnt4 *v;
+    uint32_t n, cap;
+} pp_cntbase;
+
+typedef struct {
+    pp_cntbase f, e, p, l, c;
+} pp_stepbase;
+
+void pp_cntbase_free(pp_cntbase *b);
+void pp_stepbase_free(pp_stepbase *b);
+
 int pp_index_init(pp_index *ix, uint32_t capacity);
 void pp_index_free(pp_index *ix);
 int pp_index_put(pp_index *ix, uint64_t key, uint32_t val);   /* -1 on OOM */

@@ -1748,9 +1748,12 @@ uint32_t pp_tracer_add_line_target(pp_profiler *p, PyObject *code)
 void pp_tracer_clear(pp_profiler *p)
 {
     pp_samples_clear(&p->samples);
+    pp_cntbase_free(&p->step_samples);
+    pp_cntbase_free(&p->step_memory);
     pp_memory_free(p);
     for (pp_thread *ts = p->threads; ts; ts = ts->next) {
         pp_tables_clear(&ts->t);
+        pp_stepbase_free(&ts->step);
         ts->st.depth = 0;
         ts->events = 0;
         ts->flush_at = 0;
@@ -1765,6 +1768,7 @@ void pp_tracer_free(pp_profiler *p)
         pp_thread *next = ts->next;
         pp_tables_free(&ts->t);
         pp_stack_free(&ts->st);
+        pp_stepbase_free(&ts->step);
         Py_XDECREF(ts->name);
         free(ts);
         ts = next;
@@ -1787,6 +1791,8 @@ void pp_tracer_free(pp_profiler *p)
     pp_index_free(&p->sites);
     pp_index_free(&p->native_threads);
     pp_samples_free(&p->samples);
+    pp_cntbase_free(&p->step_samples);
+    pp_cntbase_free(&p->step_memory);
     Py_CLEAR(p->prev_thread_hook);
     Py_CLEAR(p->prev_trace_hook);
     Py_CLEAR(p->line_filter);

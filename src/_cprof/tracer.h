@@ -34,6 +34,7 @@ typedef struct pp_thread {
     int name_tries;             /* lookups left before giving up (raw threads) */
     pp_tables t;
     pp_stack st;
+    pp_stepbase step;           /* counters at the last pyprof.step() mark */
 } pp_thread;
 
 #define PP_C_SITE_BITS (1u << 16)
@@ -84,6 +85,8 @@ typedef struct pp_profiler {
     PyObject *meta;             /* bytes: JSON written with every capture */
     PyObject *records;          /* list of bytes: whole records written before END */
     double snap_ns_per_tick;    /* > 0: the next snapshot converts ticks with this */
+    pp_cntbase step_samples;    /* steps: sample counters at the last mark, by entry */
+    pp_cntbase step_memory;     /* steps: live allocation sites at the last mark, by site */
     char *flush_path;
     int64_t flush_interval_ns;  /* 0 = no periodic flush */
     int64_t next_flush_ns;
