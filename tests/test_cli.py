@@ -663,3 +663,29 @@ def test_no_builtins_option(tmp_path):
     assert not [k for k in stats if k[0] == "~"]
     assert pstats_calls(tmp_path / "nb.prof", (str(script), line_of(script, "def leaf"),
                                                "leaf")) == (50, 50)
+
+
+def test_forked_child_dies_by_sigterm_as_without_pyprof(tmp_path):
+    """The runner's SIGTERM handler (write results, then die) is the parent's
+    only: a forked child (a pool worker) gets the default action back, since a
+    Python-level handler would wait for the next bytecode and a worker blocked
+    in a lock would never die (Pool.terminate hung)."""
+    prog = write(tmp_path / "forker.py", """
+        import os, signal, sys, time
+        pid = os.fork()
+        if pid == 0:
+            ok = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+            sys.stdout.write(f"child default: {ok}\\n")
+            sys.stdout.flush()
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.5)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        print("child killed by SIGTERM:", os.WIFSIGNALED(status)
+              and os.WTERMSIG(status) == signal.SIGTERM)
+    """)
+    r = pyprof(["-o", "out.prof", str(prog)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "child default: True" in r.stdout
+    assert "child killed by SIGTERM: True" in r.stdout

@@ -382,6 +382,13 @@ class _Runner:
                 self.prof.enable()
         signal.signal(_signal_number(name), toggle)
 
+    def _child_sigterm_default(self):
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:              # not the main thread: leave it
+            pass
+
     def _on_sigterm(self, signum, frame):
         # Write, then die by the same signal so the exit status is unchanged.
         self.prof.disable()
@@ -408,6 +415,10 @@ class _Runner:
             builtins.profile = profile      # kernprof's convention: @profile needs no import
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            # A forked child (a multiprocessing worker) must die by SIGTERM as it
+            # would without pyprof: a Python-level handler runs only between
+            # bytecodes, so a worker blocked in a lock would never see it.
+            os.register_at_fork(after_in_child=self._child_sigterm_default)
         try:
             if self.opts.signal:
                 self._toggle_on(self.opts.signal)
