@@ -605,8 +605,8 @@ def test_signal_starts_and_stops_sampling(tmp_path):
     (["--rate", "100"], "go with --sample"),
     (["--sample", "--signal", "KILL"], "not a signal pyprof can use"),
     (["--sample", "-l"], "do not combine"),
-    (["-o", "flame.html"], "add --sample"),
-    (["-o", "x.speedscope.json"], "add --sample"),
+    (["--memory", "-o", "flame.html"], "memory profiling alone does not record"),
+    (["--memory", "-o", "x.speedscope.json"], "memory profiling alone does not record"),
 ])
 def test_cli_bad_sampling_options(tmp_path, args, message):
     script = tmp_path / "x.py"
@@ -631,10 +631,11 @@ def test_stopping_does_not_wait_for_the_helper():
     assert worst < 0.1, worst
 
 
-def test_stack_formats_refuse_a_tracing_capture(tmp_path):
-    """A tracing capture has no stacks: converting it to a flame graph is an
-    error that says why, not an empty graph."""
-    p = pyprof.Profile()
+def test_stack_formats_refuse_a_capture_without_stacks(tmp_path):
+    """A traced capture without its calling-context tree (paths=False) has no
+    stacks: converting it to a flame graph is an error that says why, not an
+    empty graph."""
+    p = pyprof.Profile(paths=False)
     p.enable()
     spin(1000)
     p.disable()
@@ -643,7 +644,7 @@ def test_stack_formats_refuse_a_tracing_capture(tmp_path):
         r = subprocess.run([sys.executable, "-m", "pyprof", "convert", "t.cprof", "-o", out],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-        assert "sampled stacks" in r.stderr and not (tmp_path / out).exists()
+        assert "made of stacks" in r.stderr and not (tmp_path / out).exists()
 
 
 @pytest.mark.skipif("libunwind" not in pyprof._cprof.FEATURES, reason="built without libunwind")

@@ -475,3 +475,41 @@ def test_merge_keeps_paths_steps_and_timeline(tmp_path):
     assert len(m.timeline) == len(a.timeline) + len(b.timeline)
     works = [e for e in m.timeline if m.functions[e[1]].name == "work"]
     assert len(works) == 2 * 16
+
+
+def test_stack_exports_of_a_traced_capture(tmp_path):
+    """Function tracing's calling-context tree feeds the stack formats: the
+    collapsed stacks carry each path's self time (µs), the flame graph and
+    speedscope the same in ns, pprof is read by go tool pprof."""
+    import re as _re
+    import shutil
+    import subprocess
+    from pyprof.export import export
+    mod = load_prog(tmp_path, "prog_stacks")
+    session = profile(mod.main)
+    session.save(tmp_path / "t.cprof")
+    s = pyprof.Session.load(tmp_path / "t.cprof")
+    for out in ("f.collapsed", "f.html", "f.speedscope.json", "f.pb.gz"):
+        r = pyprof_cli(["convert", "t.cprof", "-o", out], tmp_path)
+        assert r.returncode == 0, r.stderr
+    collapsed = dict(line.rsplit(" ", 1) for line in
+                     (tmp_path / "f.collapsed").read_text().splitlines())
+    slow = next(k for k in collapsed if k.endswith(";slow (prog_stacks.py:17)"))
+    assert slow.startswith("MainThread;main (prog_stacks.py:23);")
+    truth = code_paths(s, start=("^main$",))[("main", "slow")]["self-time"]
+    assert int(collapsed[slow]) == pytest.approx(truth * 1e6, abs=1)
+    doc = json.loads((tmp_path / "f.speedscope.json").read_text())
+    total = sum(sum(p["weights"]) for p in doc["profiles"])
+    assert total == sum(round(s.seconds(p.own) * 1e9) for p in s.paths.values() if p.own > 0)
+    html = (tmp_path / "f.html").read_text()
+    data = json.loads(_re.search(r'id="data">(.*?)</script>', html, _re.S).group(1))
+    assert data["unit"] == "ns" and data["threads"]["all threads"][3] == total
+    go = shutil.which("go") or ("/usr/lib/go/bin/go" if os.path.exists("/usr/lib/go/bin/go")
+                                else None)
+    if go is None:
+        pytest.skip("go tool pprof needs Debian's golang-go (checked the other formats)")
+    top = subprocess.run([go, "tool", "pprof", "-top", "-sample_index=wall",
+                          str(tmp_path / "f.pb.gz")], capture_output=True, text=True,
+                         timeout=120)
+    assert top.returncode == 0, top.stderr
+    assert "time.sleep" in top.stdout

@@ -527,9 +527,12 @@ def cmd_run(argv) -> int:
         fmt = format_for_path(opts.outfile)
         if fmt in MEMORY_FORMATS and not (opts.memory or opts.memory_sample is not None):
             raise PyprofError(f"{opts.outfile}: {fmt} shows memory: add --memory")
-        if fmt in STACK_FORMATS and not opts.sample:
-            raise PyprofError(f"{opts.outfile}: {fmt} is made of sampled stacks, which tracing "
-                              f"does not record: add --sample")
+        memory_only = (opts.memory or opts.memory_sample is not None) and not (
+            opts.sample or opts.functions or opts.lines or opts.lines_of or opts.lines_all)
+        if fmt in STACK_FORMATS and memory_only:
+            raise PyprofError(f"{opts.outfile}: {fmt} is made of call stacks, which memory "
+                              f"profiling alone does not record: add --functions or --sample "
+                              f"(or write .memory.html, the allocation flame graph)")
         if fmt == "chrome" and not (opts.timeline or opts.memory
                                     or opts.memory_sample is not None):
             raise PyprofError(f"{opts.outfile}: a Chrome trace shows the timeline of calls or "

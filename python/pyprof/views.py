@@ -28,7 +28,8 @@ import sys
 from dataclasses import dataclass, field
 
 from .errors import PyprofError
-from .session import MEMORY_SITES, STATES
+from .export.stacks import _BUILTIN_FUNC, _BUILTIN_METHOD
+from .session import STATES
 
 VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
 TREE_VIEWS = ("code", "scope", "graph")
@@ -466,8 +467,6 @@ def _dotted(parts) -> str:
     return ".".join(parts)
 
 
-_BUILTIN_METHOD = re.compile(r"<method '([^']+)' of '([^']+)' objects>")
-_BUILTIN_FUNC = re.compile(r"<built-in method ([\w.]+)>")
 
 
 def scope_path(session, fid) -> list:

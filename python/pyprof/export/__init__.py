@@ -46,9 +46,9 @@ def export(session, fmt: str, path) -> None:
     fmt = ALIASES.get(fmt, fmt)
     if fmt not in FORMATS:
         raise PyprofError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
-    if fmt in STACK_FORMATS and not session.info.get("sampling"):
-        raise PyprofError(f"{fmt} is made of sampled stacks, which a tracing profile does not "
-                          f"record: profile with --sample (or mode='sample')")
+    if fmt in STACK_FORMATS and not (session.info.get("sampling") or session.paths):
+        raise PyprofError(f"{fmt} is made of stacks, which this capture does not have: "
+                          f"profile with function tracing (the default) or --sample")
     if fmt in MEMORY_FORMATS and not session.info.get("memory"):
         raise PyprofError(f"{fmt} shows memory, which this capture does not have: profile "
                           f"with --memory (or mode='memory')")

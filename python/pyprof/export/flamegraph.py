@@ -167,7 +167,11 @@ pick();
 
 
 def render(session, lines=False) -> str:
-    data = {"unit": "samples", "threads": tree(session, lines=lines), "version": __version__}
+    if session.info.get("sampling"):
+        data = {"unit": "samples", "threads": tree(session, lines=lines)}
+    else:                               # traced: the calling-context tree, by self time
+        data = {"unit": "ns", "threads": tree(session, weight="ns")}
+    data["version"] = __version__
     return page(data, "pyprof flame graph: " + " ".join(session.meta.get("argv", [])), "thread")
 
 

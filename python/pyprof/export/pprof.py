@@ -1,5 +1,6 @@
 """pprof's profile.proto (gzip-compressed), for ``go tool pprof`` and the
-viewers that read it. Sample types: samples/count, then wall or cpu time in
+viewers that read it. Sample types: samples/count (calls/count for a traced
+capture: its calling-context tree, self time per path), then wall or cpu time in
 nanoseconds (the default). One Location per (function, line), one Function per
 function; a single Mapping marks the profile as symbolised.
 
@@ -12,7 +13,7 @@ import gzip
 import os
 
 from ._files import atomic_write
-from .stacks import named_stacks
+from .stacks import named_stacks, plain_builtin_name
 
 
 def _varint(v):
@@ -49,12 +50,16 @@ def render(session, lines=True) -> bytes:
             strings.append(text)
         return sidx[text]
 
-    kind = "wall" if session.info.get("sampling", {}).get("mode") == "wall" else "cpu"
+    sampled = bool(session.info.get("sampling"))
+    kind = "wall" if session.info.get("sampling", {}).get("mode", "wall") == "wall" else "cpu"
+    count_type = "samples" if sampled else "calls"
     functions, locations, samples = {}, {}, []
     for t, state, frames, count, weight in named_stacks(session, lines=True, threads=False):
         loc_ids = []
         for label, file, line in reversed(frames):                  # leaf first
             name = label.rsplit(":", 1)[0] if file else label
+            if file == "~":                 # a C function (traced captures)
+                name, file = plain_builtin_name(name), ""
             fkey = (name, file)
             if fkey not in functions:
                 functions[fkey] = len(functions) + 1
@@ -70,7 +75,7 @@ def render(session, lines=True) -> bytes:
     for fid, fn in session.functions.items():
         first_lines[(fn.qualname, fn.filename)] = fn.line
     out = bytearray()
-    out += _bytes(1, _int(1, s("samples")) + _int(2, s("count")))
+    out += _bytes(1, _int(1, s(count_type)) + _int(2, s("count")))
     out += _bytes(1, _int(1, s(kind)) + _int(2, s("nanoseconds")))
     for smp in samples:
         out += _bytes(2, smp)

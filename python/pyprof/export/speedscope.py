@@ -1,6 +1,7 @@
 """speedscope's file format (https://www.speedscope.app/file-format-schema.json):
 one sampled profile per thread, weights in nanoseconds (each sample weighs one
-sampling interval), frames shared."""
+sampling interval; for a traced capture, each path of its calling-context tree
+is one sample weighing its self time), frames shared."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ from .stacks import named_stacks
 def render(session, lines=False) -> str:
     frames, index = [], {}
     profiles: dict = {}
+    sampled = bool(session.info.get("sampling"))
     for t, state, fr, count, weight in named_stacks(session, lines=lines, threads=False):
         ids = []
         for f in fr:
@@ -25,9 +27,10 @@ def render(session, lines=False) -> str:
                 frames.append(entry)
             ids.append(index[f])
         prof = profiles.setdefault(t, {"samples": [], "weights": []})
-        for _ in range(count):              # a sample per sample: speedscope sums weights
+        n = count if sampled else 1
+        for _ in range(n):                  # a sample per sample: speedscope sums weights
             prof["samples"].append(ids)
-            prof["weights"].append(weight // count)
+            prof["weights"].append(weight // n)
     out = []
     for t in sorted(profiles):
         p = profiles[t]

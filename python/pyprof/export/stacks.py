@@ -10,7 +10,9 @@ end with its state (``[idle]``, ``[native]``).
 """
 from __future__ import annotations
 
-from ..session import STATES
+import re
+
+from ..session import ROOT_PATH, STATES
 
 
 def frame_label(session, fid, line, lines=False):
@@ -27,11 +29,57 @@ def native_label(session, ip):
     return (f"0x{ip:x}", "", 0)
 
 
+_BUILTIN_METHOD = re.compile(r"<method '([^']+)' of '([^']+)' objects>")
+_BUILTIN_FUNC = re.compile(r"<built-in method ([\w.]+)>")
+
+
+def plain_builtin_name(name: str) -> str:
+    """cProfile's name of a C function without its angle brackets, for tools
+    that mangle them (go tool pprof demangles "<...>" to nothing):
+    ``<built-in method time.sleep>`` -> ``time.sleep``,
+    ``<method 'append' of 'list' objects>`` -> ``list.append``."""
+    m = _BUILTIN_FUNC.fullmatch(name)
+    if m:
+        return m.group(1)
+    m = _BUILTIN_METHOD.fullmatch(name)
+    if m:
+        return f"{m.group(2)}.{m.group(1)}"
+    return name.strip("<>")
+
+
+def has_stacks(session) -> bool:
+    """Sampled stacks, or the calling-context tree of function tracing."""
+    return bool(session.info.get("sampling") or session.paths)
+
+
+def traced_stacks(session, threads=True, thread_ids=None):
+    """Function tracing: each path of the calling-context tree that has self
+    time, as (thread, "python", frames, calls along the path, self ns)."""
+    frames_of: dict = {}
+    for (t, pid), p in sorted(session.paths.items()):     # parents before children
+        if thread_ids is not None and t not in thread_ids:
+            continue
+        parent = () if p.parent == ROOT_PATH else frames_of.get((t, p.parent), ())
+        frames = frames_of[(t, pid)] = parent + (frame_label(session, p.fid, 0),)
+        if p.own <= 0:
+            continue
+        out = list(frames)
+        if threads:
+            th = session.threads.get(t)
+            out.insert(0, (th.name if th else f"thread {t}", "", 0))
+        yield t, "python", out, p.calls, round(session.seconds(p.own) * 1e9)
+
+
 def named_stacks(session, lines=False, threads=True, states=None, thread_ids=None):
     """Yield (thread index, state name, [frames root first], count, weight_ns).
+    A traced capture gives its calling-context tree (traced_stacks: count is
+    calls, weight self time; no lines).
 
     With native frames, a detached thread whose native stack passes through
     CPython's take_gil is waiting for the GIL: its state is reported as "gil"."""
+    if not session.info.get("sampling"):
+        yield from traced_stacks(session, threads, thread_ids)
+        return
     for (t, sid, state), c in session.samples.items():
         if thread_ids is not None and t not in thread_ids:
             continue
