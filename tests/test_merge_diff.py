@@ -466,7 +466,7 @@ def test_differential_flamegraph_marks_frames_only_in_before(tmp_path):
     program(tmp_path, work=1000000)
     opts = ("--sample", "--rate", "1000")
     a = capture(tmp_path, "a.cprof", 1, opts=opts)
-    b = capture(tmp_path, "b.cprof", 1, opts=opts)
+    capture(tmp_path, "b.cprof", 1, opts=opts)
     s = Session.load(a)
     fid = next(f for f, fn in s.functions.items() if fn.name == "work")
     from dataclasses import replace
@@ -490,6 +490,8 @@ def test_differential_flamegraph_of_traced_captures(tmp_path):
     before, after = Session.load(paths[1]), Session.load(paths[3])
     own = sum(round(after.seconds(p.own) * 1e9) for p in after.paths.values() if p.own > 0)
     assert root[3] == own
+    assert root[5] == sum(round(before.seconds(p.own) * 1e9)             # BEFORE kept
+                          for p in before.paths.values() if p.own > 0)
 
     def find(node, name):
         if node[0] == name:

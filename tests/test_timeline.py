@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest

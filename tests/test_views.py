@@ -10,7 +10,6 @@ import pstats
 import statistics
 import sys
 import threading
-import time
 
 import pytest
 
@@ -56,7 +55,7 @@ def main():
 
 
 def load_prog(tmp_path, name="prog"):
-    path = write(tmp_path / f"{name}.py", PROG)
+    write(tmp_path / f"{name}.py", PROG)
     sys.path.insert(0, str(tmp_path))
     try:
         import importlib
@@ -484,7 +483,6 @@ def test_stack_exports_of_a_traced_capture(tmp_path):
     import re as _re
     import shutil
     import subprocess
-    from pyprof.export import export
     mod = load_prog(tmp_path, "prog_stacks")
     session = profile(mod.main)
     session.save(tmp_path / "t.cprof")

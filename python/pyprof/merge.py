@@ -31,8 +31,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from .errors import PyprofError
-from .session import (NO_FUNCTION, CallRow, Counters, LineCounters, MemCounters, PathNode,
-                      SampleCounters, Session, Stack, Step, Thread)
+from .session import NO_FUNCTION, MemCounters, PathNode, Session, Stack, Step, Thread
 
 
 @dataclass
