@@ -260,6 +260,8 @@ demo: deps
 	"$$NEW_VENV/bin/pyprof" convert "$$out/demo.cprof" -o "$$out/demo.prof"
 	msg "pstats: top 15 by tottime, read from $$out/demo.prof"
 	"$$py" -c 'import pstats, sys; pstats.Stats(sys.argv[1]).sort_stats("tottime").print_stats(15)' "$$out/demo.prof"
+	msg "pyprof view $$out/demo.cprof --view code --max-depth 4 --min-time 10ms   (the call tree by path)"
+	"$$NEW_VENV/bin/pyprof" view "$$out/demo.cprof" --view code --max-depth 4 --min-time 10ms
 	msg "python -m pyprof --sample --wall --rate 2000 -o $$out/flame.html examples/demo.py"
 	"$$py" -m pyprof --sample --wall --rate 2000 -o "$$out/flame.html" examples/demo.py > /dev/null
 	echo "an interactive flame graph of the sampled stacks: open $$out/flame.html in a browser"

@@ -511,3 +511,30 @@ def test_stack_exports_of_a_traced_capture(tmp_path):
                          timeout=120)
     assert top.returncode == 0, top.stderr
     assert "time.sleep" in top.stdout
+
+
+def test_memory_steps_across_disable_and_enable():
+    """Bytes per step equal what each step allocated (known sizes), also for a
+    step that ends after disable() and across a new recording (enable again)."""
+    keep = []
+
+    def alloc(k):
+        keep.append(bytearray(100_000 * (k + 1)))
+
+    p = pyprof.Profile(memory=True)
+    p.enable()
+    for k in range(3):
+        pyprof.step()
+        alloc(k)
+    p.disable()
+    p.enable()
+    for k in range(3, 5):
+        pyprof.step()
+        alloc(k)
+    p.disable()
+    s = p.session()                     # the last step is still open: up to now
+    got = [sum(c.alloc_bytes for (fid, _, _), c in st.data.memory.items()
+               if fid in s.functions and s.functions[fid].name == "alloc") for st in s.steps]
+    assert [st.index for st in s.steps] == [0, 1, 2, 3, 4]
+    for k, b in enumerate(got):
+        assert 100_000 * (k + 1) <= b < 100_000 * (k + 1) + 4096, got

@@ -19,6 +19,7 @@ dicts or a list of dicts); :func:`render` a table, JSON or CSV.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import linecache
@@ -158,7 +159,7 @@ def check_options(options: Options, session=None) -> None:
 
 
 def _options(options, kw) -> Options:
-    opts = options or Options()
+    opts = dataclasses.replace(options) if options else Options()      # ours to change
     for k, v in kw.items():
         if not hasattr(opts, k):
             raise TypeError(f"unknown view option {k!r}")

@@ -720,33 +720,36 @@ static int step_samples(stepbufs *sb, pp_profiler *p, int peek)
     return 0;
 }
 
-/* Allocation sites of the recording under way that changed since the last
- * mark (sites only grow within a recording; a new recording starts over). */
+/* Allocation sites that changed since the last mark: the rows of finished
+ * recordings, then those of the one under way. A recording that stops appends
+ * its rows, in their order, to the finished ones, so a site keeps its index. */
 static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
 {
     pp_memrow *live = NULL;
-    uint32_t n = 0;
+    uint32_t nlive = 0;
     pp_meminfo info;
-    if (pp_memory_rows(p, &live, &n, &info) < 0)
+    if (p->enabled && pp_memory_recording() && pp_memory_rows(p, &live, &nlive, &info) < 0)
         return -1;
-    if (n < p->step_memory.n)               /* a new recording */
-        pp_cntbase_free(&p->step_memory);
+    uint32_t nold = p->mem ? p->mem->nrows : 0;
     uint32_t old_stacks = p->mem ? p->mem->stacks.n : 0;
-    pp_cnt4 d, *cur = cnt_new(n);
+    pp_cnt4 d, *cur = cnt_new(nold + nlive);
     if (cur == NULL) {
         free(live);
+        PyErr_NoMemory();
         return -1;
     }
-    for (uint32_t i = 0; i < n; i++) {
-        const pp_memrow *r = &live[i];
+    for (uint32_t i = 0; i < nold + nlive; i++) {
+        const pp_memrow *r = i < nold ? &p->mem->rows[i] : &live[i - nold];
+        uint32_t stack = r->stack;
+        if (i >= nold)                      /* numbered as in the capture */
+            stack = stack == PP_NONE || !p->memory_stacks ? PP_NONE : stack + old_stacks;
         cur[i] = (pp_cnt4){r->alloc_bytes, r->alloc_count, (int64_t)r->free_bytes,
                            (int64_t)r->free_count};
         if (cnt_changed(&p->step_memory, cur, i, &d)) {
             put_u32(&sb->ms, r->fid);
             put_u32(&sb->ms, r->line);
             put_u32(&sb->ms, r->kind);
-            put_u32(&sb->ms, r->stack == PP_NONE || !p->memory_stacks ? PP_NONE
-                                                                      : r->stack + old_stacks);
+            put_u32(&sb->ms, stack);
             put_u64(&sb->ms, d.calls);
             put_u64(&sb->ms, d.rec_calls);
             put_u64(&sb->ms, (uint64_t)d.tt);
@@ -756,7 +759,7 @@ static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
             sb->nms++;
         }
     }
-    cnt_rebase(&p->step_memory, cur, n, peek);
+    cnt_rebase(&p->step_memory, cur, nold + nlive, peek);
     free(live);
     return 0;
 }
@@ -786,10 +789,10 @@ static PyObject *step_counters(pp_profiler *p, int peek)
     if (!oom && p->sampling && step_samples(&sb, p, peek) < 0)
         oom = 1;
     PyObject *result = NULL;
-    if (!oom && p->memory && p->enabled && pp_memory_recording() && step_memory(&sb, p, peek) < 0) {
+    if (!oom && p->memory && step_memory(&sb, p, peek) < 0) {
         free(sb.fs.p); free(sb.es.p); free(sb.ps.p); free(sb.ls.p); free(sb.cs.p);
         free(sb.ss.p); free(sb.ms.p);
-        return NULL;                        /* pp_memory_rows set the error */
+        return NULL;                        /* the error is set */
     }
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
