@@ -223,6 +223,7 @@ uint32_t pp_tables_add_path(pp_tables *t, uint32_t parent, uint32_t fslot)
     if (s != PP_NONE) {
         t->p[s].parent = parent;
         t->p[s].fslot = fslot;
+        t->p[s].last_fs = PP_NONE;
     }
     return s;
 }

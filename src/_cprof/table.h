@@ -65,6 +65,8 @@ typedef struct {
 typedef struct {
     uint32_t parent;            /* caller's path slot, PP_ROOT at the bottom */
     uint32_t fslot;
+    uint32_t last_fs;           /* child cache: the function slot this path called last */
+    uint32_t last_child;        /* and the path of that call (recursion hits here) */
     uint64_t calls;
     int64_t tt;                 /* inclusive ticks */
     int64_t it;                 /* self ticks */
@@ -239,9 +241,19 @@ static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs
     pp_fslot *c = &t->f[fs];
     if (c->last_ppath == parent)
         return c->last_path;
-    uint32_t s = pp_index_get(&t->pidx, pp_path_key(parent, fs));
-    if (s == PP_NONE && (s = pp_tables_add_path(t, parent, fs)) == PP_NONE)
-        return PP_NONE;
+    uint32_t s;
+    if (parent != PP_ROOT && t->p[parent].last_fs == fs) {
+        s = t->p[parent].last_child;
+    }
+    else {
+        s = pp_index_get(&t->pidx, pp_path_key(parent, fs));
+        if (s == PP_NONE && (s = pp_tables_add_path(t, parent, fs)) == PP_NONE)
+            return PP_NONE;
+        if (parent != PP_ROOT) {
+            t->p[parent].last_fs = fs;
+            t->p[parent].last_child = s;
+        }
+    }
     c->last_ppath = parent;
     c->last_path = s;
     return s;

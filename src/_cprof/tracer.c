@@ -508,12 +508,21 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, 
         if (LIKELY(c->last_ppath == parent)) {
             ps = c->last_path;
         }
+        else if (parent < PP_ROOT && t->p[parent].last_fs == fs) {
+            ps = t->p[parent].last_child;       /* recursion: each depth its own path */
+            c->last_ppath = parent;
+            c->last_path = ps;
+        }
         else {
             ps = pp_index_get(&t->pidx, pp_path_key(parent, fs));
             if (UNLIKELY(ps == PP_NONE))
                 goto slow;
             c->last_ppath = parent;
             c->last_path = ps;
+            if (parent < PP_ROOT) {
+                t->p[parent].last_fs = fs;
+                t->p[parent].last_child = ps;
+            }
         }
     }
     uint32_t es = PP_NONE;
