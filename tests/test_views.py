@@ -10,6 +10,7 @@ import pstats
 import statistics
 import sys
 import threading
+import time
 
 import pytest
 
@@ -538,3 +539,42 @@ def test_memory_steps_across_disable_and_enable():
     assert [st.index for st in s.steps] == [0, 1, 2, 3, 4]
     for k, b in enumerate(got):
         assert 100_000 * (k + 1) <= b < 100_000 * (k + 1) + 4096, got
+
+
+def test_steps_with_line_tracing_and_sampling():
+    """Per-step counters of the other tables: line hits per step equal the
+    known iterations; sampled steps hold the samples taken during them."""
+    def work(k):
+        total = 0
+        for i in range(1000 * (k + 1)):
+            total += i
+        return total
+
+    p = pyprof.Profile(lines=True)
+    p.add_function(work)
+    p.enable()
+    for k in range(3):
+        with pyprof.step():
+            work(k)
+    p.disable()
+    s = p.session()
+    line = work.__code__.co_firstlineno + 3          # total += i
+    for st in s.steps:
+        hits = sum(c.hits for (t, fid, ln), c in st.data.lines.items() if ln == line)
+        assert hits == 1000 * (st.index + 1)
+
+    def spin(secs):
+        end = time.process_time() + secs
+        while time.process_time() < end:
+            pass
+
+    p = pyprof.Profile(mode="sample", rate=1000)
+    p.enable()
+    for k in range(3):
+        with pyprof.step():
+            spin(0.1 * (k + 1))
+    p.disable()
+    s = p.session()
+    per_step = [sum(c.count for c in st.data.samples.values()) for st in s.steps]
+    assert sum(per_step) <= sum(c.count for c in s.samples.values())
+    assert per_step[2] > per_step[0] > 0, per_step

@@ -276,6 +276,20 @@ def _cpu_states(session) -> set:
     return {STATES.index("python"), STATES.index("native")}
 
 
+def _sampled(session, threads):
+    """(thread, Python frames root first, on a CPU?, samples, seconds) of each
+    sampled stack of the given threads."""
+    cpu = _cpu_states(session)
+    interval = session.info.get("sampling", {}).get("interval_ns", 0) / 1e9
+    for (t, sid, state), c in session.samples.items():
+        if threads is not None and t not in threads:
+            continue
+        frames = session.stacks[sid].frames
+        if frames:
+            yield t, frames, state in cpu, c.count, (c.weight / 1e9 if c.weight
+                                                      else c.count * interval)
+
+
 def _add(d, key, value):
     d[key] = d.get(key, 0) + value
 
@@ -300,23 +314,15 @@ def _code(session, threads) -> dict:
                 seen_threads.setdefault(id(n), set()).update(c.threads)
                 copy(c, n)
         copy(session.call_tree(threads), root)
-    if session.info.get("sampling"):
-        cpu = _cpu_states(session)
-        interval = session.info["sampling"].get("interval_ns", 0) / 1e9
-        for (t, sid, state), c in session.samples.items():
-            if threads is not None and t not in threads:
-                continue
-            frames = session.stacks[sid].frames
-            if not frames:
-                continue
-            node = root
-            for fid, _ in frames:
-                node = child(node, fid)
-                seen_threads.setdefault(id(node), set()).add(t)
-            _add(node.own, "samples", c.count)
-            _add(node.own, "time", c.weight / 1e9 if c.weight else c.count * interval)
-            if state in cpu:
-                _add(node.own, "cpu", c.weight / 1e9 if c.weight else c.count * interval)
+    for t, frames, on_cpu, count, secs in _sampled(session, threads):
+        node = root
+        for fid, _ in frames:
+            node = child(node, fid)
+            seen_threads.setdefault(id(node), set()).add(t)
+        _add(node.own, "samples", count)
+        _add(node.own, "time", secs)
+        if on_cpu:
+            _add(node.own, "cpu", secs)
     if session.info.get("memory") and session.memory_stacks:
         for sid, c in session.memory_by_stack.items():
             frames = session.memory_stacks.get(sid)
@@ -343,23 +349,16 @@ def _function_samples(session, threads):
     """fid -> (inclusive samples, self samples, inclusive s, self s, cpu s,
     threads), each stack counted once per function."""
     out: dict = {}
-    cpu = _cpu_states(session)
-    for (t, sid, state), c in session.samples.items():
-        if threads is not None and t not in threads:
-            continue
-        frames = session.stacks[sid].frames
-        if not frames:
-            continue
-        w = c.weight / 1e9
-        for i, fid in enumerate(dict.fromkeys(f for f, _ in frames)):
+    for t, frames, on_cpu, count, secs in _sampled(session, threads):
+        for fid in dict.fromkeys(f for f, _ in frames):
             r = out.setdefault(fid, [0, 0, 0.0, 0.0, 0.0, set()])
-            r[0] += c.count
-            r[2] += w
-            r[4] += w if state in cpu else 0.0
+            r[0] += count
+            r[2] += secs
+            r[4] += secs if on_cpu else 0.0
             r[5].add(t)
         leaf = frames[-1][0]
-        out[leaf][1] += c.count
-        out[leaf][3] += w
+        out[leaf][1] += count
+        out[leaf][3] += secs
     return out
 
 
@@ -407,11 +406,9 @@ def _op(session, threads) -> dict:
             n.own.update(samples=own, time=own_s)
             n.fixed["thread"] = _thread_names(session, ts)
         callers: dict = {}
-        for (t, sid, _), _c in session.samples.items():
-            if threads is None or t in threads:
-                fr = session.stacks[sid].frames
-                for (a, _), (b, _) in zip(fr, fr[1:]):
-                    callers.setdefault(b, set()).add(a)
+        for _, fr, _, _, _ in _sampled(session, threads):
+            for (a, _), (b, _) in zip(fr, fr[1:]):
+                callers.setdefault(b, set()).add(a)
         for fid, n in nodes.items():
             n.fixed["occurrence"] = max(1, len(callers.get(fid, ())))
     if session.info.get("memory"):
@@ -535,13 +532,11 @@ def _graph(session, threads) -> dict:
                  for k, c in session.edge_totals(threads).items()}
     else:
         pairs = {}
-        for (t, sid, _), c in session.samples.items():
-            if threads is None or t in threads:
-                fr = session.stacks[sid].frames
-                for a, b in {(a, b) for (a, _), (b, _) in zip(fr, fr[1:])}:
-                    r = pairs.setdefault((a, b), [0, 0.0, 0.0])
-                    r[0] += c.count
-                    r[1] += c.weight / 1e9
+        for _, fr, _, count, secs in _sampled(session, threads):
+            for a, b in {(a, b) for (a, _), (b, _) in zip(fr, fr[1:])}:
+                r = pairs.setdefault((a, b), [0, 0.0, 0.0])
+                r[0] += count
+                r[1] += secs
     for fid, n in ops.items():
         n.own = {k: v for k, v in n.own.items()}
         groups = {}
@@ -582,23 +577,16 @@ def _lines(session, threads) -> dict:
             n = row(fid, line)
             n.fixed["hits"] = c.hits
             n.total["time"] = session.seconds(c.time)
-    if session.info.get("sampling"):
-        cpu = _cpu_states(session)
-        for (t, sid, state), c in session.samples.items():
-            if threads is not None and t not in threads:
-                continue
-            frames = session.stacks[sid].frames
-            w = c.weight / 1e9
-            for fid, line in dict.fromkeys(frames):
-                n = row(fid, line)
-                _add(n.total, "samples", c.count)
-                _add(n.total, "time", w)
-                if state in cpu:
-                    _add(n.total, "cpu", w)
-            if frames:
-                n = row(*frames[-1])
-                _add(n.own, "samples", c.count)
-                _add(n.own, "time", w)
+    for _, frames, on_cpu, count, secs in _sampled(session, threads):
+        for fid, line in dict.fromkeys(frames):
+            n = row(fid, line)
+            _add(n.total, "samples", count)
+            _add(n.total, "time", secs)
+            if on_cpu:
+                _add(n.total, "cpu", secs)
+        n = row(*frames[-1])
+        _add(n.own, "samples", count)
+        _add(n.own, "time", secs)
     if session.info.get("memory"):
         for (fid, line), c in session.memory_lines().items():
             n = row(fid, line)

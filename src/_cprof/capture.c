@@ -604,125 +604,198 @@ typedef struct {
     uint32_t nfs, nes, nps, nls, ncs, nss, nms;
 } stepbufs;
 
-/* One thread's rows that changed since its last mark. -1 on OOM. */
+/* What a table's entries are read from and written with at a mark. */
+typedef struct {
+    const pp_tables *t;
+    const pp_thread *ts;
+    const pp_profiler *p;
+    const tconv *tc;
+    const pp_memrow *live;      /* memory: rows of the recording under way */
+    uint32_t nold, old_stacks;  /* memory: finished rows, and their stacks */
+} stepctx;
+
+typedef pp_cnt4 (*cnt_get)(const stepctx *c, uint32_t i);
+typedef void (*row_put)(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d);
+
+/* The entries of one table that changed since the last mark, as rows; the
+ * base becomes the current counters (unless peeking). -1 on OOM. */
+static int step_table(buf *b, uint32_t *nrows, pp_cntbase *base, uint32_t n,
+                      const stepctx *c, cnt_get get, row_put put_row, int peek)
+{
+    pp_cnt4 d, *cur = cnt_new(n);
+    if (cur == NULL)
+        return -1;
+    for (uint32_t i = 0; i < n; i++) {
+        cur[i] = get(c, i);
+        if (cnt_changed(base, cur, i, &d)) {
+            put_row(b, c, i, &d);
+            (*nrows)++;
+        }
+    }
+    cnt_rebase(base, cur, n, peek);
+    return 0;
+}
+
+static pp_cnt4 get_function(const stepctx *c, uint32_t i)
+{
+    const pp_fslot *s = &c->t->f[i];
+    return (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
+}
+
+static void put_function(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    put_u32(b, c->ts->index);
+    put_u32(b, c->t->f[i].fid);
+    put_u64(b, d->calls);
+    put_u64(b, d->rec_calls);
+    put_i64(b, conv(c->tc, d->tt));
+    put_i64(b, conv(c->tc, d->it));
+}
+
+static pp_cnt4 get_edge(const stepctx *c, uint32_t i)
+{
+    const pp_eslot *s = &c->t->e[i];
+    return (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
+}
+
+static void put_edge(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_eslot *s = &c->t->e[i];
+    put_u32(b, c->ts->index);
+    put_u32(b, c->t->f[s->caller].fid);
+    put_u32(b, c->t->f[s->callee].fid);
+    put_u32(b, 0);
+    put_u64(b, d->calls);
+    put_u64(b, d->rec_calls);
+    put_i64(b, conv(c->tc, d->tt));
+    put_i64(b, conv(c->tc, d->it));
+}
+
+static pp_cnt4 get_path(const stepctx *c, uint32_t i)
+{
+    const pp_pslot *s = &c->t->p[i];
+    return (pp_cnt4){s->calls, 0, s->tt, s->it};
+}
+
+static void put_path(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_pslot *s = &c->t->p[i];
+    put_u32(b, c->ts->index);
+    put_u32(b, i);
+    put_u32(b, s->parent);
+    put_u32(b, c->t->f[s->fslot].fid);
+    put_u64(b, d->calls);
+    put_i64(b, conv(c->tc, d->tt));
+    put_i64(b, conv(c->tc, d->it));
+}
+
+static pp_cnt4 get_line(const stepctx *c, uint32_t i)
+{
+    const pp_lslot *s = &c->t->l[i];
+    return (pp_cnt4){s->hits, 0, s->time, 0};
+}
+
+static void put_line(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_lslot *s = &c->t->l[i];
+    put_u32(b, c->ts->index);
+    put_u32(b, s->fid);
+    put_u32(b, s->line);
+    put_u32(b, 0);
+    put_u64(b, d->calls);
+    put_i64(b, conv(c->tc, d->tt));
+}
+
+static pp_cnt4 get_callrow(const stepctx *c, uint32_t i)
+{
+    const pp_cslot *s = &c->t->c[i];
+    return (pp_cnt4){s->calls, 0, s->time, 0};
+}
+
+static void put_callrow(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_cslot *s = &c->t->c[i];
+    put_u32(b, c->ts->index);
+    put_u32(b, c->t->l[s->lslot].fid);
+    put_u32(b, c->t->l[s->lslot].line);
+    put_u32(b, c->t->f[s->callee].fid);
+    put_u64(b, d->calls);
+    put_i64(b, conv(c->tc, d->tt));
+}
+
+static pp_cnt4 get_sample(const stepctx *c, uint32_t i)
+{
+    const pp_sampleent *x = &c->p->samples.samples[i];
+    return (pp_cnt4){x->count, 0, x->weight_ns, 0};
+}
+
+static void put_sample(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_sampleent *x = &c->p->samples.samples[i];
+    put_u32(b, x->thread);
+    put_u32(b, x->stack);
+    put_u32(b, x->state);
+    put_u32(b, 0);
+    put_u64(b, d->calls);
+    put_i64(b, d->tt);
+}
+
+/* Memory: the rows of finished recordings, then those of the one under way.
+ * A recording that stops appends its rows, in their order, to the finished
+ * ones, so a site keeps its index from mark to mark. */
+static const pp_memrow *mem_row(const stepctx *c, uint32_t i)
+{
+    return i < c->nold ? &c->p->mem->rows[i] : &c->live[i - c->nold];
+}
+
+static pp_cnt4 get_memory(const stepctx *c, uint32_t i)
+{
+    const pp_memrow *r = mem_row(c, i);
+    return (pp_cnt4){r->alloc_bytes, r->alloc_count, (int64_t)r->free_bytes,
+                     (int64_t)r->free_count};
+}
+
+static void put_memory_row(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
+{
+    const pp_memrow *r = mem_row(c, i);
+    uint32_t stack = r->stack;
+    if (i >= c->nold)                       /* numbered as in the capture */
+        stack = stack == PP_NONE || !c->p->memory_stacks ? PP_NONE : stack + c->old_stacks;
+    put_u32(b, r->fid);
+    put_u32(b, r->line);
+    put_u32(b, r->kind);
+    put_u32(b, stack);
+    put_u64(b, d->calls);
+    put_u64(b, d->rec_calls);
+    put_u64(b, (uint64_t)d->tt);
+    put_u64(b, (uint64_t)d->it);
+    put_u64(b, 0);                          /* peaks are not per step */
+    put_u64(b, 0);
+}
+
+/* One thread's tables: the rows that changed since its last mark. */
 static int step_thread(stepbufs *sb, pp_thread *ts, const pp_tables *t, const tconv *tc,
                        int peek)
 {
+    stepctx c = {t, ts, NULL, tc, NULL, 0, 0};
     pp_stepbase *base = &ts->step;
-    pp_cnt4 d, *cur;
-    if ((cur = cnt_new(t->nf)) == NULL)
+    if (step_table(&sb->fs, &sb->nfs, &base->f, t->nf, &c, get_function, put_function, peek) < 0
+        || step_table(&sb->es, &sb->nes, &base->e, t->ne, &c, get_edge, put_edge, peek) < 0
+        || step_table(&sb->ps, &sb->nps, &base->p, t->np, &c, get_path, put_path, peek) < 0
+        || step_table(&sb->ls, &sb->nls, &base->l, t->nl, &c, get_line, put_line, peek) < 0
+        || step_table(&sb->cs, &sb->ncs, &base->c, t->nc, &c, get_callrow, put_callrow,
+                      peek) < 0)
         return -1;
-    for (uint32_t i = 0; i < t->nf; i++) {
-        const pp_fslot *s = &t->f[i];
-        cur[i] = (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
-        if (cnt_changed(&base->f, cur, i, &d)) {
-            put_u32(&sb->fs, ts->index);
-            put_u32(&sb->fs, s->fid);
-            put_u64(&sb->fs, d.calls);
-            put_u64(&sb->fs, d.rec_calls);
-            put_i64(&sb->fs, conv(tc, d.tt));
-            put_i64(&sb->fs, conv(tc, d.it));
-            sb->nfs++;
-        }
-    }
-    cnt_rebase(&base->f, cur, t->nf, peek);
-    if ((cur = cnt_new(t->ne)) == NULL)
-        return -1;
-    for (uint32_t i = 0; i < t->ne; i++) {
-        const pp_eslot *s = &t->e[i];
-        cur[i] = (pp_cnt4){s->calls, s->rec_calls, s->tt, s->it};
-        if (cnt_changed(&base->e, cur, i, &d)) {
-            put_u32(&sb->es, ts->index);
-            put_u32(&sb->es, t->f[s->caller].fid);
-            put_u32(&sb->es, t->f[s->callee].fid);
-            put_u32(&sb->es, 0);
-            put_u64(&sb->es, d.calls);
-            put_u64(&sb->es, d.rec_calls);
-            put_i64(&sb->es, conv(tc, d.tt));
-            put_i64(&sb->es, conv(tc, d.it));
-            sb->nes++;
-        }
-    }
-    cnt_rebase(&base->e, cur, t->ne, peek);
-    if ((cur = cnt_new(t->np)) == NULL)
-        return -1;
-    for (uint32_t i = 0; i < t->np; i++) {
-        const pp_pslot *s = &t->p[i];
-        cur[i] = (pp_cnt4){s->calls, 0, s->tt, s->it};
-        if (cnt_changed(&base->p, cur, i, &d)) {
-            put_u32(&sb->ps, ts->index);
-            put_u32(&sb->ps, i);
-            put_u32(&sb->ps, s->parent);
-            put_u32(&sb->ps, t->f[s->fslot].fid);
-            put_u64(&sb->ps, d.calls);
-            put_i64(&sb->ps, conv(tc, d.tt));
-            put_i64(&sb->ps, conv(tc, d.it));
-            sb->nps++;
-        }
-    }
-    cnt_rebase(&base->p, cur, t->np, peek);
-    if ((cur = cnt_new(t->nl)) == NULL)
-        return -1;
-    for (uint32_t i = 0; i < t->nl; i++) {
-        const pp_lslot *s = &t->l[i];
-        cur[i] = (pp_cnt4){s->hits, 0, s->time, 0};
-        if (cnt_changed(&base->l, cur, i, &d)) {
-            put_u32(&sb->ls, ts->index);
-            put_u32(&sb->ls, s->fid);
-            put_u32(&sb->ls, s->line);
-            put_u32(&sb->ls, 0);
-            put_u64(&sb->ls, d.calls);
-            put_i64(&sb->ls, conv(tc, d.tt));
-            sb->nls++;
-        }
-    }
-    cnt_rebase(&base->l, cur, t->nl, peek);
-    if ((cur = cnt_new(t->nc)) == NULL)
-        return -1;
-    for (uint32_t i = 0; i < t->nc; i++) {
-        const pp_cslot *s = &t->c[i];
-        cur[i] = (pp_cnt4){s->calls, 0, s->time, 0};
-        if (cnt_changed(&base->c, cur, i, &d)) {
-            put_u32(&sb->cs, ts->index);
-            put_u32(&sb->cs, t->l[s->lslot].fid);
-            put_u32(&sb->cs, t->l[s->lslot].line);
-            put_u32(&sb->cs, t->f[s->callee].fid);
-            put_u64(&sb->cs, d.calls);
-            put_i64(&sb->cs, conv(tc, d.tt));
-            sb->ncs++;
-        }
-    }
-    cnt_rebase(&base->c, cur, t->nc, peek);
     return 0;
 }
 
-/* Sample counters that changed since the last mark (entries only grow). */
 static int step_samples(stepbufs *sb, pp_profiler *p, int peek)
 {
-    const pp_samples *s = &p->samples;
-    pp_cnt4 d, *cur = cnt_new(s->nsamples);
-    if (cur == NULL)
-        return -1;
-    for (uint32_t i = 0; i < s->nsamples; i++) {
-        const pp_sampleent *x = &s->samples[i];
-        cur[i] = (pp_cnt4){x->count, 0, x->weight_ns, 0};
-        if (cnt_changed(&p->step_samples, cur, i, &d)) {
-            put_u32(&sb->ss, x->thread);
-            put_u32(&sb->ss, x->stack);
-            put_u32(&sb->ss, x->state);
-            put_u32(&sb->ss, 0);
-            put_u64(&sb->ss, d.calls);
-            put_i64(&sb->ss, d.tt);
-            sb->nss++;
-        }
-    }
-    cnt_rebase(&p->step_samples, cur, s->nsamples, peek);
-    return 0;
+    stepctx c = {NULL, NULL, p, NULL, NULL, 0, 0};
+    return step_table(&sb->ss, &sb->nss, &p->step_samples, p->samples.nsamples, &c,
+                      get_sample, put_sample, peek);
 }
 
-/* Allocation sites that changed since the last mark: the rows of finished
- * recordings, then those of the one under way. A recording that stops appends
- * its rows, in their order, to the finished ones, so a site keeps its index. */
 static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
 {
     pp_memrow *live = NULL;
@@ -730,38 +803,14 @@ static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
     pp_meminfo info;
     if (p->enabled && pp_memory_recording() && pp_memory_rows(p, &live, &nlive, &info) < 0)
         return -1;
-    uint32_t nold = p->mem ? p->mem->nrows : 0;
-    uint32_t old_stacks = p->mem ? p->mem->stacks.n : 0;
-    pp_cnt4 d, *cur = cnt_new(nold + nlive);
-    if (cur == NULL) {
-        free(live);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (uint32_t i = 0; i < nold + nlive; i++) {
-        const pp_memrow *r = i < nold ? &p->mem->rows[i] : &live[i - nold];
-        uint32_t stack = r->stack;
-        if (i >= nold)                      /* numbered as in the capture */
-            stack = stack == PP_NONE || !p->memory_stacks ? PP_NONE : stack + old_stacks;
-        cur[i] = (pp_cnt4){r->alloc_bytes, r->alloc_count, (int64_t)r->free_bytes,
-                           (int64_t)r->free_count};
-        if (cnt_changed(&p->step_memory, cur, i, &d)) {
-            put_u32(&sb->ms, r->fid);
-            put_u32(&sb->ms, r->line);
-            put_u32(&sb->ms, r->kind);
-            put_u32(&sb->ms, stack);
-            put_u64(&sb->ms, d.calls);
-            put_u64(&sb->ms, d.rec_calls);
-            put_u64(&sb->ms, (uint64_t)d.tt);
-            put_u64(&sb->ms, (uint64_t)d.it);
-            put_u64(&sb->ms, 0);            /* peaks are not per step */
-            put_u64(&sb->ms, 0);
-            sb->nms++;
-        }
-    }
-    cnt_rebase(&p->step_memory, cur, nold + nlive, peek);
+    stepctx c = {NULL, NULL, p, NULL, live, p->mem ? p->mem->nrows : 0,
+                 p->mem ? p->mem->stacks.n : 0};
+    int rc = step_table(&sb->ms, &sb->nms, &p->step_memory, c.nold + nlive, &c, get_memory,
+                        put_memory_row, peek);
     free(live);
-    return 0;
+    if (rc < 0)
+        PyErr_NoMemory();
+    return rc;
 }
 
 static PyObject *step_counters(pp_profiler *p, int peek)
