@@ -14,6 +14,7 @@ Deterministic function profiling with cProfile's interface and a C core:
     def hot(): ...
 
 Command line: ``python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]``.
+IPython/Jupyter: ``%load_ext pyprof``, then ``%%cprof`` (docs/notebook.md).
 """
 from ._version import __version__
 from .errors import PyprofError
@@ -25,6 +26,14 @@ from .steps import step
 __all__ = ["Profile", "profile", "run", "runctx", "step", "Session", "Function", "Counters",
            "LineCounters", "CallRow", "Thread", "load", "PyprofError", "__version__"]
 
-from . import control as _control
+
+
+def load_ipython_extension(ip):
+    """``%load_ext pyprof``: registers the %cprof / %%cprof magics."""
+    from .magic import load_ipython_extension as load
+    load(ip)
+
+
+from . import control as _control   # noqa: E402
 
 _control.install_from_environment()         # PYPROF_SIGNAL: sampling on a signal

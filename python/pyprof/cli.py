@@ -290,6 +290,49 @@ def _check_writable(path):
         raise PyprofError(f"cannot write {path}: Permission denied")
 
 
+def line_mode(opts) -> bool:
+    return bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
+
+
+def profile_options(opts, program_dir) -> dict:
+    """The Profile arguments the run options ask for (the CLI's and %%cprof's)."""
+    lines = line_mode(opts)
+    modes = dict(mode="sample", rate=opts.rate, wall=opts.wall,
+                 native=opts.native) if opts.sample else {}
+    if opts.memory and not (opts.sample or lines or opts.functions):
+        modes = dict(mode="memory")
+    elif opts.memory:
+        modes["memory"] = True
+    if opts.memory:
+        modes["memory_sample"] = opts.memory_sample_bytes
+        if opts.memory_stacks:
+            modes["memory_stacks"] = True
+    if opts.timeline:
+        modes.update(timeline=True, timeline_min_duration=opts.min_duration_ns,
+                     timeline_max_events=opts.timeline_max_events)
+    return dict(builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins, **modes,
+                lines=lines, lines_of=opts.lines_of,
+                lines_all=program_dir if opts.lines_all else None,
+                include=opts.include, exclude=opts.exclude)
+
+
+def write_tables(prof, opts, out) -> None:
+    """What a run prints at its end: the tables of its mode."""
+    if opts.memory:
+        from .export import text
+        text.write_memory(prof.session(), out, opts.sort)
+    elif line_mode(opts):
+        from .export import linetable
+        linetable.write_text(prof.session(), out, unit=opts.unit,
+                             call_rows=not opts.no_call_rows)
+    elif opts.sample:
+        from .export import sampletable
+        sampletable.write_functions(prof.session(), out)
+    else:
+        from .export.pstats import print_table
+        print_table(prof.session(), opts.sort, out)
+
+
 class _Runner:
     """Runs the target under a Profile and writes the results exactly once."""
 
@@ -304,25 +347,9 @@ class _Runner:
         interval = opts.dump_every if opts.sample and opts.dump_every else opts.flush_interval
         if opts.outfile and format_for_path(opts.outfile) == "cprof" and interval > 0:
             flush_to = os.path.abspath(opts.outfile)
-        self.line_mode = bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
-        modes = dict(mode="sample", rate=opts.rate, wall=opts.wall,
-                     native=opts.native) if opts.sample else {}
-        if opts.memory and not (opts.sample or self.line_mode or opts.functions):
-            modes = dict(mode="memory")
-        elif opts.memory:
-            modes["memory"] = True
-        if opts.memory:
-            modes["memory_sample"] = opts.memory_sample_bytes
-            if opts.memory_stacks:
-                modes["memory_stacks"] = True
-        if opts.timeline:
-            modes.update(timeline=True, timeline_min_duration=opts.min_duration_ns,
-                         timeline_max_events=opts.timeline_max_events)
-        self.prof = Profile(_warn=False, builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins,
-                            flush_to=flush_to, flush_interval=interval, **modes,
-                            lines=self.line_mode, lines_of=opts.lines_of,
-                            lines_all=target.path0 or os.getcwd() if opts.lines_all else None,
-                            include=opts.include, exclude=opts.exclude)
+        self.line_mode = line_mode(opts)
+        self.prof = Profile(_warn=False, flush_to=flush_to, flush_interval=interval,
+                            **profile_options(opts, target.path0 or os.getcwd()))
         self.prof._objects_at_steps = opts.objects
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
 
@@ -347,16 +374,8 @@ class _Runner:
             saved = sys.stdout
             sys.stdout = out
             try:
-                if opts.memory:
-                    from .export import text
-                    text.write_memory(self.prof.session(), out, opts.sort)
-                elif self.line_mode:
-                    from .export import linetable
-                    linetable.write_text(self.prof.session(), out, unit=opts.unit,
-                                         call_rows=not opts.no_call_rows)
-                elif opts.sample:
-                    from .export import sampletable
-                    sampletable.write_functions(self.prof.session(), out)
+                if opts.memory or self.line_mode or opts.sample:
+                    write_tables(self.prof, opts, out)
                 else:
                     self.prof.print_stats(opts.sort)
                 if opts.objects:
@@ -518,6 +537,14 @@ def cmd_run(argv) -> int:
         return 0
     if opts.module and opts.code:
         raise PyprofError("-m and -c cannot be used together")
+    check_run_options(opts)
+    target = _Target(opts, rest)
+    return _Runner(opts, target).run()
+
+
+def check_run_options(opts) -> None:
+    """Refuse what does not combine, before the program starts (one line each);
+    fills in opts.memory_sample_bytes."""
     if opts.sort not in SORT_KEYS:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
     if opts.flush_interval < 0:
@@ -567,8 +594,6 @@ def cmd_run(argv) -> int:
             _signal_number(opts.signal)
         if opts.dump_every < 0:
             raise PyprofError("--dump-every must be >= 0")
-    target = _Target(opts, rest)
-    return _Runner(opts, target).run()
 
 
 # ------------------------------------------------------------------ convert

@@ -626,6 +626,21 @@ class Session:
                 for t, rss, heap, hmax, fid, line
                 in self.meta["processes"][process].get("memory_curve", [])]
 
+    def drop_threads(self, indices) -> None:
+        """Forget what the given threads recorded (per-thread tables only:
+        memory rows are not per thread)."""
+        drop = set(indices)
+        for name in ("fstats", "edges", "paths", "lines", "callrows", "samples", "fmemory"):
+            table = getattr(self, name)
+            for key in [k for k in table if k[0] in drop]:
+                del table[key]
+        self.timeline = [e for e in self.timeline if e[0] not in drop]
+        for t in drop:
+            self.threads.pop(t, None)
+        for st in self.steps:
+            if st.data is not self:
+                st.data.drop_threads(drop)
+
     def select_steps(self, spec) -> list:
         """The steps named by `spec`: an index N, "N", "A..B" (inclusive), or a
         step name. PyprofError when the capture has no steps or none match."""

@@ -75,6 +75,9 @@ def _source(filename, expected_hash):
         with open(filename, "rb") as f:
             data = f.read()
     except OSError as e:
+        cached = linecache.getlines(filename)
+        if cached:              # IPython's cells and other code without a file on disk
+            return cached, None
         return [], f"source not available: cannot read {filename} ({e.strerror or e})"
     note = None
     if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
