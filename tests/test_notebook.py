@@ -132,3 +132,14 @@ def test_line_magic_and_views(executed):
     assert "CprofResult" in texts(executed["line_magic"], "stdout")
     text = texts(executed["view"], "plain")
     assert re.search(r"^\s+1\s+helper", text, re.M) and re.search(r"^\s+7\s+work", text, re.M)
+
+
+def test_example_notebook_runs():
+    """examples/notebook.ipynb, as a user would open it: every cell runs, no error."""
+    import os
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "notebook.ipynb")
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert any("make" in texts([o], "plain") for o in outputs)
