@@ -210,7 +210,7 @@ def cprof(shell, line, cell=None):
         return None
     try:
         result = run(shell, opts, code)
-    except PyprofError as e:
+    except (PyprofError, ValueError, RuntimeError) as e:    # e.g. another profiler is on
         print(f"%cprof: {e}", file=sys.stderr)
         return None
     shell.user_ns["_cprof"] = result
