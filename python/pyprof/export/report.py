@@ -16,8 +16,9 @@ inject markup.
 Large captures stay usable: the function table keeps the MAX_FUNCTIONS largest
 functions, the heatmap the MAX_FILES files with the most weight (a long file only
 its lines with data and their neighbours), and the flame graph leaves out the
-frames smaller than FLAME_MIN_FRACTION of their tree (a tenth of a pixel at
-2,000 pixels); each cut is said on the page."""
+frames smaller than FLAME_MIN_FRACTION of their tree (half a pixel at 2,500
+pixels) and keeps at most MAX_FLAME_NODES frames per tree; each cut is said on
+the page."""
 from __future__ import annotations
 
 import datetime
@@ -28,14 +29,15 @@ from .. import views
 from .._version import __version__
 from ..errors import PyprofError
 from ._files import atomic_write
-from .flamegraph import FLAME_CSS, FLAME_JS, json_for_html
-from .stacks import has_stacks
+from .flamegraph import FLAME_CSS, FLAME_JS, add_path, json_for_html, new_root, pack
+from .stacks import frame_label, has_stacks, named_stacks
 
 MAX_FUNCTIONS = 2000
 MAX_FILES = 30
 MAX_FILE_LINES = 3000           # longer files: the lines with data and CONTEXT around them
 CONTEXT = 3
-FLAME_MIN_FRACTION = 5e-5
+FLAME_MIN_FRACTION = 2e-4        # a frame under half a pixel at 2,500 pixels
+MAX_FLAME_NODES = 30_000         # per tree: the largest frames beyond
 MAX_STEPS = 1000
 STEP_TOP_STEPS = 200            # steps that get their top functions
 # The cost of one hook event of function/line tracing (a call or a return),
@@ -220,47 +222,91 @@ def heatmap(session) -> dict | None:
 
 
 # ---------------------------------------------------------------- flame graphs
-def prune(node, minimum) -> int:
-    """Drop the frames (packed nodes) whose value is below `minimum`, in place;
-    return how many were dropped. Iterative: stacks can be deep."""
-    dropped, todo = 0, [node]
+def prune(root, fraction=None, budget=None) -> int:
+    """Drop, in place, the frames of an unpacked tree (flamegraph.add_path
+    nodes: [name, file, line, value, {frame: child}]) smaller than `fraction`
+    of the root, and the smallest ones beyond `budget` frames (a frame is never
+    larger than its parent, so what stays is still a tree). Returns how many
+    frames were dropped, their descendants included. Iterative: stacks can be
+    deep."""
+    fraction = FLAME_MIN_FRACTION if fraction is None else fraction
+    budget = MAX_FLAME_NODES if budget is None else budget
+    minimum = root[3] * fraction
+    values, todo = [], [root]
     while todo:
         n = todo.pop()
-        kids = [c for c in n[4] if c[3] >= minimum]
-        dropped += len(n[4]) - len(kids)
-        n[4][:] = kids
-        todo.extend(kids)
-    return dropped
+        values.append(n[3])
+        todo.extend(n[4].values())
+    keep = lambda v: v >= minimum   # noqa: E731
+    if sum(1 for v in values if v >= minimum) > budget:
+        cutoff = sorted(values, reverse=True)[budget]
+        keep = lambda v: v > cutoff and v >= minimum   # noqa: E731
+    kept, todo = 1, [root]
+    while todo:
+        n = todo.pop()
+        n[4] = {k: c for k, c in n[4].items() if keep(c[3])}
+        kept += len(n[4])
+        todo.extend(n[4].values())
+    return len(values) - kept
 
 
-def _prune_all(threads) -> int:
-    dropped = 0
-    for root in threads.values():
-        dropped += prune(root, root[3] * FLAME_MIN_FRACTION)
-    return dropped
+def _flame_trees(session, frames_of) -> tuple:
+    """({tree name: packed root}, frames dropped) from (tree names, frames,
+    value) rows; the trees are pruned before they are packed."""
+    roots: dict = {}
+    for names, frames, value in frames_of:
+        for name in names:
+            add_path(roots.setdefault(name, new_root()), frames, value)
+    dropped = sum(prune(r) for r in roots.values())
+    return {k: pack(v) for k, v in roots.items()}, dropped
 
 
 def flame(session) -> dict | None:
-    from .flamegraph import tree
+    """The flame graph: sampled stacks (samples), or the calling-context tree
+    of traced calls (self time in ns); "all threads" and, with more than one
+    thread, one tree per thread."""
     if not has_stacks(session):
         return None
-    if session.info.get("sampling"):
-        data = {"unit": "samples", "threads": tree(session)}
-    else:                                   # the calling-context tree, by self time
-        data = {"unit": "ns", "threads": tree(session, weight="ns")}
-    if not data["threads"]:
+    sampled = bool(session.info.get("sampling"))
+    stacks = list(named_stacks(session, threads=False))
+    several = len({t for t, *_ in stacks}) > 1
+
+    def rows():
+        for t, state, frames, count, weight in stacks:
+            th = session.threads.get(t)
+            names = ("all threads", th.name if th else f"thread {t}") if several else (
+                "all threads",)
+            yield names, frames, count if sampled else weight
+
+    threads, dropped = _flame_trees(session, rows())
+    if not threads:
         return None
-    data["pruned"] = _prune_all(data["threads"])
-    return data
+    return {"unit": "samples" if sampled else "ns", "threads": threads, "pruned": dropped}
 
 
 def memory_flame(session) -> dict | None:
-    from .memflame import tree
+    """The memory flame graph: bytes allocated, live at the peak, live at the
+    end, by allocation stack (as memflame.py)."""
     if not session.memory_stacks:
         return None
-    data = {"unit": "bytes", "threads": tree(session)}
-    data["pruned"] = _prune_all(data["threads"])
-    return data
+    views_ = {"bytes allocated": lambda c: c.alloc_bytes,
+              "bytes live at the peak": lambda c: c.at_peak_bytes,
+              "bytes live at the end": lambda c: c.net_bytes}
+
+    def rows():
+        for sid, c in session.memory_by_stack.items():
+            if sid not in session.memory_stacks:
+                continue
+            frames = [frame_label(session, fid, line) for fid, line in session.memory_stacks[sid]]
+            for name, value in views_.items():
+                if value(c) > 0:
+                    yield (name,), frames, value(c)
+
+    threads, dropped = _flame_trees(session, rows())
+    if not threads:
+        return None
+    return {"unit": "bytes", "threads": {k: threads[k] for k in views_ if k in threads},
+            "pruned": dropped}
 
 
 # ---------------------------------------------------------------- memory, steps
@@ -305,7 +351,8 @@ def data(session) -> dict:
             "heatmap": heatmap(session), "flame": flame(session),
             "memflame": memory_flame(session), "steps": steps(session),
             "limits": {"functions": MAX_FUNCTIONS, "files": MAX_FILES,
-                       "flame_min_fraction": FLAME_MIN_FRACTION, "steps": MAX_STEPS}}
+                       "flame_min_fraction": FLAME_MIN_FRACTION, "flame_nodes": MAX_FLAME_NODES,
+                       "steps": MAX_STEPS}}
 
 
 def render(session) -> str:
@@ -554,7 +601,8 @@ function flames() {
   const tabs = $("ftabs"); if (!tabs) return;
   const made = {}, panes = [];
   const note = (d, id) => { $(id).textContent = d.pruned ?
-      d.pruned + " frames smaller than " + (100 * D.limits.flame_min_fraction) + "% of their tree are left out." : ""; };
+      d.pruned + " small frames are left out: those under " + (100 * D.limits.flame_min_fraction) +
+      "% of their tree, and beyond the " + D.limits.flame_nodes + " largest of a tree." : ""; };
   if (D.flame) panes.push(["fl-", D.flame, D.flame.unit === "ns" ? "time (self time of traced calls)" : "samples"]);
   if (D.memflame) panes.push(["mf-", D.memflame, "memory (bytes by allocation stack)"]);
   for (const p of ["fl-", "mf-"]) if (!panes.some(x => x[0] === p)) $(p + "pane").style.display = "none";
@@ -592,6 +640,7 @@ function steps() {
 }
 
 functions(); heatmap(); flames(); steps();
+document.body.dataset.renderMs = performance.now().toFixed(0);
 document.body.dataset.rendered = "yes";
 })();
 """
