@@ -196,11 +196,11 @@ def test_memory_report(prog):
     ci = h["columns"].index("bytes")
     f = next(f for f in h["files"] if f["file"].endswith("prog.py"))
     by_line = {r[0]: r[2 + ci] for r in f["lines"] if len(r) > 2}
-    mem = s.memory_lines()
-    alloc = next(fid for fid, fn in s.functions.items() if fn.qualname == "alloc")
-    for (fid, line), c in mem.items():
-        if fid == alloc:
-            assert by_line[line] == c.alloc_bytes
+    want: dict = {}                             # functions can share a line (3.11's listcomp)
+    for (fid, line), c in s.memory_lines().items():
+        if s.functions[fid].filename == f["file"] and line > 0:     # line 0: no line
+            want[line] = want.get(line, 0) + c.alloc_bytes
+    assert want and all(by_line[line] == b for line, b in want.items()), (want, by_line)
     line = next(r[0] for r in f["lines"] if "bytearray(1000)" in r[1])
     assert by_line[line] >= 4 * 200 * 1000
 
@@ -212,9 +212,11 @@ def test_line_report(prog):
     assert h["columns"][:2] == ["hits", "time"]
     f = next(f for f in h["files"] if f["file"].endswith("prog.py"))
     hits = {r[0]: r[2] for r in f["lines"] if len(r) > 2}
+    want: dict = {}
     for (fid, line), c in s.line_totals().items():
-        if s.functions[fid].filename.endswith("prog.py"):
-            assert hits[line] == c.hits
+        if s.functions[fid].filename == f["file"]:
+            want[line] = want.get(line, 0) + c.hits
+    assert want and all(hits[line] == n for line, n in want.items()), (want, hits)
     loop = next(r[0] for r in f["lines"] if "s += i * i % 7" in r[1])
     assert hits[loop] == 4 * 300_000
 

@@ -181,9 +181,16 @@ def heatmap(session) -> dict | None:
         return None
     rows = views.view(session, "lines", select=cols)["rows"]
     by_file: dict = {}
-    for r in rows:
+    for r in rows:          # several functions can share a line (a lambda, 3.11's listcomp)
         if r["file"] and r["line"] > 0:
-            by_file.setdefault(r["file"], {})[r["line"]] = r
+            line = by_file.setdefault(r["file"], {}).get(r["line"])
+            if line is None:
+                by_file[r["file"]][r["line"]] = {c: r.get(c) for c in cols} | {
+                    "source": r.get("source")}
+            else:
+                for c in cols:
+                    if r.get(c) is not None:
+                        line[c] = (line[c] or 0) + r[c]
     if not by_file:
         return None
     totals = {c: sum(v.get(c) or 0 for f in by_file.values() for v in f.values()) or 1
@@ -213,7 +220,8 @@ def heatmap(session) -> dict | None:
             r = lines.get(n)
             text = src[n - 1].rstrip("\r\n") if n <= len(src) else (
                 (r or {}).get("source") or "")
-            out.append([n, text] + ([r.get(c) for c in cols] if r else []))
+            out.append([n, text] + ([round(v, 9) if isinstance(v, float) else v
+                                     for v in (r.get(c) for c in cols)] if r else []))
         files.append({"file": filename, "note": note, "lines": out,
                       "weight": round(weight(lines), 6)})
     return {"columns": cols, "units": [views.COLUMNS[c][1] for c in cols],
