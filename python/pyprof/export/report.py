@@ -68,7 +68,8 @@ def _fmt_b(b: float) -> str:
 
 
 def modes(session) -> list:
-    out = list(session.meta.get("modes") or [])
+    """The modes the capture has data of (meta["modes"] says what was asked)."""
+    out = []
     info = session.info
     for name, present in (("function", bool(session.fstats) and not info.get("sampling")),
                           ("lines", bool(info.get("lines"))),
@@ -597,6 +598,12 @@ function heatmap() {
       frag.appendChild(tr);
     }
     body.textContent = ""; body.appendChild(frag);
+    // open at the line with the most of the column
+    let best = null, bv = 0;
+    const rows = body.querySelectorAll("tr.hl");
+    f.lines.forEach((r, i) => { const v = r.length > 2 ? r[2 + ci] || 0 : 0; if (v > bv) { bv = v; best = rows[i]; } });
+    const box = body.closest(".scroll");
+    if (best && box) box.scrollTop = Math.max(0, best.offsetTop - box.clientHeight / 3);
     $("hnote").textContent = (f.note ? f.note + ". " : "") + (H.total_files > H.files.length ?
       "The report keeps the " + H.files.length + " of " + H.total_files + " files with the most weight." : "");
   }
