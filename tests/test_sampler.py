@@ -452,7 +452,7 @@ def test_pstats_from_samples(capture):
 
 def test_flamegraph_html(capture):
     d, script, s = capture
-    page = convert(d, "run.html").read_text()
+    page = convert(d, "run.flame.html").read_text()
     assert "<script src" not in page and "http" not in page.split("<script")[1][:200]
     data = page.split('<script type="application/json" id="data">')[1].split("</script>")[0]
     doc = json.loads(data)
@@ -471,7 +471,7 @@ def test_flamegraph_renders_in_chromium(capture, tmp_path):
     """The page, rendered by a real browser: boxes drawn, and a search (given
     in the URL) matches the share of the samples that the capture gives."""
     d, script, s = capture
-    page = convert(d, "run.html")
+    page = convert(d, "run.flame.html")
     total = sum(x.count for x in s.samples.values())
     got, _ = shares(s, ["work"])
     r = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
@@ -605,7 +605,7 @@ def test_signal_starts_and_stops_sampling(tmp_path):
     (["--rate", "100"], "go with --sample"),
     (["--sample", "--signal", "KILL"], "not a signal pyprof can use"),
     (["--sample", "-l"], "do not combine"),
-    (["--memory", "-o", "flame.html"], "memory profiling alone does not record"),
+    (["--memory", "-o", "x.flame.html"], "memory profiling alone does not record"),
     (["--memory", "-o", "x.speedscope.json"], "memory profiling alone does not record"),
 ])
 def test_cli_bad_sampling_options(tmp_path, args, message):
@@ -640,7 +640,7 @@ def test_stack_formats_refuse_a_capture_without_stacks(tmp_path):
     spin(1000)
     p.disable()
     p.dump(str(tmp_path / "t.cprof"))
-    for out in ("f.html", "f.collapsed", "f.speedscope.json", "f.pb.gz"):
+    for out in ("f.flame.html", "f.collapsed", "f.speedscope.json", "f.pb.gz"):
         r = subprocess.run([sys.executable, "-m", "pyprof", "convert", "t.cprof", "-o", out],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr

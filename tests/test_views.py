@@ -488,7 +488,7 @@ def test_stack_exports_of_a_traced_capture(tmp_path):
     session = profile(mod.main)
     session.save(tmp_path / "t.cprof")
     s = pyprof.Session.load(tmp_path / "t.cprof")
-    for out in ("f.collapsed", "f.html", "f.speedscope.json", "f.pb.gz"):
+    for out in ("f.collapsed", "f.flame.html", "f.speedscope.json", "f.pb.gz"):
         r = pyprof_cli(["convert", "t.cprof", "-o", out], tmp_path)
         assert r.returncode == 0, r.stderr
     collapsed = dict(line.rsplit(" ", 1) for line in
@@ -500,7 +500,7 @@ def test_stack_exports_of_a_traced_capture(tmp_path):
     doc = json.loads((tmp_path / "f.speedscope.json").read_text())
     total = sum(sum(p["weights"]) for p in doc["profiles"])
     assert total == sum(round(s.seconds(p.own) * 1e9) for p in s.paths.values() if p.own > 0)
-    html = (tmp_path / "f.html").read_text()
+    html = (tmp_path / "f.flame.html").read_text()
     data = json.loads(_re.search(r'id="data">(.*?)</script>', html, _re.S).group(1))
     assert data["unit"] == "ns" and data["threads"]["all threads"][3] == total
     go = shutil.which("go") or ("/usr/lib/go/bin/go" if os.path.exists("/usr/lib/go/bin/go")

@@ -68,9 +68,9 @@ def _run_parser() -> _Parser:
                    help="write the profile to FILE, in the format its name asks for: .cprof "
                         "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
                         "tables), .collapsed or .folded (collapsed stacks), .speedscope.json, "
-                        ".pb.gz (pprof), .html (flame graph), .trace.json (Chrome/Perfetto "
-                        "trace, with --timeline or --memory), else pstats (default: print a "
-                        "table to stdout)")
+                        ".pb.gz (pprof), .html (the HTML report), .flame.html (flame graph), "
+                        ".trace.json (Chrome/Perfetto trace, with --timeline or --memory), else "
+                        "pstats (default: print a table to stdout)")
     p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
                    help="sort key of the printed table, as pstats: "
                         + ", ".join(SORT_KEYS) + " (default: cumulative)")

@@ -18,7 +18,8 @@ FORMATS = {
     "collapsed": ("collapsed", (".collapsed", ".folded")),
     "speedscope": ("speedscope", (".speedscope.json",)),
     "pprof": ("pprof", (".pb.gz", ".pprof")),
-    "flamegraph": ("flamegraph", (".html",)),
+    "html": ("report", (".html", ".htm")),
+    "flamegraph": ("flamegraph", (".flame.html",)),
     "memory-svg": ("memcurve", (".svg",)),
     "memory-flamegraph": ("memflame", (".memory.html",)),
     "memory-csv": ("memcsv", (".memory.csv",)),
@@ -34,7 +35,7 @@ def format_for_path(path, default="pstats") -> str:
     if base.startswith("callgrind.out"):
         return "callgrind"
     best, length = default, 0
-    for name, (_, suffixes) in FORMATS.items():      # the longest suffix wins (.memory.html)
+    for name, (_, suffixes) in FORMATS.items():      # the longest suffix wins (.flame.html)
         for suffix in suffixes:
             if base.endswith(suffix) and len(suffix) > length:
                 best, length = name, len(suffix)

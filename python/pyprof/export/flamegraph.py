@@ -50,42 +50,38 @@ def tree(session, lines=False, weight="count"):
     return {k: pack(v) for k, v in roots.items()}
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>%(title)s</title>
-<style>
-body{font:13px system-ui,sans-serif;margin:0;background:#fff;color:#222}
-header{padding:8px 12px;border-bottom:1px solid #ddd;display:flex;gap:12px;align-items:center;flex-wrap:wrap}
-header h1{font-size:15px;margin:0}
-#fg{position:relative;margin:8px 12px}
+# The flame graph's CSS and JS, shared by this page and the HTML report
+# (report.py). FLAME_JS defines flameGraph(data, prefix, useHash): it draws
+# into the elements with ids PREFIX + fg, tip, thread, search, reset, status,
+# notes, and returns {render, pick}. Plain strings: no %-formatting.
+FLAME_CSS = """
+.fg{position:relative;margin:8px 12px}
 .box{position:absolute;height:17px;line-height:17px;overflow:hidden;white-space:nowrap;font-size:11px;
  border-right:1px solid #fff;box-sizing:border-box;padding-left:3px;cursor:pointer;color:#000}
 .box.hit{background:#e040fb!important;color:#fff}
-#tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:6px 8px;border-radius:4px;
+.tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:6px 8px;border-radius:4px;
  font-size:12px;display:none;max-width:60ch;white-space:pre-wrap;z-index:9}
-#status{color:#555}
-#notes{margin:8px 12px;color:#333;white-space:pre-wrap;font-size:12px}
-</style></head><body>
-<header><h1>%(title)s</h1>
-<label>%(select)s <select id="thread"></select></label>
-<input id="search" placeholder="search (regex)" size="24">
-<button id="reset">reset zoom</button><span id="status"></span></header>
-<div id="fg"></div><div id="tip"></div><div id="notes"></div>
-<script type="application/json" id="data">%(data)s</script>
-<script>
+.fgstatus{color:#555}
+.fgnotes{margin:8px 12px;color:#333;white-space:pre-wrap;font-size:12px}
+"""
+
+FLAME_JS = r"""
+function flameGraph(DATA, prefix, useHash) {
 "use strict";
-const DATA = JSON.parse(document.getElementById("data").textContent);
-const fg = document.getElementById("fg"), tip = document.getElementById("tip");
-const sel = document.getElementById("thread"), search = document.getElementById("search");
-const status = document.getElementById("status"), ROW = 18;
+const $ = id => document.getElementById(prefix + id);
+const fg = $("fg"), tip = $("tip"), sel = $("thread"), search = $("search");
+const status = $("status"), ROW = 18;
 let root = null, zoom = null, unit = DATA.unit;
 for (const name of Object.keys(DATA.threads)) {
   const o = document.createElement("option"); o.textContent = name; sel.appendChild(o);
 }
 sel.value = DATA.threads["all threads"] ? "all threads" : Object.keys(DATA.threads)[0];
 // flame.html#thread=NAME&search=REGEX opens with that thread and search
-const params = new URLSearchParams(location.hash.slice(1));
-if (params.has("thread") && DATA.threads[params.get("thread")]) sel.value = params.get("thread");
-if (params.has("search")) search.value = params.get("search");
+if (useHash) {
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (params.has("thread") && DATA.threads[params.get("thread")]) sel.value = params.get("thread");
+  if (params.has("search")) search.value = params.get("search");
+}
 // Differential data (DATA.diff): node = [name, file, line, AFTER, children, BEFORE];
 // red where a frame grew, blue where it shrank, deeper with the size of the change.
 function diffColor(n) {
@@ -96,16 +92,16 @@ function diffColor(n) {
 function diffText(n) {
   const d = n[3] - n[5];
   const gone = n[4].filter(c => c[3] === 0).reduce((s, c) => s + c[5], 0);
-  return "\\nbefore " + fmt(n[5]) + ", after " + fmt(n[3]) + ", change " + (d > 0 ? "+" : "") +
-    fmt(d) + (n[5] ? " (" + (d > 0 ? "+" : "") + (100 * d / n[5]).toFixed(1) + "%%)" : " (new)") +
-    (gone ? "\\n" + fmt(gone) + " in callees only in BEFORE" : "");
+  return "\nbefore " + fmt(n[5]) + ", after " + fmt(n[3]) + ", change " + (d > 0 ? "+" : "") +
+    fmt(d) + (n[5] ? " (" + (d > 0 ? "+" : "") + (100 * d / n[5]).toFixed(1) + "%)" : " (new)") +
+    (gone ? "\n" + fmt(gone) + " in callees only in BEFORE" : "");
 }
 function color(node) {
   if (DATA.diff) return diffColor(node);
   const name = node[0];
   let h = 0; for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
   if (name.startsWith("[")) return "#bbb";
-  return "hsl(" + (20 + h %% 40) + "," + (60 + h %% 30) + "%%," + (55 + h %% 15) + "%%)";
+  return "hsl(" + (20 + h % 40) + "," + (60 + h % 30) + "%," + (55 + h % 15) + "%)";
 }
 function fmt(v) {
   if (v < 0) return "-" + fmt(-v);
@@ -135,8 +131,8 @@ function render() {
     b.onmousemove = e => {
       tip.style.display = "block"; tip.style.left = (e.clientX + 12) + "px";
       tip.style.top = (e.clientY + 12) + "px";
-      tip.textContent = n[0] + (n[1] ? "\\n" + n[1] + ":" + n[2] : "") + "\\n" + fmt(n[3]) +
-        " (" + (100 * n[3] / (root[3] || 1)).toFixed(1) + "%% of all)" + (DATA.diff ? diffText(n) : "");
+      tip.textContent = n[0] + (n[1] ? "\n" + n[1] + ":" + n[2] : "") + "\n" + fmt(n[3]) +
+        " (" + (100 * n[3] / (root[3] || 1)).toFixed(1) + "% of all)" + (DATA.diff ? diffText(n) : "");
     };
     b.onmouseleave = () => { tip.style.display = "none"; };
     b.onclick = () => { zoom = n; render(); };
@@ -146,22 +142,42 @@ function render() {
   }
   walk(top, 0, 0, false);
   fg.style.height = (depth + 1) * ROW + "px";
-  status.textContent = fmt(root[3]) + (re ? "; matched " + (100 * matched / (root[3] || 1)).toFixed(1) + "%%" : "");
+  status.textContent = fmt(root[3]) + (re ? "; matched " + (100 * matched / (root[3] || 1)).toFixed(1) + "%" : "");
 }
 function notes() {
-  const el = document.getElementById("notes");
-  if (!DATA.diff) return;
-  el.textContent = "Widths: AFTER. Red: grew since BEFORE; blue: shrank (hover for the numbers).\\n" +
-    (DATA.gone.length ? "Only in BEFORE (not drawn):\\n" +
-      DATA.gone.map(g => "  " + g[0] + "  " + fmt(g[1])).join("\\n") : "");
+  const el = $("notes");
+  if (!DATA.diff || !el) return;
+  el.textContent = "Widths: AFTER. Red: grew since BEFORE; blue: shrank (hover for the numbers).\n" +
+    (DATA.gone.length ? "Only in BEFORE (not drawn):\n" +
+      DATA.gone.map(g => "  " + g[0] + "  " + fmt(g[1])).join("\n") : "");
 }
 function safeRe(s) { try { return new RegExp(s); } catch (e) { return null; } }
 function pick() { root = DATA.threads[sel.value]; zoom = null; render(); }
 sel.onchange = pick; search.oninput = render;
-document.getElementById("reset").onclick = () => { zoom = null; render(); };
-window.onresize = render;
+$("reset").onclick = () => { zoom = null; render(); };
+window.addEventListener("resize", render);
 notes();
 pick();
+return {render: render, pick: pick};
+}
+"""
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>%(title)s</title>
+<style>
+body{font:13px system-ui,sans-serif;margin:0;background:#fff;color:#222}
+header{padding:8px 12px;border-bottom:1px solid #ddd;display:flex;gap:12px;align-items:center;flex-wrap:wrap}
+header h1{font-size:15px;margin:0}
+%(css)s</style></head><body>
+<header><h1>%(title)s</h1>
+<label>%(select)s <select id="thread"></select></label>
+<input id="search" placeholder="search (regex)" size="24">
+<button id="reset">reset zoom</button><span class="fgstatus" id="status"></span></header>
+<div id="fg" class="fg"></div><div id="tip" class="tip"></div><div id="notes" class="fgnotes"></div>
+<script type="application/json" id="data">%(data)s</script>
+<script>
+%(js)s
+flameGraph(JSON.parse(document.getElementById("data").textContent), "", true);
 </script></body></html>
 """
 
@@ -175,10 +191,16 @@ def render(session, lines=False) -> str:
     return page(data, "pyprof flame graph: " + " ".join(session.meta.get("argv", [])), "thread")
 
 
+def json_for_html(data) -> str:
+    """`data` as JSON to embed in <script type="application/json">: every "<"
+    escaped, so no "</script>" or "<!--" in a name or path can end the data."""
+    return json.dumps(data, ensure_ascii=True, allow_nan=False).replace("<", "\\u003c")
+
+
 def page(data, title, select) -> str:
-    text = json.dumps(data, ensure_ascii=True, allow_nan=False)
-    text = text.replace("<", "\\u003c")        # no "</script>" or "<!--" can end the data
-    return PAGE % {"title": html.escape(title), "data": text, "select": html.escape(select)}
+    text = json_for_html(data)
+    return PAGE % {"title": html.escape(title), "data": text, "select": html.escape(select),
+                   "css": FLAME_CSS, "js": FLAME_JS}
 
 
 def write(session, path):
