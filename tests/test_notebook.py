@@ -75,11 +75,25 @@ def html_of(outputs):
                    if o["output_type"] in ("display_data", "execute_result"))
 
 
+def report_in(html):
+    """The report page inside the output's sandboxed iframe, and its data."""
+    import html as _html
+    m = re.search(r'<iframe sandbox="allow-scripts"[^>]* srcdoc="([^"]*)"', html)
+    assert m, html[:300]
+    page = _html.unescape(m.group(1))
+    blob = re.search(r'<script type="application/json" id="data">(.*?)</script>', page, re.S)
+    return page, json.loads(blob.group(1))
+
+
 def test_cell_profile_counts_and_html(executed):
     out = executed["function"]
     html = html_of(out)
-    assert html and "<script" not in html.split("srcdoc=")[0]      # the page is sandboxed
-    assert "<iframe" in html or "<pre>" in html
+    assert "<script" not in html.split("srcdoc=")[0]      # the report's script stays in its frame
+    page, data = report_in(html)
+    cols = data["functions"]["columns"]
+    rows = {r[0]: dict(zip(cols, r[4:])) for r in data["functions"]["rows"]}
+    assert rows["work"]["calls"] == 8 and rows["helper"]["calls"] == 1
+    assert data["flame"] is not None and "http" not in page.split("<body")[0]
     calls = json.loads(texts(executed["calls"], "stdout"))
     assert calls["work"] == 1 + 7 and calls["helper"] == 1
     # the cell's code only: not the kernel's threads, not the display of its value
@@ -103,6 +117,8 @@ def test_function_from_earlier_cell_line_by_line(executed):
 def test_memory_of_a_cell(executed):
     total = json.loads(texts(executed["memory_check"], "stdout"))
     assert total >= 8_000_000
+    page, data = report_in(html_of(executed["memory"]))
+    assert 'id="sec-memory"' in page and "<svg" in page     # the memory curve, inline
     assert "blob = bytearray(8_000_000)" in texts(executed["memory"], "plain")
 
 
