@@ -105,6 +105,7 @@ def view(session, name: str, options: Options | None = None, **kw):
     "line", "kind", its columns and "children"; flat views the same with
     "rows" instead of "roots". Raises PyprofError on bad options."""
     opts = _options(options, kw)
+    _SOURCES.clear()
     # trees are walked recursively and are as deep as the program's recursion
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, 50000))
@@ -560,6 +561,18 @@ def _graph(session, threads) -> dict:
     return ops
 
 
+_SOURCES: dict = {}     # filename -> lines, for one view (cleared by view())
+
+
+def _source_line(filename, line):
+    """The text of a line (None if unknown). Each file is read once per view: a
+    missing file would otherwise be looked for again at every line."""
+    lines = _SOURCES.get(filename)
+    if lines is None:
+        lines = _SOURCES[filename] = linecache.getlines(filename)
+    return (lines[line - 1].strip() or None) if 0 < line <= len(lines) else None
+
+
 def _lines(session, threads) -> dict:
     rows: dict = {}
 
@@ -569,7 +582,7 @@ def _lines(session, threads) -> dict:
             f = session.functions[fid]
             n = rows[(fid, line)] = Node(f"{f.qualname}:{line}", f.filename, line, "line")
             n.total = {}
-            n.source = linecache.getline(f.filename, line).strip() or None
+            n.source = _source_line(f.filename, line)
         return n
 
     if session.info.get("lines"):
@@ -601,7 +614,7 @@ def _memory(session, threads) -> dict:
         if kind == "line":
             f = session.functions[fid]
             n = Node(f"{f.qualname}:{line}", f.filename, line, "line")
-            n.source = linecache.getline(f.filename, line).strip() or None
+            n.source = _source_line(f.filename, line)
         else:
             n = Node(f"[{kind}]", kind="site")
         n.total = {"bytes": c.alloc_bytes, "net-bytes": c.net_bytes,
