@@ -265,9 +265,9 @@ demo: deps
 	msg "pyprof convert $$out/demo.cprof -o $$out/report.html"
 	"$$NEW_VENV/bin/pyprof" convert "$$out/demo.cprof" -o "$$out/report.html"
 	echo "the HTML report (summary, functions, code heatmap, flame graph): open $$out/report.html"
-	msg "python -m pyprof --sample --wall --rate 2000 -o $$out/flame.flame.html examples/demo.py"
-	"$$py" -m pyprof --sample --wall --rate 2000 -o "$$out/flame.flame.html" examples/demo.py > /dev/null
-	echo "an interactive flame graph of the sampled stacks: open $$out/flame.flame.html in a browser"
+	msg "python -m pyprof --sample --wall --rate 2000 -o $$out/sampled.flame.html examples/demo.py"
+	"$$py" -m pyprof --sample --wall --rate 2000 -o "$$out/sampled.flame.html" examples/demo.py > /dev/null
+	echo "an interactive flame graph of the sampled stacks: open $$out/sampled.flame.html in a browser"
 	msg "python -m pyprof --memory --functions -o $$out/memory.cprof examples/demo.py; pyprof view"
 	"$$py" -m pyprof --memory --functions -o "$$out/memory.cprof" examples/demo.py > /dev/null
 	"$$NEW_VENV/bin/pyprof" view "$$out/memory.cprof" --memory > "$$out/memory.txt"
