@@ -4,6 +4,8 @@
                      [-m module | -c code | script] [args...]
     pyprof convert FILE.cprof -o OUT [-f FORMAT] [--min-duration DURATION]
     pyprof view FILE.cprof [--lines | --functions] [--unit U]
+    pyprof view FILE.cprof --view code|op|scope|graph|lines|memory [filters] [--format F]
+    pyprof stats FILE.cprof... [--by step|run] [--csv OUT]
     pyprof merge A.cprof B.cprof ... -o ALL.cprof [--force]
     pyprof diff BEFORE.cprof AFTER.cprof [--by function|line] [--format table|csv|json] ...
     pyprof --version
@@ -63,7 +65,9 @@ def _run_parser() -> _Parser:
         usage="python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]",
         description="Profile a Python program (a drop-in for python -m cProfile). "
                     "Other commands: 'pyprof convert FILE.cprof -o OUT', "
-                    "'pyprof view FILE.cprof'.")
+                    "'pyprof view FILE.cprof [--view code|op|scope|graph|lines|memory]', "
+                    "'pyprof stats FILE...', 'pyprof merge A B -o ALL', "
+                    "'pyprof diff BEFORE AFTER' (each with --help).")
     p.add_argument("-o", "--outfile", metavar="FILE",
                    help="write the profile to FILE, in the format its name asks for: .cprof "
                         "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
