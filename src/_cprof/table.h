@@ -232,11 +232,14 @@ static inline uint64_t pp_path_key(uint32_t parent, uint32_t fslot)
     return 1ull << 63 | (uint64_t)(uint32_t)(parent + 1) << 32 | fslot;   /* never 0 */
 }
 
-/* The path of function slot `fs` called from path `parent` (PP_ROOT at the
- * bottom of the stack); PP_NONE below a path that was not recorded. */
-static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs)
+/* The recorded path of function slot `fs` called from path `parent` (PP_ROOT
+ * at the bottom of the stack), or PP_NONE when there is none (yet). Two
+ * one-entry caches answer most calls: the callee's (its last caller's path)
+ * and the caller path's (its last callee: recursion, where each depth is a
+ * different parent); both learn the answer. */
+static inline uint32_t pp_tables_path_find(pp_tables *t, uint32_t parent, uint32_t fs)
 {
-    if (parent == PP_NONE)
+    if (parent == PP_NONE)              /* below a path that was not recorded */
         return PP_NONE;
     pp_fslot *c = &t->f[fs];
     if (c->last_ppath == parent)
@@ -246,8 +249,7 @@ static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs
         s = t->p[parent].last_child;
     }
     else {
-        s = pp_index_get(&t->pidx, pp_path_key(parent, fs));
-        if (s == PP_NONE && (s = pp_tables_add_path(t, parent, fs)) == PP_NONE)
+        if ((s = pp_index_get(&t->pidx, pp_path_key(parent, fs))) == PP_NONE)
             return PP_NONE;
         if (parent != PP_ROOT) {
             t->p[parent].last_fs = fs;
@@ -257,6 +259,18 @@ static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs
     c->last_ppath = parent;
     c->last_path = s;
     return s;
+}
+
+/* The same, adding the path when it is new; PP_NONE below a path that was
+ * not recorded, or when no more can be added. */
+static inline uint32_t pp_tables_path(pp_tables *t, uint32_t parent, uint32_t fs)
+{
+    uint32_t s = pp_tables_path_find(t, parent, fs);
+    if (s != PP_NONE || parent == PP_NONE)
+        return s;
+    if ((s = pp_tables_add_path(t, parent, fs)) == PP_NONE)
+        return PP_NONE;
+    return pp_tables_path_find(t, parent, fs);       /* now found: the caches learn it */
 }
 
 static inline void pp_account_path(pp_tables *t, uint32_t ps, int64_t tt, int64_t it)

@@ -503,27 +503,9 @@ HOT void enter(pp_profiler *p, uint64_t key, PyObject *obj, PyObject *self_arg, 
         goto slow;
     uint32_t ps = PP_NONE;
     if (p->paths) {
-        uint32_t parent = depth ? st->f[depth - 1].pslot : PP_ROOT;
-        pp_fslot *c = &t->f[fs];
-        if (LIKELY(c->last_ppath == parent)) {
-            ps = c->last_path;
-        }
-        else if (parent < PP_ROOT && t->p[parent].last_fs == fs) {
-            ps = t->p[parent].last_child;       /* recursion: each depth its own path */
-            c->last_ppath = parent;
-            c->last_path = ps;
-        }
-        else {
-            ps = pp_index_get(&t->pidx, pp_path_key(parent, fs));
-            if (UNLIKELY(ps == PP_NONE))
-                goto slow;
-            c->last_ppath = parent;
-            c->last_path = ps;
-            if (parent < PP_ROOT) {
-                t->p[parent].last_fs = fs;
-                t->p[parent].last_child = ps;
-            }
-        }
+        ps = pp_tables_path_find(t, depth ? st->f[depth - 1].pslot : PP_ROOT, fs);
+        if (UNLIKELY(ps == PP_NONE))
+            goto slow;                          /* a new path, or below an unrecorded one */
     }
     uint32_t es = PP_NONE;
     if (p->subcalls && depth) {
