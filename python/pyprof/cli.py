@@ -162,6 +162,11 @@ def _run_parser() -> _Parser:
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="with a .cprof outfile, rewrite it every SECONDS while the program "
                         "runs so a crash leaves the last flush (0: only at the end; default 10)")
+    p.add_argument("--children", action="store_true",
+                   help="profile every Python child too (os.fork, multiprocessing, "
+                        "concurrent.futures, subprocess running Python): each writes "
+                        "NAME.PID.cprof next to the output, merged into it at the end, one "
+                        "process apart from the other (docs/children.md)")
     # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
     # text to the terminal width, splitting it over two lines.
     p.add_argument("--version", action="store_true",
@@ -320,21 +325,23 @@ def profile_options(opts, program_dir) -> dict:
                 include=opts.include, exclude=opts.exclude)
 
 
-def write_tables(prof, opts, out) -> None:
-    """What a run prints at its end: the tables of its mode."""
+def write_tables(prof, opts, out, session=None) -> None:
+    """What a run prints at its end: the tables of its mode (of `session`, by
+    default the profiler's)."""
+    session = session if session is not None else prof.session()
     if opts.memory:
         from .export import text
-        text.write_memory(prof.session(), out, opts.sort)
+        text.write_memory(session, out, opts.sort)
     elif line_mode(opts):
         from .export import linetable
-        linetable.write_text(prof.session(), out, unit=opts.unit,
+        linetable.write_text(session, out, unit=opts.unit,
                              call_rows=not opts.no_call_rows)
     elif opts.sample:
         from .export import sampletable
-        sampletable.write_functions(prof.session(), out)
+        sampletable.write_functions(session, out)
     else:
         from .export.pstats import print_table
-        print_table(prof.session(), opts.sort, out)
+        print_table(session, opts.sort, out)
 
 
 class _Runner:
@@ -356,6 +363,12 @@ class _Runner:
                             **profile_options(opts, target.path0 or os.getcwd()))
         self.prof._objects_at_steps = opts.objects
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
+        self.children = None
+        if getattr(opts, "children", False):
+            from . import children
+            self.children = children.start(
+                self.prof, self.outfile, profile_options(opts, target.path0 or os.getcwd()),
+                interval)
 
     def finish(self):
         """Stop profiling and write or print the results (once, in this process)."""
@@ -367,7 +380,9 @@ class _Runner:
         if opts.objects:
             from . import objects
             self.prof.meta["objects"] = objects.summary()
-        if self.outfile and format_for_path(self.outfile) == "text":
+        if self.children is not None:
+            self._finish_children()
+        elif self.outfile and format_for_path(self.outfile) == "text":
             from .export import text
             text.write(self.prof.session(), self.outfile, unit=opts.unit,
                        call_rows=not opts.no_call_rows, sort=opts.sort)
@@ -395,6 +410,32 @@ class _Runner:
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
+
+    def _finish_children(self):
+        """--children: the main capture merged with the children's, then
+        written or printed as a run without children would be."""
+        from . import children
+        opts = self.opts
+        children.finish_children()
+        session, paths = children.collect(self.prof.session(), self.children)
+        if self.outfile:
+            fmt = format_for_path(self.outfile)
+            if fmt == "text":
+                from .export import text
+                text.write(session, self.outfile, unit=opts.unit,
+                           call_rows=not opts.no_call_rows, sort=opts.sort)
+            elif fmt == "cprof":
+                session.save(self.outfile)
+            else:
+                export(session, fmt, self.outfile)
+        else:
+            out = self.out if not getattr(self.out, "closed", False) else sys.__stdout__
+            write_tables(self.prof, opts, out, session)
+            out.flush()
+        children.cleanup(self.children, paths)
+        if len(paths):
+            print(f"pyprof: merged {len(paths)} child process{'es' if len(paths) > 1 else ''}",
+                  file=sys.stderr)
 
     def _toggle_on(self, name):
         """Sampling starts and stops each time the signal `name` arrives."""

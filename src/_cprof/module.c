@@ -175,6 +175,14 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *profiler_after_fork(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    if (pp_tracer_after_fork(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"include_open", "counters_only", "ns_per_tick", NULL};
@@ -457,6 +465,8 @@ static PyMethodDef profiler_methods[] = {
     {"disable", (PyCFunction)profiler_disable, METH_NOARGS,
      "disable()\nStop collecting; calls still open end now."},
     {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
+    {"_after_fork", (PyCFunction)profiler_after_fork, METH_NOARGS,
+     "_after_fork()\nIn a forked child, disabled: forget the parent's data and threads."},
     {"snapshot", (PyCFunction)(void (*)(void))profiler_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(include_open=True, counters_only=False, ns_per_tick=0.0) -> bytes\nThe "
      "collected data as a capture blob (see pyprof.session); calls still open count as ending "

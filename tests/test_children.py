@@ -1,0 +1,293 @@
+"""--children: every Python child profiled, one capture per process, merged by
+the main process (docs/children.md). Real processes: os.fork, multiprocessing
+(fork, spawn, forkserver; pools), ProcessPoolExecutor, subprocess; killed and
+os._exit children; an unwritable output for a child; fork while other threads
+profile and allocate."""
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pyprof import Session
+
+TIMEOUT = 120
+
+
+def pyprof(args, cwd, timeout=TIMEOUT, **kw):
+    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def write(path, source):
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def calls(session, name):
+    """Calls of the functions called `name`, over all processes."""
+    totals = session.function_totals()
+    return sum(totals[f].calls for f, fn in session.functions.items()
+               if fn.name == name and f in totals)
+
+
+def calls_by_process(session, name):
+    """{pid: calls of `name`} for the processes that called it."""
+    out = {}
+    for i, record in enumerate(session.meta.get("processes", [])):
+        totals = session.function_totals(threads=session.process_threads(i))
+        n = sum(totals[f].calls for f, fn in session.functions.items()
+                if fn.name == name and f in totals)
+        if n:
+            out[record["pid"]] = n
+    return out
+
+
+def run_ok(tmp_path, source, *args, opts=(), **kw):
+    prog = write(tmp_path / "prog.py", source)
+    out = tmp_path / "out.cprof"
+    r = pyprof(["--children", *opts, "-o", str(out), str(prog), *args], tmp_path, **kw)
+    assert r.returncode == 0, r.stderr
+    # the children's files went into the merged capture
+    assert glob.glob(str(tmp_path / "out.*.cprof")) == [], os.listdir(tmp_path)
+    return Session.load(out), r
+
+
+FORK = '''
+import os, sys
+
+def child_work(n):
+    return sum(range(n))
+
+def parent_work():
+    return 1
+
+parent_work()
+pid = os.fork()
+if pid == 0:
+    for _ in range(5):
+        child_work(100)
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0
+parent_work()
+print("pid", pid)
+'''
+
+
+def test_fork_child_profiled_parent_not_doubled(tmp_path):
+    s, r = run_ok(tmp_path, FORK)
+    child = int(r.stdout.split()[-1])
+    assert calls(s, "child_work") == 5
+    assert calls(s, "parent_work") == 2         # the child's copy of the parent's counts is gone
+    assert calls_by_process(s, "child_work") == {child: 5}
+    assert list(calls_by_process(s, "parent_work").values()) == [2]
+    pids = [p["pid"] for p in s.meta["processes"]]
+    assert len(pids) == 2 and child in pids
+    # the parent's threads were not carried into the child's capture
+    child_index = pids.index(child)
+    assert len(s.process_threads(child_index)) == 1
+
+
+POOL = '''
+import multiprocessing as mp, sys
+from concurrent.futures import ProcessPoolExecutor
+
+def task(x):
+    return x * 2
+
+if __name__ == "__main__":
+    method, kind, workers, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    ctx = mp.get_context(method)
+    if kind == "pool":
+        with ctx.Pool(workers) as p:
+            r = p.map(task, range(n), chunksize=1)
+    else:
+        with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+            r = list(ex.map(task, range(n)))
+    assert r == [2 * x for x in range(n)]
+    print("ok")
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("kind", ["pool", "executor"])
+def test_pools_every_task_once(tmp_path, method, kind):
+    s, r = run_ok(tmp_path, POOL, method, kind, "4", "200")
+    assert calls(s, "task") == 200, calls_by_process(s, "task")
+    by = calls_by_process(s, "task")
+    assert os.getpid() not in by and len(by) >= 1
+
+
+def test_pool_8_workers_1000_tasks(tmp_path):
+    s, r = run_ok(tmp_path, POOL, "fork", "pool", "8", "1000")
+    assert calls(s, "task") == 1000
+    assert sum(calls_by_process(s, "task").values()) == 1000
+
+
+def test_subprocess_python_child(tmp_path):
+    write(tmp_path / "child.py", '''
+        def in_child():
+            return 3
+        for _ in range(4):
+            in_child()
+        ''')
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys, os
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "child.py")],
+                       check=True)
+        # a child given its own environment is not followed
+        subprocess.run([sys.executable, "-c", "def not_followed(): pass\\nnot_followed()"],
+                       env={"PATH": os.environ.get("PATH", "")}, check=True)
+        ''')
+    assert calls(s, "in_child") == 4
+    assert calls(s, "not_followed") == 0
+    assert len(s.meta["processes"]) == 2
+
+
+def test_program_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site / "sitecustomize.py", "import os\nos.environ['MY_SITE'] = 'yes'\n")
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys
+        out = subprocess.run([sys.executable, "-c",
+                              "import os, sys; print(os.environ.get('MY_SITE'), "
+                              "any('_boot' in p for p in sys.path))"],
+                             capture_output=True, text=True, check=True).stdout
+        print(out.strip())
+        ''', env={**os.environ, "PYTHONPATH": str(site)})
+    assert "yes False" in r.stdout
+
+
+def test_killed_child_leaves_last_flush(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, signal, time
+
+        def before_kill():
+            pass
+
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(3):
+                before_kill()
+            t = time.time()
+            while time.time() - t < 30:      # flushes every 0.1 s on events
+                sum(range(10))
+            os._exit(0)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ''', opts=("--flush-interval", "0.1"))
+    assert calls(s, "before_kill") == 3
+
+
+def test_os_exit_child_leaves_last_flush(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, time
+
+        def flushed():
+            pass
+
+        pid = os.fork()
+        if pid == 0:
+            flushed()
+            t = time.time()
+            while time.time() - t < 0.5:
+                sum(range(10))
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 3
+        ''', opts=("--flush-interval", "0.1"))
+    assert calls(s, "flushed") == 1
+
+
+def test_unwritable_output_for_child_reported(tmp_path):
+    # The output directory is replaced by a file while the child runs (the
+    # tests may run as root, for whom permissions do not stop a write).
+    prog = write(tmp_path / "prog.py", '''
+        import os, sys
+        outdir = sys.argv[1]
+
+        def child_fn():
+            pass
+
+        os.rename(outdir, outdir + ".away")
+        open(outdir, "w").close()
+        pid = os.fork()
+        if pid == 0:
+            child_fn()
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        os.unlink(outdir)
+        os.rename(outdir + ".away", outdir)
+        print("program went on")
+        ''')
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    r = pyprof(["--children", "--flush-interval", "0", "-o", str(outdir / "out.cprof"),
+                str(prog), str(outdir)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "program went on" in r.stdout
+    assert "pyprof: error: child process" in r.stderr and "cannot write" in r.stderr, r.stderr
+    s = Session.load(outdir / "out.cprof")
+    assert len(s.meta.get("processes", [None])) == 1
+
+
+def test_fork_while_threads_profile_and_allocate(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, threading, time
+
+        stop = False
+
+        def busy():
+            while not stop:
+                x = [bytearray(64) for _ in range(50)]
+                del x
+
+        threads = [threading.Thread(target=busy) for _ in range(3)]
+        for t in threads:
+            t.start()
+
+        def in_fork_child():
+            return [0] * 10
+
+        for i in range(40):
+            pid = os.fork()
+            if pid == 0:
+                in_fork_child()
+                os._exit(0) if i % 2 else None
+                raise SystemExit(0)
+            _, status = os.waitpid(pid, 0)
+            assert status == 0
+        stop = True
+        for t in threads:
+            t.join()
+        ''', opts=("--memory", "--functions"))
+    # every child that exited normally wrote its capture (the os._exit ones
+    # only what they flushed: nothing, with the default interval)
+    assert calls(s, "in_fork_child") >= 20
+
+
+def test_api_children(tmp_path):
+    prog = write(tmp_path / "prog.py", '''
+        import multiprocessing as mp, sys
+        import pyprof
+
+        def task(x):
+            return x + 1
+
+        if __name__ == "__main__":
+            prof = pyprof.Profile(children=sys.argv[1])
+            with prof:
+                with mp.get_context("spawn").Pool(2) as p:
+                    p.map(task, range(50))
+            prof.dump(sys.argv[1])
+        ''')
+    out = tmp_path / "api.cprof"
+    r = subprocess.run([sys.executable, str(prog), str(out)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert calls(Session.load(out), "task") == 50
