@@ -154,13 +154,39 @@ def _multiprocessing_helper():
 
 def _install_fork_hook():
     if not _state["fork_hook"]:
-        os.register_at_fork(after_in_child=_after_fork_child)
+        os.register_at_fork(before=_block_sigterm, after_in_parent=_restore_mask,
+                            after_in_child=_after_fork_child)
         _state["fork_hook"] = True
+
+
+# SIGTERM is blocked in the forking thread across fork(): a SIGTERM sent to a
+# new child (a pool terminated right after it started a worker) before CPython
+# re-initialises its signal state in the child would be dropped there, and
+# the worker, whose handler is Python code, would never end. Blocked, it stays
+# pending until the child has installed its handler.
+def _block_sigterm():
+    try:
+        _state["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    except (OSError, ValueError):
+        _state["mask"] = None
+
+
+def _restore_mask():
+    mask = _state.pop("mask", None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _after_fork_child():
     """os.fork's child (GIL held, the only thread): restart the inherited
     profiler clean, now writing this process's file."""
+    try:
+        _restart_in_child()
+    finally:
+        _restore_mask()
+
+
+def _restart_in_child():
     prof, config = _state["prof"], _state["config"]
     if prof is None or config is None:
         return
