@@ -147,6 +147,22 @@ def test_subprocess_python_child(tmp_path):
     assert len(s.meta["processes"]) == 2
 
 
+def test_spawned_child_starts_lean(tmp_path):
+    # function mode in a new interpreter does not import the pyprof package
+    # (its start-up cost); the program can still import it
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys
+        code = ("import sys; before = 'pyprof' in sys.modules\\n"
+                "import pyprof\\n"
+                "def lean(): pass\\n"
+                "lean(); print(before, pyprof.Profile.__name__)")
+        print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.strip())
+        ''')
+    assert "False Profile" in r.stdout
+    assert calls(s, "lean") == 1
+
+
 def test_program_sitecustomize_still_runs(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

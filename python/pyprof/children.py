@@ -34,15 +34,14 @@ C-level atfork handler.
 """
 from __future__ import annotations
 
+# Only what a child needs at start-up is imported here (it runs before the
+# program, in every child): the rest is imported where it is used.
 import atexit
-import glob
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
-import uuid
+import time
 
 ENV = "PYPROF_CHILDREN"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -63,6 +62,7 @@ _ANCHOR = _Anchor()
 def output_name(outfile):
     """(directory, NAME) of the children's files for a main output `outfile`
     (None: a temporary directory, removed after the merge)."""
+    import tempfile
     if outfile is None:
         return tempfile.mkdtemp(prefix="pyprof-children-"), "pyprof"
     path = os.path.abspath(outfile)
@@ -82,11 +82,15 @@ def start(prof, outfile=None, profile=None, flush_interval=1.0):
     child's Profile gets (JSON-able; default: function mode), `flush_interval`
     the children's periodic flush in seconds (0: none). Sets the environment
     children inherit (os.environ) and the at-fork hook. Returns the config."""
+    import tempfile
+    import uuid
     directory, name = output_name(outfile)
     config = {"run": uuid.uuid4().hex, "dir": directory, "name": name,
               "temporary": outfile is None, "profile": dict(profile or {}),
               "flush": float(flush_interval or 0.0), "root_pid": os.getpid(),
               "errors": tempfile.mkdtemp(prefix="pyprof-children-errors-")}
+    from . import _cprof
+    config["ns_per_tick"] = _cprof.clock_info()["ns_per_tick"]
     os.environ[ENV] = json.dumps(config)
     path = os.environ.get("PYTHONPATH", "")
     if BOOT_DIR not in path.split(os.pathsep):
@@ -119,8 +123,15 @@ def start_from_environment():
         return
     try:
         config = json.loads(text)
-        from .profiler import Profile
-        prof = Profile(_warn=False, **config["profile"])
+        cprof = sys.modules.get("pyprof._cprof")
+        if cprof is None:
+            from . import _cprof as cprof
+        if config.get("ns_per_tick"):   # the parent's TSC calibration: no 20 ms wait at exit
+            cprof._set_ns_per_tick(float(config["ns_per_tick"]))
+        prof = _lean_profiler(config["profile"])
+        if prof is None:
+            from .profiler import Profile
+            prof = Profile(_warn=False, **config["profile"])
     except Exception as e:          # a foreign or broken configuration
         _report(None, f"cannot start profiling: {type(e).__name__}: {e}")
         return
@@ -135,6 +146,85 @@ def start_from_environment():
         _state.update(root=True, enable_in_child=True)
         return
     _become_child(prof, config, enable=True)
+
+
+class _LeanProfiler:
+    """Function mode in a new interpreter without importing the pyprof
+    package (its start-up cost): the C profiler, the capture's meta written
+    here, the capture written by the C writer. Other modes use Profile."""
+
+    def __init__(self, kw):
+        # loaded by _boot/sitecustomize.py; a relative import would import the package
+        _cprof = sys.modules.get("pyprof._cprof")
+        if _cprof is None:
+            from . import _cprof
+        self.c = _cprof.Profiler(None, 0.0, True, bool(kw.get("builtins", True)),
+                                 exact_builtins=bool(kw.get("exact_builtins", False)),
+                                 paths=bool(kw.get("paths", True)))
+        self.meta = {}
+
+    @property
+    def enabled(self):
+        return self.c.enabled
+
+    def enable(self):
+        self.c.enable()
+
+    def disable(self):
+        self.c.disable()
+
+    def set_flush(self, path, interval=0.0):
+        self.c.set_flush(path, interval)
+
+    def _after_fork(self):
+        self.c._after_fork()
+
+    def _refresh_meta(self):
+        names = {}
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            names = {str(t.ident): t.name for t in threading.enumerate() if t.ident}
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = ""
+        meta = {"pyprof_version": _version(), "argv": list(sys.argv),
+                "executable": sys.executable, "python": sys.version.split()[0],
+                "implementation": sys.implementation.name, "pid": os.getpid(),
+                "host": os.uname().nodename, "cwd": cwd, "modes": ["function"],
+                "written_at": time.time(), "thread_names": names}
+        meta.update(self.meta)
+        self.c.set_meta(json.dumps(meta, default=str).encode())
+
+    def dump(self, path):
+        self.disable()
+        self._refresh_meta()
+        try:
+            self.c.write_capture(os.fspath(path))
+        except OSError as e:
+            raise RuntimeError(str(e)) from None
+
+
+def _version():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_version.py")
+    try:
+        with open(path) as f:
+            return f.read().split("=", 1)[1].strip().strip("\"'")
+    except (OSError, IndexError):
+        return ""
+
+
+_LEAN_KEYS = {"builtins", "exact_builtins", "paths"}
+
+
+def _lean_profiler(kw):
+    """A _LeanProfiler when the modes are plain function tracing, else None."""
+    plain = (kw.get("mode", "trace") == "trace" and not kw.get("memory")
+             and not kw.get("timeline") and not kw.get("lines") and not kw.get("lines_of")
+             and not kw.get("lines_all") and not kw.get("include"))
+    if not plain or "pyprof.profiler" in sys.modules:
+        return None
+    return _LeanProfiler(kw)
 
 
 def _multiprocessing_helper():
@@ -194,7 +284,8 @@ def _restart_in_child():
     try:
         prof.disable()
         prof._after_fork()
-        prof._step_recorder.clear()
+        if hasattr(prof, "_step_recorder"):
+            prof._step_recorder.clear()
     except Exception as e:
         _report(config, f"cannot restart profiling after fork: {type(e).__name__}: {e}")
         return
@@ -308,6 +399,7 @@ def finish_children():
 def collect(main_session, config=None, report=None):
     """The main Session merged with the captures its children wrote for this
     run; returns (session, paths merged). Children's errors are reported."""
+    import glob
     from .errors import PyprofError
     from .merge import merge
     from .session import Session
@@ -344,6 +436,7 @@ def collect(main_session, config=None, report=None):
 
 def cleanup(config, paths):
     """After the merged output is written: the children's files go."""
+    import shutil
     for path in paths:
         try:
             os.unlink(path)

@@ -559,6 +559,16 @@ PyTypeObject pp_profiler_type = {
     .tp_new = profiler_new,
 };
 
+static PyObject *mod_set_ns_per_tick(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    double ns = PyFloat_AsDouble(arg);
+    if (ns == -1.0 && PyErr_Occurred())
+        return NULL;
+    pp_clock_set_ns_per_tick(ns);
+    Py_RETURN_NONE;
+}
+
 static PyObject *mod_clock_info(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
@@ -654,6 +664,8 @@ static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
 }
 
 static PyMethodDef module_methods[] = {
+    {"_set_ns_per_tick", mod_set_ns_per_tick, METH_O,
+     "_set_ns_per_tick(ns)\nThe TSC calibration of a parent process on this host (children)."},
     {"clock_info", mod_clock_info, METH_NOARGS,
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
     {"write_blob", (PyCFunction)(void (*)(void))mod_write_blob, METH_VARARGS | METH_KEYWORDS,

@@ -11,12 +11,39 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
+
+def _load_children():
+    """pyprof.children and pyprof._cprof without importing the pyprof package
+    (tens of milliseconds: its data model and exporters), which the child
+    needs only if the program imports it. None without pyprof."""
+    from importlib.machinery import PathFinder
+    from importlib.util import module_from_spec
+    pkg = PathFinder.find_spec("pyprof")
+    if pkg is None or not pkg.submodule_search_locations:
+        return None
+    where = list(pkg.submodule_search_locations)
+    for name in ("_cprof", "children"):
+        full = "pyprof." + name
+        if full not in sys.modules:
+            spec = PathFinder.find_spec(full, where)
+            if spec is None:
+                return None
+            module = module_from_spec(spec)
+            sys.modules[full] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[full]
+                raise
+    return sys.modules["pyprof.children"]
+
+
 if os.environ.get("PYPROF_CHILDREN"):
     try:
-        from pyprof import children as _children
+        _children = _load_children()
     except ImportError:             # another interpreter, without pyprof: run unprofiled
-        pass
-    else:
+        _children = None
+    if _children is not None:
         _children.start_from_environment()
 
 # The program's own sitecustomize, found further on the path. This module
