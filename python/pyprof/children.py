@@ -84,8 +84,12 @@ def start(prof, outfile=None, profile=None, flush_interval=1.0):
     children inherit (os.environ) and the at-fork hook. Returns the config."""
     import tempfile
     import uuid
+    from . import mpi
     directory, name = output_name(outfile)
-    config = {"run": uuid.uuid4().hex, "dir": directory, "name": name,
+    rank = mpi.detect()
+    if rank is not None and outfile is not None and not name.endswith(f".rank{rank['rank']}"):
+        name = f"{name}.rank{rank['rank']}"     # NAME.rankR.PID.cprof: apart from other ranks'
+    config = {"run": uuid.uuid4().hex, "dir": directory, "name": name, "mpi": rank,
               "temporary": outfile is None, "profile": dict(profile or {}),
               "flush": float(flush_interval or 0.0), "root_pid": os.getpid(),
               "errors": tempfile.mkdtemp(prefix="pyprof-children-errors-")}
@@ -297,6 +301,8 @@ def _become_child(prof, config, enable):
     path = child_path(config)
     _state.update(pid=os.getpid(), path=path, written=False)
     prof.meta.update(children_run=config["run"], parent_pid=os.getppid())
+    if config.get("mpi"):
+        prof.meta["mpi"] = config["mpi"]    # an MPI rank's children count in its rank
     prof._refresh_meta()                # what a periodic flush writes: this process's
     if config.get("flush"):
         prof.set_flush(path, config["flush"])

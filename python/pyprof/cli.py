@@ -362,6 +362,10 @@ class _Runner:
         self.prof = Profile(_warn=False, flush_to=flush_to, flush_interval=interval,
                             **profile_options(opts, target.path0 or os.getcwd()))
         self.prof._objects_at_steps = opts.objects
+        from . import mpi
+        rank = mpi.detect()
+        if rank is not None:
+            self.prof.meta["mpi"] = rank
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
         self.children = None
         if getattr(opts, "children", False):
@@ -582,6 +586,11 @@ def cmd_run(argv) -> int:
         return 0
     if opts.module and opts.code:
         raise PyprofError("-m and -c cannot be used together")
+    from . import mpi
+    rank = mpi.detect()
+    if rank is not None and opts.outfile:
+        # one file per rank (docs/mpi.md), not every rank writing the same one
+        opts.outfile = mpi.rank_path(opts.outfile, rank["rank"])
     check_run_options(opts)
     target = _Target(opts, rest)
     return _Runner(opts, target).run()
@@ -804,10 +813,12 @@ def cmd_stats(argv) -> int:
     p = _Parser(prog="pyprof stats",
                 description="Per function (and line): the mean and coefficient of variation "
                             "(with std, min, max) of columns over the steps of the captures "
-                            "(pyprof.step()) or over the captures as repeated runs.")
+                            "(pyprof.step()), over the captures as repeated runs, or over the "
+                            "ranks of an MPI run.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
-    p.add_argument("--by", choices=["step", "run"], default="step",
-                   help="statistics over steps (default) or over the files as runs")
+    p.add_argument("--by", choices=["step", "run", "rank"], default="step",
+                   help="statistics over steps (default), over the files as runs, or over "
+                        "the ranks of an MPI run (docs/mpi.md)")
     p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns, comma-separated (default: calls,time,self-time, or "
                         "samples,... for sampled captures, plus bytes,net-bytes with memory)")
