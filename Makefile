@@ -39,9 +39,11 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 
 # apt packages: build-essential ones (the build fails without them) and the rest
 # (libunwind-dev: optional native stacks; graphviz/valgrind/golang-go: `dot`,
-# `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files).
+# `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files;
+# openmpi-bin/libopenmpi-dev: `mpirun` for tests/test_mpi.py, and mpicc should pip
+# have to build mpi4py from source where it has no wheel).
 APT_REQUIRED := zlib1g-dev
-APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium
+APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium openmpi-bin libopenmpi-dev
 
 .PHONY: help deps pythons venv test demo asan bench accuracy clean
 
@@ -183,7 +185,7 @@ deps:
 	  echo "error: missing packages:$$req (required)$${opt:+,$$opt (optional)}; run: sudo apt-get install -y --no-install-recommends $$missing" >&2
 	  exit 1
 	else
-	  echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
+	  echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
 	fi
 
 pythons:
