@@ -4,7 +4,7 @@ in meta["mpi"], `pyprof merge` of the ranks, `pyprof stats --by rank`.
 The launcher's environment is read without MPI, so naming and statistics are
 tested first with the variables set by hand; then under a real `mpirun` (Open
 MPI from Debian's openmpi-bin, mpi4py from PyPI: `make deps` and the `test`
-extra install them) with 3 ranks doing unbalanced work. Those tests skip,
+extra install them) with 2, 3 and 4 ranks doing unbalanced work. Those tests skip,
 saying why, only when mpirun or mpi4py is missing."""
 import csv
 import io
@@ -184,7 +184,7 @@ needs_mpi = pytest.mark.skipif(MPIRUN is None, reason=NO_MPI or "")
 
 
 @needs_mpi
-@pytest.mark.parametrize("size", [3])
+@pytest.mark.parametrize("size", [2, 3, 4])
 def test_mpirun_ranks(tmp_path, size):
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent(WORKLOAD.format(
