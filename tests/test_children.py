@@ -127,6 +127,72 @@ def test_pool_8_workers_1000_tasks(tmp_path):
     assert sum(calls_by_process(s, "task").values()) == 1000
 
 
+BURN = '''
+import multiprocessing as mp, sys, time
+
+def burn(x):
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        sum(range(1000))
+    return x
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(2) as p:
+        p.map(burn, range(4), chunksize=1)
+'''
+
+
+def burn_seconds(s, process):
+    """Sampled CPU seconds inside burn() in one process."""
+    threads = s.process_threads(process)
+    fids = {f for f, fn in s.functions.items() if fn.name == "burn"}
+    return sum(c.weight for (t, stack, state), c in s.samples.items()
+               if t in threads and any(fid in fids for fid, line in s.stacks[stack].frames)) / 1e9
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_sampled_pool_workers(tmp_path, method):
+    # each worker burns 0.3 s of CPU per task, 2 tasks each: its samples in
+    # burn() add up to ~0.6 s (the 250 Hz CPU timer), the main process's to ~0
+    s, r = run_ok(tmp_path, BURN, method, opts=("--sample",))
+    seconds = [burn_seconds(s, i) for i in range(len(s.meta["processes"]))]
+    assert seconds[0] == 0                      # the main process: it waits
+    workers = [x for x in seconds[1:] if x > 0]
+    assert len(workers) == 2, seconds
+    assert sum(workers) == pytest.approx(1.2, rel=0.3), seconds
+
+
+ALLOC = '''
+import multiprocessing as mp, sys
+
+keep = []
+
+def alloc(x):
+    keep.append(bytearray(1_000_000))
+    return x
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(2) as p:
+        p.map(alloc, range(6), chunksize=1)
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_memory_of_pool_workers(tmp_path, method):
+    # 6 tasks allocate 1,000,000 bytes each, in the workers
+    s, r = run_ok(tmp_path, ALLOC, method, opts=("--memory",))
+    fids = {f for f, fn in s.functions.items() if fn.name == "alloc"}
+    allocated = sum(c.alloc_bytes for f, c in s.memory_functions().items() if f in fids)
+    assert 6_000_000 <= allocated < 6_100_000
+    # the workers keep what they allocate: their curves' peaks hold it (plus
+    # what a worker imports); the main process's curve holds none of it
+    curves = [s.process_memory_curve(i) for i in range(len(s.meta["processes"]))]
+    assert 2 <= len(curves) <= 3
+    peaks = [max((p.heap_max for p in c), default=0) for c in curves]
+    assert peaks[0] < 3_000_000, peaks
+    assert 6_000_000 <= sum(peaks[1:]) < 6_000_000 + 3_000_000 * len(peaks[1:]), peaks
+
+
 def test_subprocess_python_child(tmp_path):
     write(tmp_path / "child.py", '''
         def in_child():
@@ -198,6 +264,45 @@ def test_killed_child_leaves_last_flush(tmp_path):
         os.waitpid(pid, 0)
         ''', opts=("--flush-interval", "0.1"))
     assert calls(s, "before_kill") == 3
+
+
+# The signal lands before the child blocks: libc's kill (not os.kill, which
+# runs the handlers) and os.read run inside one C call (itertools.starmap), so
+# the interpreter never checks for signals between them and read() starts
+# with the handler pending. Without the
+# re-send of src/_cprof/termguard.c the child sleeps forever (a pool
+# worker terminated just as it goes idle).
+TERM_BEFORE_BLOCK = '''
+import ctypes, itertools, operator, os, signal, sys
+
+def before_term():
+    pass
+
+pid = os.fork()
+if pid == 0:
+    before_term()
+    r, w = os.pipe()
+    kill = ctypes.CDLL(None, use_errno=True).kill
+    list(itertools.starmap(operator.call, [(kill, os.getpid(), signal.SIGTERM),
+                                           (os.read, r, 1)]))
+    os._exit(7)                             # not reached: SIGTERM ends the child
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status))
+'''
+
+
+def test_sigterm_just_before_blocking_call_still_writes_and_ends(tmp_path):
+    s, r = run_ok(tmp_path, TERM_BEFORE_BLOCK, opts=("--flush-interval", "0"), timeout=60)
+    assert "child status -15" in r.stdout       # died by SIGTERM, as without pyprof
+    assert calls(s, "before_term") == 1         # after writing its capture
+    assert len(s.meta["processes"]) == 2
+
+
+def test_sigterm_without_pyprof_has_the_same_status(tmp_path):
+    prog = write(tmp_path / "plain.py", TERM_BEFORE_BLOCK)
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True,
+                       timeout=60)
+    assert "child status -15" in r.stdout, r.stderr
 
 
 def test_os_exit_child_leaves_last_flush(tmp_path):

@@ -319,6 +319,7 @@ def _become_child(prof, config, enable):
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None) \
                 or getattr(signal.getsignal(signal.SIGTERM), "__name__", "") == "_on_sigterm":
             signal.signal(signal.SIGTERM, _on_sigterm)
+            _guard_sigterm()
     except ValueError:                  # not the main thread
         pass
     if enable:
@@ -334,9 +335,26 @@ def _register_mp_finalizer(_anchor):
         mp_util.Finalize(None, write_child, exitpriority=-100)
 
 
+def _guard_sigterm():
+    """The handler below is Python code: it runs when the main thread next
+    checks for signals, which a thread that went to sleep in a blocking call
+    just after the signal arrived (an idle pool worker being terminated)
+    never does. The C guard re-sends SIGTERM until the handler runs
+    (src/_cprof/termguard.c)."""
+    cprof = sys.modules.get("pyprof._cprof")
+    if cprof is not None:
+        try:
+            cprof._term_guard(signal.SIGTERM)
+        except OSError as e:
+            _report(_state["config"], f"SIGTERM may not write this child's capture: {e}")
+
+
 def _on_sigterm(signum, frame):
     # Write, then die by the same signal: the exit status is unchanged. A
     # signal arriving while the capture is being written (at exit) waits for it.
+    cprof = sys.modules.get("pyprof._cprof")
+    if cprof is not None:
+        cprof._term_guard_ack()
     if _state.get("writing"):
         _state["pending_signal"] = signum
         return

@@ -8,9 +8,11 @@
 #include "frames.h"
 #include "memory.h"
 #include <structmember.h>
+#include "termguard.h"
 #include "tracer.h"
 #include "unwind.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -663,7 +665,35 @@ static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
     return PyLong_FromLong(rc);
 }
 
+static PyObject *mod_term_guard(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long signum = PyLong_AsLong(arg);
+    if (signum == -1 && PyErr_Occurred())
+        return NULL;
+    if (signum < 1 || signum >= NSIG) {
+        PyErr_SetString(PyExc_ValueError, "signal number out of range");
+        return NULL;
+    }
+    int rc = pp_term_guard_install((int)signum);
+    if (rc < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *mod_term_guard_ack(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    pp_term_guard_ack();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_term_guard", mod_term_guard, METH_O,
+     "_term_guard(signum) -> bool\nMain thread, after signal.signal(signum, handler): re-send "
+     "the signal until the handler calls _term_guard_ack() (children.md)."},
+    {"_term_guard_ack", mod_term_guard_ack, METH_NOARGS,
+     "_term_guard_ack()\nThe Python handler runs: stop re-sending."},
     {"_set_ns_per_tick", mod_set_ns_per_tick, METH_O,
      "_set_ns_per_tick(ns)\nThe TSC calibration of a parent process on this host (children)."},
     {"clock_info", mod_clock_info, METH_NOARGS,
