@@ -412,3 +412,23 @@ def test_api_children(tmp_path):
                        capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert calls(Session.load(out), "task") == 50
+
+
+def test_lean_child_meta_is_the_json_of_json_dumps():
+    # a lean child writes its meta without the json module (start-up cost)
+    import json
+    from pyprof.children import decode_config, encode_config, json_text
+    weird = ["plain", 'quote " and \\ backslash', "tab\tnew\nline\r\x00\x1f\x7f",
+             "é ü 中文", "emoji \U0001F600", "lone \udcff surrogate", ""]
+    value = {"argv": weird, "n": 3, "big": 2 ** 70, "f": 0.1, "neg": -1.5e-300, "t": True,
+             "none": None, "nested": {"a": [1, [2, {"b": False}]], "tuple": (1, "x")},
+             "nan": float("nan"), "obj": object.__name__, "path": __file__}
+    text = json_text(value)
+    expected = json.loads(json.dumps(value, default=str))
+    expected["nan"] = None                  # not JSON: written as null
+    assert json.loads(text) == expected
+    assert text.isascii()
+    config = {"run": "ab" * 16, "profile": {"mode": "sample", "rate": 250.0,
+                                            "include": ["a", "é"]}, "mpi": None}
+    assert decode_config(encode_config(config)) == config
+

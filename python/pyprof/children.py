@@ -35,11 +35,13 @@ C-level atfork handler.
 from __future__ import annotations
 
 # Only what a child needs at start-up is imported here (it runs before the
-# program, in every child): the rest is imported where it is used.
+# program, in every child), and only modules built into the interpreter:
+# json and signal would bring re and enum (~10 ms). The rest is imported
+# where it is used.
+import _signal as signal
 import atexit
-import json
+import marshal
 import os
-import signal
 import sys
 import time
 
@@ -57,6 +59,61 @@ class _Anchor:
 
 
 _ANCHOR = _Anchor()
+
+
+# The configuration travels in the environment as marshal data in hex (both
+# built in). Version 4: read by every supported Python (a child may run
+# another version than the parent).
+def encode_config(config) -> str:
+    return marshal.dumps(config, 4).hex()
+
+
+def decode_config(text: str) -> dict:
+    config = marshal.loads(bytes.fromhex(text))
+    if not isinstance(config, dict):
+        raise ValueError("not a configuration")
+    return config
+
+
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _json_string(text: str) -> str:
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return '"' + text + '"'
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _JSON_ESCAPES:
+            out.append(_JSON_ESCAPES[ch])
+        elif 0x20 <= code < 0x7f:
+            out.append(ch)
+        elif code > 0xFFFF:             # as json.dumps: a surrogate pair
+            code -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 | (code >> 10), 0xDC00 | (code & 0x3FF)))
+        else:
+            out.append("\\u%04x" % code)
+    return '"' + "".join(out) + '"'
+
+
+def json_text(value) -> str:
+    """json.dumps(value, default=str) for the meta of a lean child (dicts,
+    lists, strings, numbers): json would import re at start-up."""
+    if value is None or value is True or value is False:
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "null"
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(_json_string(str(k) if not isinstance(k, bool) else
+                                            str(k).lower()) + ": " + json_text(v)
+                               for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(json_text(v) for v in value) + "]"
+    return _json_string(str(value))
 
 
 def output_name(outfile):
@@ -95,7 +152,7 @@ def start(prof, outfile=None, profile=None, flush_interval=1.0):
               "errors": tempfile.mkdtemp(prefix="pyprof-children-errors-")}
     from . import _cprof
     config["ns_per_tick"] = _cprof.clock_info()["ns_per_tick"]
-    os.environ[ENV] = json.dumps(config)
+    os.environ[ENV] = encode_config(config)
     path = os.environ.get("PYTHONPATH", "")
     if BOOT_DIR not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = BOOT_DIR + (os.pathsep + path if path else "")
@@ -126,7 +183,7 @@ def start_from_environment():
     if not text or _state["prof"] is not None:
         return
     try:
-        config = json.loads(text)
+        config = decode_config(text)
         cprof = sys.modules.get("pyprof._cprof")
         if cprof is None:
             from . import _cprof as cprof
@@ -198,7 +255,7 @@ class _LeanProfiler:
                 "host": os.uname().nodename, "cwd": cwd, "modes": ["function"],
                 "written_at": time.time(), "thread_names": names}
         meta.update(self.meta)
-        self.c.set_meta(json.dumps(meta, default=str).encode())
+        self.c.set_meta(json_text(meta).encode())
 
     def dump(self, path):
         self.disable()

@@ -16,8 +16,15 @@ def _load_children():
     """pyprof.children and pyprof._cprof without importing the pyprof package
     (tens of milliseconds: its data model and exporters), which the child
     needs only if the program imports it. None without pyprof."""
-    from importlib.machinery import PathFinder
-    from importlib.util import module_from_spec
+    # importlib's frozen halves are loaded at start-up; the importlib package
+    # (importlib.util, importlib.machinery) would cost ~1 ms more
+    bootstrap = sys.modules.get("_frozen_importlib")
+    external = sys.modules.get("_frozen_importlib_external")
+    if bootstrap is not None and external is not None:
+        PathFinder, module_from_spec = external.PathFinder, bootstrap.module_from_spec
+    else:
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
     pkg = PathFinder.find_spec("pyprof")
     if pkg is None or not pkg.submodule_search_locations:
         return None
