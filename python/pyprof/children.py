@@ -32,7 +32,6 @@ Everything here runs in ordinary Python with the GIL held: the at-fork hook
 runs in the child after CPython has re-initialised its own state, never in a
 C-level atfork handler.
 """
-from __future__ import annotations
 
 # Only what a child needs at start-up is imported here (it runs before the
 # program, in every child), and only modules built into the interpreter:
