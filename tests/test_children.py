@@ -193,6 +193,30 @@ def test_memory_of_pool_workers(tmp_path, method):
     assert 6_000_000 <= sum(peaks[1:]) < 6_000_000 + 3_000_000 * len(peaks[1:]), peaks
 
 
+def test_chrome_trace_has_one_process_per_child(tmp_path):
+    # --timeline and --memory across a fork pool: each process its own pid in
+    # the trace, its calls on its own threads, its own memory counter
+    import json
+    s, r = run_ok(tmp_path, ALLOC, "fork", opts=("--timeline", "--memory", "--functions"))
+    out = tmp_path / "out.trace.json"
+    c = pyprof(["convert", str(tmp_path / "out.cprof"), "-o", str(out)], tmp_path)
+    assert c.returncode == 0, c.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    pids = [p["pid"] for p in s.meta["processes"]]
+    named = {e["pid"] for e in events if e["name"] == "process_name"}
+    assert named == set(pids)
+    alloc_pids = {e["pid"] for e in events if e["ph"] == "X" and e["name"].startswith("alloc ")}
+    by_process = calls_by_process(s, "alloc")
+    assert alloc_pids == set(by_process) and pids[0] not in alloc_pids
+    assert sum(1 for e in events if e["ph"] == "X" and e["name"].startswith("alloc ")) == 6
+    memory_pids = {e["pid"] for e in events if e["ph"] == "C"}
+    assert memory_pids == set(pids)
+    # every thread track belongs to the process whose thread it is
+    for e in events:
+        if e["name"] == "thread_name":
+            assert e["pid"] in pids
+
+
 def test_subprocess_python_child(tmp_path):
     write(tmp_path / "child.py", '''
         def in_child():

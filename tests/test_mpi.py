@@ -144,6 +144,34 @@ def test_ranks_from_the_environment(tmp_path):
     assert "1 of 3 ranks have no capture (ranks 2)" in err
 
 
+def test_chrome_trace_of_merged_ranks(tmp_path):
+    """Ranks' timelines merged: one trace process per rank, named by rank,
+    with that rank's calls (rank r calls work 100*(r+1) times)."""
+    import json
+    prog = tmp_path / "prog.py"
+    prog.write_text(textwrap.dedent(WORKLOAD.format(
+        rank_source="return int(os.environ['PMI_RANK']), int(os.environ['PMI_SIZE'])",
+        sync="pass")))
+    for rank in range(2):
+        env = dict(os.environ, PMI_RANK=str(rank), PMI_SIZE="2")
+        for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+            env.pop(var, None)
+        r = pyprof(["--timeline", "-o", "out.cprof", "prog.py"], tmp_path, env=env)
+        assert r.returncode == 0, r.stderr
+    r = pyprof(["merge", "-o", "merged.cprof", "out.rank0.cprof", "out.rank1.cprof"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = pyprof(["convert", "merged.cprof", "-o", "merged.trace.json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    events = json.loads((tmp_path / "merged.trace.json").read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert sorted(n.split(":")[0] for n in names.values()) == ["rank 0", "rank 1"]
+    for pid, name in names.items():
+        rank = int(name.split(":")[0].split()[1])
+        work = [e for e in events if e["ph"] == "X" and e["pid"] == pid
+                and e["name"].startswith("work ")]
+        assert len(work) == 100 * (rank + 1)
+
+
 def test_by_rank_refuses_captures_without_ranks(tmp_path):
     (tmp_path / "p.py").write_text("def f():\n    pass\nf()\n")
     env = {k: v for k, v in os.environ.items()
