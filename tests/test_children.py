@@ -217,6 +217,55 @@ def test_chrome_trace_has_one_process_per_child(tmp_path):
             assert e["pid"] in pids
 
 
+PER_PID = '''
+import collections, json, multiprocessing as mp, os, sys
+
+def task(x):
+    return os.getpid()
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(3) as p:
+        pids = p.map(task, range(300), chunksize=1)
+    print(json.dumps(collections.Counter(pids)))
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_per_process_view_and_stats(tmp_path, method):
+    # ground truth: the tasks each worker ran, as the workers' pids returned
+    # to the program say
+    import csv
+    import io
+    import json
+    import statistics
+    s, r = run_ok(tmp_path, PER_PID, method)
+    known = {int(pid): n for pid, n in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    assert sum(known.values()) == 300
+    assert calls_by_process(s, "task") == known
+    for pid, n in known.items():
+        v = pyprof(["view", "out.cprof", "--view", "op", "--process", str(pid), "--show",
+                    "^task", "--format", "csv"], tmp_path)
+        assert v.returncode == 0, v.stderr
+        rows = list(csv.DictReader(io.StringIO(v.stdout)))
+        assert [int(row["calls"]) for row in rows] == [n]
+    st = pyprof(["stats", "--by", "process", "--csv", "-", "--no-lines", "out.cprof"], tmp_path)
+    assert st.returncode == 0, st.stderr
+    row = next(row for row in csv.DictReader(io.StringIO(st.stdout)) if row["name"] == "task")
+    counts = list(known.values())
+    assert int(row["n"]) == len(known)              # over the processes that ran it
+    assert float(row["calls_mean"]) == pytest.approx(statistics.mean(counts))
+    assert float(row["calls_min"]) == min(counts) and float(row["calls_max"]) == max(counts)
+    assert known[int(row["calls_min_pid"])] == min(counts)
+    assert known[int(row["calls_max_pid"])] == max(counts)
+    if len(counts) > 1:
+        assert float(row["calls_cv"]) == pytest.approx(statistics.stdev(counts) /
+                                                       statistics.mean(counts))
+    # a pid that is not in the capture: one line, status 2
+    bad = pyprof(["view", "out.cprof", "--view", "op", "--process", "1"], tmp_path)
+    assert bad.returncode == 2 and "--process 1: no such process" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_subprocess_python_child(tmp_path):
     write(tmp_path / "child.py", '''
         def in_child():

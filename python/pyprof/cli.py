@@ -712,6 +712,9 @@ def add_view_options(p) -> None:
                         "still count in their ancestors' totals)")
     g.add_argument("--thread", action="append", default=[], metavar="NAME",
                    help="only the threads with this name (or matching this regex)")
+    g.add_argument("--process", action="append", default=[], metavar="PID|rR",
+                   help="a merged capture (--children, MPI, merge): only this process, by "
+                        "pid or MPI rank (r2); repeatable")
     g.add_argument("--step", metavar="N|A..B|NAME", help="only what steps counted "
                    "(pyprof.step(): an index, an inclusive range, or a name)")
     g.add_argument("--limit", type=int, metavar="N", help="show the first N top-level rows")
@@ -727,7 +730,8 @@ def view_options(opts):
         min_bytes=opts.min_bytes, min_samples=opts.min_samples, max_depth=opts.max_depth,
         start=tuple(opts.start), trim=tuple(opts.trim), show=tuple(opts.show),
         hide=tuple(opts.hide), account_displayed_only=opts.account_displayed_only,
-        thread=tuple(opts.thread), step=opts.step, limit=opts.limit)
+        thread=tuple(opts.thread), process=tuple(opts.process), step=opts.step,
+        limit=opts.limit)
 
 
 def _seconds(text) -> float:
@@ -813,12 +817,13 @@ def cmd_stats(argv) -> int:
     p = _Parser(prog="pyprof stats",
                 description="Per function (and line): the mean and coefficient of variation "
                             "(with std, min, max) of columns over the steps of the captures "
-                            "(pyprof.step()), over the captures as repeated runs, or over the "
-                            "ranks of an MPI run.")
+                            "(pyprof.step()), over the captures as repeated runs, over the "
+                            "ranks of an MPI run, or over the processes of a --children run.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
-    p.add_argument("--by", choices=["step", "run", "rank"], default="step",
-                   help="statistics over steps (default), over the files as runs, or over "
-                        "the ranks of an MPI run (docs/mpi.md)")
+    p.add_argument("--by", choices=["step", "run", "rank", "process"], default="step",
+                   help="statistics over steps (default), over the files as runs, over "
+                        "the ranks of an MPI run (docs/mpi.md), or over the processes of "
+                        "merged captures (docs/children.md)")
     p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns, comma-separated (default: calls,time,self-time, or "
                         "samples,... for sampled captures, plus bytes,net-bytes with memory)")
@@ -836,7 +841,7 @@ def _view_filters_given(opts) -> bool:
     return bool(opts.select or opts.order_by or opts.min_time or opts.min_calls
                 or opts.min_bytes or opts.min_samples or opts.max_depth or opts.start
                 or opts.trim or opts.show or opts.hide or opts.account_displayed_only
-                or opts.thread or opts.step or opts.limit)
+                or opts.thread or opts.process or opts.step or opts.limit)
 
 
 # ------------------------------------------------------------------ merge

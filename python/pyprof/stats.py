@@ -4,11 +4,15 @@ standard deviation, minimum and maximum of chosen columns over the steps of
 the captures (``by="step"``), over the captures themselves (``by="run"``) or
 over the ranks of an MPI run (``by="rank"``, docs/mpi.md: the ranks' captures,
 or merged captures whose processes carry their rank; with the rank that had
+the minimum and the maximum) or over the processes of merged captures
+(``by="process"``, docs/children.md: --children, pools; with the pid that had
 the minimum and the maximum).
 
 Entities are aligned by key, not by the ids of one capture: a function by
 (kind, file, qualified name), a line by (file, line). A step or run in which an
-entity did not run counts as zero for it.
+entity did not run counts as zero for it, except by process: the processes
+of a program play different parts (the main process, its workers), so an
+entity's statistics are over the processes that ran it (``n``).
 """
 from __future__ import annotations
 
@@ -24,8 +28,14 @@ from . import views
 from .errors import PyprofError
 
 STAT_NAMES = ("mean", "cv", "std", "min", "max")
-RANK_STAT_NAMES = STAT_NAMES + ("min_rank", "max_rank")
-BY = ("step", "run", "rank")
+BY = ("step", "run", "rank", "process")
+# --by rank and process: which unit had the minimum and the maximum
+LABELLED = {"rank": "rank", "process": "pid"}
+
+
+def stat_names(by) -> tuple:
+    tag = LABELLED.get(by)
+    return STAT_NAMES + ((f"min_{tag}", f"max_{tag}") if tag else ())
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -62,10 +72,11 @@ def default_columns(session) -> list:
 
 
 def collect(sessions, by="step", select=None, lines=True):
-    """[(level, key, label, file, line, column, values)] and the labels of the
-    steps or runs (in order), and warnings (keys that do not align)."""
+    """[(level, key, label, file, line, column, values, unit labels)] and the
+    labels of the steps, runs, ranks or processes (in order), and warnings
+    (keys that do not align)."""
     if by not in BY:
-        raise PyprofError(f"--by {by!r}: choose step, run or rank")
+        raise PyprofError(f"--by {by!r}: choose step, run, rank or process")
     if not sessions:
         raise PyprofError("no capture files given")
     select = list(select or default_columns(sessions[0][1]))
@@ -77,7 +88,9 @@ def collect(sessions, by="step", select=None, lines=True):
     warnings = []
     if by == "rank":
         units, warnings = rank_units(sessions)
-    for path, s in sessions if by != "rank" else ():
+    elif by == "process":
+        units = process_units(sessions)
+    for path, s in sessions if by in ("step", "run") else ():
         if by == "step":
             if not s.steps:
                 raise PyprofError(f"{path} has no steps (mark them with pyprof.step(), or "
@@ -110,15 +123,40 @@ def collect(sessions, by="step", select=None, lines=True):
                 more = f" and {len(partial) - 8} more" if len(partial) > 8 else ""
                 warnings.append(f"{len(partial)} of {len(keys)} functions are not in every "
                                 f"{by} (counted as 0 where absent): {names}{more}")
+        labels = [u[0] for u in units]
         for key, node in keys.items():
             for col in cols:
+                if by == "process":     # over the processes that ran it
+                    ran = [i for i, e in enumerate(per_unit) if key in e]
+                    values = [per_unit[i][key][1].get(col, 0) for i in ran]
+                    rows.append((level, key, node.name, node.file, node.line, col, values,
+                                 [labels[i] for i in ran]))
+                    continue
                 values = [e[key][1].get(col, 0) if key in e else 0 for e in per_unit]
-                label = node.name
-                rows.append((level, key, label, node.file, node.line, col, values))
+                rows.append((level, key, node.name, node.file, node.line, col, values, labels))
     progs = {(s.meta.get("argv") or ["?"])[0] for _, s in sessions}
     if len(progs) > 1:
         warnings.insert(0, f"the captures come from different programs ({', '.join(sorted(progs))})")
     return rows, [u[0] for u in units], warnings
+
+
+def process_units(sessions):
+    """[(pid, Session, threads)] for every process of the captures (a merged
+    capture's processes; a plain capture is one process)."""
+    units, seen = [], set()
+    for path, s in sessions:
+        for i, record in enumerate(s.processes):
+            key = (record.get("host"), record.get("pid"), record.get("start_wall_ns"))
+            if key in seen:
+                raise PyprofError(f"process {record.get('pid')} is in {path} and in another "
+                                  f"of the captures: it would count twice")
+            seen.add(key)
+            threads = s.process_threads(i) if "processes" in s.meta else None
+            units.append((record.get("pid", i), s, threads))
+    if len(units) < 2:
+        raise PyprofError("--by process needs captures of several processes (run with "
+                          "--children, or give several captures)")
+    return units
 
 
 def rank_units(sessions):
@@ -163,28 +201,29 @@ def rank_units(sessions):
     return units, warnings
 
 
-def summarize(values, labels=None) -> dict:
+def summarize(values, labels=None, tag="rank") -> dict:
     """mean, cv, std, min, max of `values`; with `labels` (one per value),
-    also min_rank and max_rank: the label of the first minimum and maximum."""
+    also min_TAG and max_TAG: the label of the first minimum and maximum."""
     n = len(values)
     mean = sum(values) / n
     std = statistics.stdev(values) if n > 1 else 0.0
     out = {"mean": mean, "cv": std / mean if mean else (0.0 if not std else math.inf),
            "std": std, "min": min(values), "max": max(values)}
     if labels is not None:
-        out["min_rank"] = labels[values.index(out["min"])]
-        out["max_rank"] = labels[values.index(out["max"])]
+        out[f"min_{tag}"] = labels[values.index(out["min"])]
+        out[f"max_{tag}"] = labels[values.index(out["max"])]
     return out
 
 
-def table(rows, units, order="time", labels=None):
-    """One row per (level, entity) with the statistics of each column
-    (`labels`: the ranks of the values, for min_rank and max_rank)."""
+def table(rows, units, order="time", by="step"):
+    """One row per (level, entity) with the statistics of each column (by rank
+    or process: also which unit had the minimum and the maximum)."""
     by_entity: dict = {}
-    for level, key, label, file, line, col, values in rows:
+    tag = LABELLED.get(by)
+    for level, key, label, file, line, col, values, labels in rows:
         e = by_entity.setdefault((level, key), {"level": level, "name": label, "file": file,
                                                 "line": line, "n": len(values)})
-        for stat, v in summarize(values, labels).items():
+        for stat, v in summarize(values, labels if tag else None, tag or "rank").items():
             e[f"{col}_{stat}"] = v
     out = list(by_entity.values())
     sort_col = f"{order}_mean"
@@ -213,13 +252,19 @@ def _csv_num(v):
 
 
 def write_text(entries, columns, units, by, out, limit=30) -> None:
-    ranks = by == "rank"
-    out.write(f"{len(units)} {by}s; "
+    tag = LABELLED.get(by)
+    mark = {"rank": "r", "pid": "pid "}.get(tag, "")
+    where = {"rank": "; min and max with their rank (rN)",
+             "pid": "; over the processes that ran it (n), min and max with their pid"}
+    plural = "processes" if by == "process" else f"{by}s"
+    out.write(f"{len(units)} {plural}; "
               f"mean and coefficient of variation (std/mean) per function"
-              f"{'; min and max with their rank (rN)' if ranks else ''}\n\n")
+              f"{where.get(tag, '')}\n\n")
     heads = []
     for c in columns:
-        heads += [f"{views.COLUMNS[c][0]} mean", "cv"] + (["min", "max"] if ranks else [])
+        heads += [f"{views.COLUMNS[c][0]} mean", "cv"] + (["min", "max"] if tag else [])
+    if by == "process":
+        heads.insert(0, "n")
     rows = []
     for e in [e for e in entries if e["level"] == "function"][:limit]:
         cells = []
@@ -228,11 +273,13 @@ def write_text(entries, columns, units, by, out, limit=30) -> None:
             cv = e.get(f"{c}_cv")
             cells.append("" if m is None else _fmt(c, m))
             cells.append("" if cv is None else ("inf" if math.isinf(cv) else f"{cv:.1%}"))
-            if ranks:
+            if tag:
                 for stat in ("min", "max"):
                     v = e.get(f"{c}_{stat}")
                     cells.append("" if v is None else
-                                 f"{_fmt(c, v)} (r{e.get(f'{c}_{stat}_rank')})")
+                                 f"{_fmt(c, v)} ({mark}{e.get(f'{c}_{stat}_{tag}')})")
+        if by == "process":
+            cells.insert(0, str(e["n"]))
         where = f" ({os.path.basename(e['file'])}:{e['line']})" if e["file"] else ""
         rows.append((cells, e["name"] + where))
     widths = [max([len(h)] + [len(r[0][i]) for r in rows]) for i, h in enumerate(heads)]
@@ -259,11 +306,10 @@ def run(paths, by="step", select=None, csv_path=None, lines=True, out=None) -> i
         print(f"pyprof: warning: {w}", file=sys.stderr)
     columns = list(dict.fromkeys(r[5] for r in rows))
     order = "time" if "time" in columns else columns[0]
-    ranks = by == "rank"
-    entries = table(rows, units, order, labels=units if ranks else None)
+    entries = table(rows, units, order, by)
     if csv_path:
         buf = io.StringIO()
-        write_csv(entries, columns, buf, RANK_STAT_NAMES if ranks else STAT_NAMES)
+        write_csv(entries, columns, buf, stat_names(by))
         if csv_path == "-":
             out.write(buf.getvalue())
         else:
