@@ -196,7 +196,7 @@ def _mpirun():
         import mpi4py  # noqa: F401
     except ImportError as e:
         return None, (f"mpi4py cannot be imported in {sys.executable} ({e}): "
-                      f"pip install mpi4py (the `test` extra has it)")
+                      f"pip install mpi4py (`make test` installs it: the `mpi` extra)")
     version = subprocess.run([exe, "--version"], capture_output=True, text=True,
                              timeout=60).stdout
     cmd = [exe]
