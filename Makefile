@@ -39,9 +39,11 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 
 # apt packages: build-essential ones (the build fails without them) and the rest
 # (libunwind-dev: optional native stacks; graphviz/valgrind/golang-go: `dot`,
-# `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files).
+# `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files;
+# openmpi-bin/libopenmpi-dev: `mpirun` for tests/test_mpi.py, and mpicc should pip
+# have to build mpi4py from source where it has no wheel (ensure_mpi4py).
 APT_REQUIRED := zlib1g-dev
-APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium
+APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium openmpi-bin libopenmpi-dev
 
 .PHONY: help deps pythons venv test demo asan bench accuracy clean
 
@@ -119,6 +121,16 @@ ensure_venv() {
   printf '%s\n' "$$want" > "$$stamp"
 }
 
+# ensure_mpi4py DIR: mpi4py for tests/test_mpi.py, apart from the test extra: on
+# a machine where pip has no wheel for it and no MPI compiler is there to build
+# it, only the mpirun tests skip (saying so), not the whole test run.
+ensure_mpi4py() {
+  local dir=$$1
+  "$$dir/bin/python" -c 'import mpi4py' 2>/dev/null && return 0
+  "$$dir/bin/python" -m pip install -q "mpi4py>=4" >/dev/null 2>&1 \
+    || msg "$$dir: mpi4py could not be installed (no wheel, no MPI to build it): the mpirun tests will skip"
+}
+
 # install_pkg DIR FLAVOR: build pyprof from this tree and (re)install it into
 # venv DIR, compiling from scratch in build/setuptools/FLAVOR. The caller sets
 # PYPROF_WERROR / PYPROF_SANITIZE / PYPROF_NO_LIBUNWIND in the environment.
@@ -183,7 +195,7 @@ deps:
 	  echo "error: missing packages:$$req (required)$${opt:+,$$opt (optional)}; run: sudo apt-get install -y --no-install-recommends $$missing" >&2
 	  exit 1
 	else
-	  echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
+	  echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
 	fi
 
 pythons:
@@ -199,6 +211,7 @@ venv:
 	fetch_speedscope
 	while read -r minor exe; do
 	  ensure_venv "$$minor" "$$exe" "$(VENV_DIR)/$$minor" test
+	  ensure_mpi4py "$(VENV_DIR)/$$minor"
 	  install_pkg "$(VENV_DIR)/$$minor" "cp$${minor/./}"
 	done <<< "$$PYS"
 
@@ -214,6 +227,7 @@ test: deps
 	  msg "Python $$minor: $$exe"
 	  set +e
 	  ( set -e; ensure_venv "$$minor" "$$exe" "$$dir" test
+	    ensure_mpi4py "$$dir"
 	    PYPROF_WERROR=1 install_pkg "$$dir" "cp$${minor/./}-werror" ) < /dev/null
 	  rc=$$?
 	  set -e
@@ -297,6 +311,7 @@ asan: deps
 	while read -r minor exe; do
 	  dir="$(VENV_DIR)/asan-$$minor"
 	  ( set -e; ensure_venv "$$minor" "$$exe" "$$dir" test
+	    ensure_mpi4py "$$dir"
 	    PYPROF_SANITIZE=1 install_pkg "$$dir" "cp$${minor/./}-asan" ) < /dev/null
 	  msg "Python $$minor, ASan+UBSan: import check"
 	  run "$$dir/bin/python" -c 'import pyprof._cprof as m; print("pyprof._cprof loaded from", m.__file__)'

@@ -19,7 +19,7 @@ def header_exists(name):
 
 sources = [os.path.join("src", "_cprof", f) for f in (
     "module.c", "clock.c", "table.c", "stack.c", "tracer.c",
-    "capture.c", "unwind.c", "frames.c", "sampler.c", "memory.c")]
+    "capture.c", "unwind.c", "frames.c", "sampler.c", "memory.c", "termguard.c")]
 
 define_macros = []
 libraries = ["z", "m"]

@@ -162,6 +162,11 @@ def _run_parser() -> _Parser:
     p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
                    help="with a .cprof outfile, rewrite it every SECONDS while the program "
                         "runs so a crash leaves the last flush (0: only at the end; default 10)")
+    p.add_argument("--children", action="store_true",
+                   help="profile every Python child too (os.fork, multiprocessing, "
+                        "concurrent.futures, subprocess running Python): each writes "
+                        "NAME.PID.cprof next to the output, merged into it at the end, one "
+                        "process apart from the other (docs/children.md)")
     # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
     # text to the terminal width, splitting it over two lines.
     p.add_argument("--version", action="store_true",
@@ -320,21 +325,23 @@ def profile_options(opts, program_dir) -> dict:
                 include=opts.include, exclude=opts.exclude)
 
 
-def write_tables(prof, opts, out) -> None:
-    """What a run prints at its end: the tables of its mode."""
+def write_tables(prof, opts, out, session=None) -> None:
+    """What a run prints at its end: the tables of its mode (of `session`, by
+    default the profiler's)."""
+    session = session if session is not None else prof.session()
     if opts.memory:
         from .export import text
-        text.write_memory(prof.session(), out, opts.sort)
+        text.write_memory(session, out, opts.sort)
     elif line_mode(opts):
         from .export import linetable
-        linetable.write_text(prof.session(), out, unit=opts.unit,
+        linetable.write_text(session, out, unit=opts.unit,
                              call_rows=not opts.no_call_rows)
     elif opts.sample:
         from .export import sampletable
-        sampletable.write_functions(prof.session(), out)
+        sampletable.write_functions(session, out)
     else:
         from .export.pstats import print_table
-        print_table(prof.session(), opts.sort, out)
+        print_table(session, opts.sort, out)
 
 
 class _Runner:
@@ -355,7 +362,17 @@ class _Runner:
         self.prof = Profile(_warn=False, flush_to=flush_to, flush_interval=interval,
                             **profile_options(opts, target.path0 or os.getcwd()))
         self.prof._objects_at_steps = opts.objects
+        from . import mpi
+        rank = mpi.detect()
+        if rank is not None:
+            self.prof.meta["mpi"] = rank
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
+        self.children = None
+        if getattr(opts, "children", False):
+            from . import children
+            self.children = children.start(
+                self.prof, self.outfile, profile_options(opts, target.path0 or os.getcwd()),
+                interval)
 
     def finish(self):
         """Stop profiling and write or print the results (once, in this process)."""
@@ -367,7 +384,9 @@ class _Runner:
         if opts.objects:
             from . import objects
             self.prof.meta["objects"] = objects.summary()
-        if self.outfile and format_for_path(self.outfile) == "text":
+        if self.children is not None:
+            self._finish_children()
+        elif self.outfile and format_for_path(self.outfile) == "text":
             from .export import text
             text.write(self.prof.session(), self.outfile, unit=opts.unit,
                        call_rows=not opts.no_call_rows, sort=opts.sort)
@@ -395,6 +414,32 @@ class _Runner:
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
+
+    def _finish_children(self):
+        """--children: the main capture merged with the children's, then
+        written or printed as a run without children would be."""
+        from . import children
+        opts = self.opts
+        children.finish_children()
+        session, paths = children.collect(self.prof.session(), self.children)
+        if self.outfile:
+            fmt = format_for_path(self.outfile)
+            if fmt == "text":
+                from .export import text
+                text.write(session, self.outfile, unit=opts.unit,
+                           call_rows=not opts.no_call_rows, sort=opts.sort)
+            elif fmt == "cprof":
+                session.save(self.outfile)
+            else:
+                export(session, fmt, self.outfile)
+        else:
+            out = self.out if not getattr(self.out, "closed", False) else sys.__stdout__
+            write_tables(self.prof, opts, out, session)
+            out.flush()
+        children.cleanup(self.children, paths)
+        if len(paths):
+            print(f"pyprof: merged {len(paths)} child process{'es' if len(paths) > 1 else ''}",
+                  file=sys.stderr)
 
     def _toggle_on(self, name):
         """Sampling starts and stops each time the signal `name` arrives."""
@@ -541,6 +586,11 @@ def cmd_run(argv) -> int:
         return 0
     if opts.module and opts.code:
         raise PyprofError("-m and -c cannot be used together")
+    from . import mpi
+    rank = mpi.detect()
+    if rank is not None and opts.outfile:
+        # one file per rank (docs/mpi.md), not every rank writing the same one
+        opts.outfile = mpi.rank_path(opts.outfile, rank["rank"])
     check_run_options(opts)
     target = _Target(opts, rest)
     return _Runner(opts, target).run()
@@ -662,6 +712,9 @@ def add_view_options(p) -> None:
                         "still count in their ancestors' totals)")
     g.add_argument("--thread", action="append", default=[], metavar="NAME",
                    help="only the threads with this name (or matching this regex)")
+    g.add_argument("--process", action="append", default=[], metavar="PID|rR",
+                   help="a merged capture (--children, MPI, merge): only this process, by "
+                        "pid or MPI rank (r2); repeatable")
     g.add_argument("--step", metavar="N|A..B|NAME", help="only what steps counted "
                    "(pyprof.step(): an index, an inclusive range, or a name)")
     g.add_argument("--limit", type=int, metavar="N", help="show the first N top-level rows")
@@ -677,7 +730,8 @@ def view_options(opts):
         min_bytes=opts.min_bytes, min_samples=opts.min_samples, max_depth=opts.max_depth,
         start=tuple(opts.start), trim=tuple(opts.trim), show=tuple(opts.show),
         hide=tuple(opts.hide), account_displayed_only=opts.account_displayed_only,
-        thread=tuple(opts.thread), step=opts.step, limit=opts.limit)
+        thread=tuple(opts.thread), process=tuple(opts.process), step=opts.step,
+        limit=opts.limit)
 
 
 def _seconds(text) -> float:
@@ -763,10 +817,13 @@ def cmd_stats(argv) -> int:
     p = _Parser(prog="pyprof stats",
                 description="Per function (and line): the mean and coefficient of variation "
                             "(with std, min, max) of columns over the steps of the captures "
-                            "(pyprof.step()) or over the captures as repeated runs.")
+                            "(pyprof.step()), over the captures as repeated runs, over the "
+                            "ranks of an MPI run, or over the processes of a --children run.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
-    p.add_argument("--by", choices=["step", "run"], default="step",
-                   help="statistics over steps (default) or over the files as runs")
+    p.add_argument("--by", choices=["step", "run", "rank", "process"], default="step",
+                   help="statistics over steps (default), over the files as runs, over "
+                        "the ranks of an MPI run (docs/mpi.md), or over the processes of "
+                        "merged captures (docs/children.md)")
     p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns, comma-separated (default: calls,time,self-time, or "
                         "samples,... for sampled captures, plus bytes,net-bytes with memory)")
@@ -784,7 +841,7 @@ def _view_filters_given(opts) -> bool:
     return bool(opts.select or opts.order_by or opts.min_time or opts.min_calls
                 or opts.min_bytes or opts.min_samples or opts.max_depth or opts.start
                 or opts.trim or opts.show or opts.hide or opts.account_displayed_only
-                or opts.thread or opts.step or opts.limit)
+                or opts.thread or opts.process or opts.step or opts.limit)
 
 
 # ------------------------------------------------------------------ merge

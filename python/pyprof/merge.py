@@ -319,7 +319,7 @@ def merge_info(a: dict, b: dict) -> dict:
 # ------------------------------------------------------------------ processes
 # Keys of meta that describe one process (everything else describes the program).
 _PROCESS_META = ("pid", "host", "argv", "cwd", "executable", "python", "written_at", "modes",
-                 "numpy_buffers", "steps", "objects")
+                 "numpy_buffers", "steps", "objects", "mpi")
 
 
 def process_records(session, source="") -> list:

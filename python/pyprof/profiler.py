@@ -72,13 +72,26 @@ class Profile(_cprof.Profiler):
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
                  memory_sample=0, memory_stacks=None, paths=True, timeline=False,
-                 timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, _warn=True):
+                 timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
+                 _warn=True):
         super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
                          mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
                          memory=memory, memory_sample=int(memory_sample or 0),
                          memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)),
                          paths=paths)
         self._warn_replaced = _warn
+        # children=True (or the main output's path): follow child processes
+        # from the first enable (docs/children.md); they get these arguments.
+        self._children_opt = children
+        self._children = None
+        self._child_kwargs = dict(
+            builtins=builtins, exact_builtins=exact_builtins, lines=lines,
+            lines_of=list(lines_of), lines_all=lines_all, include=list(include),
+            exclude=list(exclude), mode=mode, rate=rate, wall=wall, native=native,
+            memory=memory, memory_sample=memory_sample, memory_stacks=memory_stacks,
+            paths=paths, timeline=timeline, timeline_min_duration=timeline_min_duration,
+            timeline_max_events=timeline_max_events)
+        self._child_flush = float(flush_interval or 0.0)
         self._step_recorder = StepRecorder(self)    # pyprof.step() (steps.py)
         self._objects_at_steps = False
         self._objects_steps = []
@@ -106,6 +119,11 @@ class Profile(_cprof.Profiler):
         if self.memory:
             from . import _numpy
             _numpy.install()            # NumPy's array buffers, now or when it loads
+        if self._children_opt and self._children is None:
+            from . import children
+            self._children = children.start(
+                self, None if self._children_opt is True else os.fspath(self._children_opt),
+                self._child_kwargs, self._child_flush)
         super().enable(*args, **kw)
 
     # -------------------------------------------------------- cProfile API
@@ -196,8 +214,13 @@ class Profile(_cprof.Profiler):
         return func
 
     def session(self) -> Session:
-        """Everything collected so far as a Session (calls still open count as ending now)."""
-        return self._session(include_open=True)
+        """Everything collected so far as a Session (calls still open count as ending now).
+        With ``children``: merged with the captures the children have written."""
+        session = self._session(include_open=True)
+        if self._children is not None and os.getpid() == self._children["root_pid"]:
+            from . import children
+            session, _ = children.collect(session, self._children)
+        return session
 
     def dump(self, path):
         """Disable, then write `path` in the format its name asks for: a .cprof
@@ -206,7 +229,14 @@ class Profile(_cprof.Profiler):
         self.disable()
         self._step_recorder.close()
         fmt = format_for_path(path)
-        if fmt == "cprof" and self.sampling:
+        if self._children is not None and os.getpid() == self._children["root_pid"]:
+            if fmt == "cprof":
+                self.session().save(path)
+            elif fmt == "pstats":
+                pstats_export.write_dict(pstats_export.to_dict(self.session()), path)
+            else:
+                export(self.session(), fmt, path)
+        elif fmt == "cprof" and self.sampling:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
             self._refresh_meta()

@@ -80,6 +80,7 @@ class Options:
     hide: tuple = ()
     account_displayed_only: bool = False
     thread: tuple = ()
+    process: tuple = ()
     step: str | None = None
     limit: int | None = None
 
@@ -164,7 +165,8 @@ def _options(options, kw) -> Options:
     for k, v in kw.items():
         if not hasattr(opts, k):
             raise TypeError(f"unknown view option {k!r}")
-        if k in ("select", "start", "trim", "show", "hide", "thread") and isinstance(v, str):
+        if k in ("select", "start", "trim", "show", "hide", "thread", "process") \
+                and isinstance(v, (str, int)):
             v = (v,)
         setattr(opts, k, tuple(v) if isinstance(v, list) else v)
     check_options(opts)
@@ -185,7 +187,34 @@ def _scope(session, opts):
             names = ", ".join(sorted({t.name for t in session.threads.values()}))
             raise PyprofError(f"--thread {' '.join(opts.thread)}: no thread matches "
                               f"(threads: {names or 'none'})")
+    if opts.process:
+        chosen = set()
+        for i in process_indices(session, opts.process):
+            chosen |= session.process_threads(i)
+        threads = chosen if threads is None else threads & chosen
     return session, threads
+
+
+def process_indices(session, specs) -> list:
+    """The indices of the processes named by `specs`: a pid, or rR (rank R of
+    an MPI run). PyprofError naming the processes when one matches none."""
+    records = session.processes
+    out = []
+    for spec in specs:
+        text = str(spec).strip()
+        found = [i for i, r in enumerate(records) if str(r.get("pid")) == text]
+        m = re.fullmatch(r"(?:r|rank)(\d+)", text)
+        if not found and m:
+            found = [i for i, r in enumerate(records) if isinstance(r.get("mpi"), dict)
+                     and r["mpi"].get("rank") == int(m.group(1))]
+        if not found:
+            names = ", ".join(str(r.get("pid")) + (f" (r{r['mpi']['rank']})"
+                                                   if isinstance(r.get("mpi"), dict) else "")
+                              for r in records)
+            raise PyprofError(f"--process {text}: no such process in this capture "
+                              f"(processes: {names or 'none'})")
+        out += [i for i in found if i not in out]
+    return out
 
 
 def _sources(session) -> dict:
@@ -768,7 +797,7 @@ def _flatten(rows, depth=0, path=()):
 
 def _filters_text(opts) -> str:
     parts = []
-    for k in ("start", "trim", "show", "hide", "thread"):
+    for k in ("start", "trim", "show", "hide", "thread", "process"):
         for v in getattr(opts, k):
             parts.append(f"--{k} {v}")
     for k, unit in (("min_time", "s"), ("min_calls", ""), ("min_bytes", ""),

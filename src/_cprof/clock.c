@@ -90,10 +90,22 @@ double pp_clock_read_cost_ns(void)
     return read_cost_ns;
 }
 
+/* A calibration given by another process of the same host (a child of a
+ * profiled parent: the TSC is the same counter), used instead of waiting for
+ * 20 ms of this process's own span. 0: none. */
+static double given_ns_per_tick;
+
+void pp_clock_set_ns_per_tick(double ns_per_tick)
+{
+    given_ns_per_tick = ns_per_tick > 0 ? ns_per_tick : 0.0;
+}
+
 double pp_clock_ns_per_tick(void)
 {
     if (pp_clock_kind != PP_CLOCK_TSC)
         return 1.0;
+    if (given_ns_per_tick > 0)
+        return given_ns_per_tick;
     int64_t ns = pp_clock_monotonic_ns() - cal_ns0;
     const int64_t min_span = 20 * 1000 * 1000;
     if (ns < min_span) {

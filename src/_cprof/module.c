@@ -8,9 +8,11 @@
 #include "frames.h"
 #include "memory.h"
 #include <structmember.h>
+#include "termguard.h"
 #include "tracer.h"
 #include "unwind.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,14 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
     pp_tracer_clear(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *profiler_after_fork(pp_profiler *self, PyObject *unused)
+{
+    (void)unused;
+    if (pp_tracer_after_fork(self) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -457,6 +467,8 @@ static PyMethodDef profiler_methods[] = {
     {"disable", (PyCFunction)profiler_disable, METH_NOARGS,
      "disable()\nStop collecting; calls still open end now."},
     {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
+    {"_after_fork", (PyCFunction)profiler_after_fork, METH_NOARGS,
+     "_after_fork()\nIn a forked child, disabled: forget the parent's data and threads."},
     {"snapshot", (PyCFunction)(void (*)(void))profiler_snapshot, METH_VARARGS | METH_KEYWORDS,
      "snapshot(include_open=True, counters_only=False, ns_per_tick=0.0) -> bytes\nThe "
      "collected data as a capture blob (see pyprof.session); calls still open count as ending "
@@ -548,6 +560,16 @@ PyTypeObject pp_profiler_type = {
     .tp_init = (initproc)profiler_init,
     .tp_new = profiler_new,
 };
+
+static PyObject *mod_set_ns_per_tick(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    double ns = PyFloat_AsDouble(arg);
+    if (ns == -1.0 && PyErr_Occurred())
+        return NULL;
+    pp_clock_set_ns_per_tick(ns);
+    Py_RETURN_NONE;
+}
 
 static PyObject *mod_clock_info(PyObject *m, PyObject *unused)
 {
@@ -643,7 +665,37 @@ static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
     return PyLong_FromLong(rc);
 }
 
+static PyObject *mod_term_guard(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long signum = PyLong_AsLong(arg);
+    if (signum == -1 && PyErr_Occurred())
+        return NULL;
+    if (signum < 1 || signum >= NSIG) {
+        PyErr_SetString(PyExc_ValueError, "signal number out of range");
+        return NULL;
+    }
+    int rc = pp_term_guard_install((int)signum);
+    if (rc < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *mod_term_guard_ack(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    pp_term_guard_ack();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_term_guard", mod_term_guard, METH_O,
+     "_term_guard(signum) -> bool\nMain thread, after signal.signal(signum, handler): re-send "
+     "the signal until the handler calls _term_guard_ack() (children.md)."},
+    {"_term_guard_ack", mod_term_guard_ack, METH_NOARGS,
+     "_term_guard_ack()\nThe Python handler runs: stop re-sending."},
+    {"_set_ns_per_tick", mod_set_ns_per_tick, METH_O,
+     "_set_ns_per_tick(ns)\nThe TSC calibration of a parent process on this host (children)."},
     {"clock_info", mod_clock_info, METH_NOARGS,
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
     {"write_blob", (PyCFunction)(void (*)(void))mod_write_blob, METH_VARARGS | METH_KEYWORDS,

@@ -122,6 +122,8 @@ int pp_tracer_enable(pp_profiler *p);
 int pp_tracer_disable(pp_profiler *p);
 void pp_tracer_clear(pp_profiler *p);
 void pp_tracer_free(pp_profiler *p);
+/* Forked child, profiler disabled: drop the parent's data and thread records. */
+int pp_tracer_after_fork(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */
 void pp_tracer_pause_thread(pp_profiler *p, int paused);
 int pp_tracer_thread_paused(pp_profiler *p);

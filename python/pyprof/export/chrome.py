@@ -2,6 +2,9 @@
 timeline of a capture (docs/timeline.md).
 
 - one process (``pid``: the profiled process's), named by ``M`` process_name;
+  a merged capture of several processes (--children, MPI ranks, pyprof
+  merge) has one per process, each with its own threads, memory counter and
+  name (its command line, its MPI rank), on the merged capture's time axis;
 - one track per thread (``tid``: its kernel thread id), named by ``M`` thread_name;
 - each kept call as an ``X`` complete event (``ts``/``dur`` in microseconds,
   written from integer nanoseconds with three decimals, so no precision is
@@ -71,15 +74,45 @@ def thread_ids(session) -> dict:
     return out
 
 
+def processes(session) -> list:
+    """One entry per process of the capture: its trace id (its pid; another
+    number when two processes of a merge share one), its name, its memory
+    curve and the shift of that curve's times onto the capture's time axis."""
+    meta = session.meta
+    records = meta.get("processes") or [None]
+    origin = int(session.info.get("start_wall_ns", 0) or 0)
+    out, seen = [], set()
+    for k, record in enumerate(records):
+        record = record if record is not None else meta
+        pid = int(record.get("pid") or 0)
+        if not pid or pid in seen:
+            pid = (1 << 22) + k             # past Linux's largest pid
+        seen.add(pid)
+        command = " ".join(map(str, record.get("argv") or []))
+        name = f"python {command}" if command else "python"
+        mpi = record.get("mpi")
+        rank = mpi.get("rank") if isinstance(mpi, dict) else None
+        if rank is not None:
+            name = f"rank {rank}: {name}"
+        start = int(record.get("start_wall_ns") or origin) if "processes" in meta else origin
+        out.append({"id": pid, "name": name, "shift_ns": start - origin if origin else 0,
+                    "curve": session.process_memory_curve(k)})
+    return out
+
+
 def build(session, min_duration_ns: int = 0):
     """(parts, summary): the JSON text in pieces, and what was kept and dropped."""
     if not has_content(session):
         raise PyprofError("this capture has no timeline, memory curve or steps to put in a "
                           "Chrome trace: profile with --timeline (function calls) or --memory")
     info, meta = session.info, session.meta
-    pid = int(meta.get("pid") or 1)
+    procs = processes(session)
+    pid = procs[0]["id"]
     events, dropped_export = thin(session.timeline, min_duration_ns)
     tids = thread_ids(session)
+    thread_pid = {t: procs[session.thread_process(t)]["id"]
+                  if session.thread_process(t) < len(procs) else pid
+                  for t in set(session.threads) | {t for t, *_ in events}}
     for t, *_ in events:                    # a row of a thread the capture does not name
         tids.setdefault(t, (1 << 31) + t)
     summary = {
@@ -94,19 +127,21 @@ def build(session, min_duration_ns: int = 0):
 
     def parts():
         yield '{"traceEvents":[\n'
-        argv = meta.get("argv") or []
-        command = " ".join(map(str, argv))
-        pname = f"python {command}" if command else "python"
-        first = [f'{{"name":"process_name","ph":"M","pid":{pid},"tid":0,'
-                 f'"args":{{"name":{_str(pname)}}}}}']
+        command = " ".join(map(str, meta.get("argv") or []))
+        first = []
+        for k, proc in enumerate(procs):
+            first.append(f'{{"name":"process_name","ph":"M","pid":{proc["id"]},"tid":0,'
+                         f'"args":{{"name":{_str(proc["name"])}}}}}')
+            first.append(f'{{"name":"process_sort_index","ph":"M","pid":{proc["id"]},"tid":0,'
+                         f'"args":{{"sort_index":{k}}}}}')
         used = {t for t, *_ in events} | set(session.threads)
         for t in sorted(used):
             th = session.threads.get(t)
             name = th.name if th and th.name else f"thread {t}"
-            first.append(f'{{"name":"thread_name","ph":"M","pid":{pid},"tid":{tids[t]},'
-                         f'"args":{{"name":{_str(name)}}}}}')
-            first.append(f'{{"name":"thread_sort_index","ph":"M","pid":{pid},"tid":{tids[t]},'
-                         f'"args":{{"sort_index":{int(t)}}}}}')
+            first.append(f'{{"name":"thread_name","ph":"M","pid":{thread_pid[t]},'
+                         f'"tid":{tids[t]},"args":{{"name":{_str(name)}}}}}')
+            first.append(f'{{"name":"thread_sort_index","ph":"M","pid":{thread_pid[t]},'
+                         f'"tid":{tids[t]},"args":{{"sort_index":{int(t)}}}}}')
         yield ",\n".join(first)
         names, cats = {}, {}
         # per thread, by start then longest first; equal intervals: the later
@@ -123,11 +158,13 @@ def build(session, min_duration_ns: int = 0):
                     name = names[fid] = _str(function_name(fn))
                     cats[fid] = "python" if fn is None or fn.kind == "python" else "builtin"
                 chunk.append(f'{{"name":{name},"cat":"{cats[fid]}","ph":"X","ts":{us(start)},'
-                             f'"dur":{us(dur)},"pid":{pid},"tid":{tids[t]}}}')
+                             f'"dur":{us(dur)},"pid":{thread_pid[t]},"tid":{tids[t]}}}')
             yield ",\n" + ",\n".join(chunk)
-        for pt in session.memory_curve:
-            yield (f',\n{{"name":"memory","ph":"C","ts":{us(round(pt.t * 1e9))},"pid":{pid},'
-                   f'"tid":0,"args":{{"rss_bytes":{int(pt.rss)},"heap_bytes":{int(pt.heap)}}}}}')
+        for proc in procs:
+            for pt in proc["curve"]:
+                ts = us(round(pt.t * 1e9) + proc["shift_ns"])
+                yield (f',\n{{"name":"memory","ph":"C","ts":{ts},"pid":{proc["id"]},"tid":0,'
+                       f'"args":{{"rss_bytes":{int(pt.rss)},"heap_bytes":{int(pt.heap)}}}}}')
         for m in meta.get("steps", []):
             try:
                 t_ns = round(float(m["t"]) * 1e9)

@@ -1,0 +1,66 @@
+"""pyprof --children: profile this interpreter from its start (docs/children.md).
+
+On PYTHONPATH only in the children of a program run under ``pyprof --children``.
+Starts pyprof from PYPROF_CHILDREN, takes this directory off sys.path (the
+program sees the path it would see without pyprof), then runs the program's
+own sitecustomize if there is one.
+"""
+import os
+import sys
+
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+
+def _load_children():
+    """pyprof.children and pyprof._cprof without importing the pyprof package
+    (tens of milliseconds: its data model and exporters), which the child
+    needs only if the program imports it. None without pyprof."""
+    # importlib's frozen halves are loaded at start-up; the importlib package
+    # (importlib.util, importlib.machinery) would cost ~1 ms more
+    bootstrap = sys.modules.get("_frozen_importlib")
+    external = sys.modules.get("_frozen_importlib_external")
+    if bootstrap is not None and external is not None:
+        PathFinder, module_from_spec = external.PathFinder, bootstrap.module_from_spec
+    else:
+        from importlib.machinery import PathFinder
+        from importlib.util import module_from_spec
+    pkg = PathFinder.find_spec("pyprof")
+    if pkg is None or not pkg.submodule_search_locations:
+        return None
+    where = list(pkg.submodule_search_locations)
+    for name in ("_cprof", "children"):
+        full = "pyprof." + name
+        if full not in sys.modules:
+            spec = PathFinder.find_spec(full, where)
+            if spec is None:
+                return None
+            module = module_from_spec(spec)
+            sys.modules[full] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[full]
+                raise
+    return sys.modules["pyprof.children"]
+
+
+if os.environ.get("PYPROF_CHILDREN"):
+    try:
+        _children = _load_children()
+    except ImportError:             # another interpreter, without pyprof: run unprofiled
+        _children = None
+    if _children is not None:
+        _children.start_from_environment()
+
+# The program's own sitecustomize, found further on the path. This module
+# stays in sys.modules under the name if there is none (importlib expects it).
+_me = sys.modules.pop("sitecustomize", None)
+try:
+    import sitecustomize  # noqa: F401
+except ImportError as _e:
+    if _e.name != "sitecustomize":
+        raise
+finally:
+    if "sitecustomize" not in sys.modules and _me is not None:
+        sys.modules["sitecustomize"] = _me

@@ -1,0 +1,507 @@
+"""--children: every Python child profiled, one capture per process, merged by
+the main process (docs/children.md). Real processes: os.fork, multiprocessing
+(fork, spawn, forkserver; pools), ProcessPoolExecutor, subprocess; killed and
+os._exit children; an unwritable output for a child; fork while other threads
+profile and allocate."""
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pyprof import Session
+
+TIMEOUT = 120
+
+
+def pyprof(args, cwd, timeout=TIMEOUT, **kw):
+    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def write(path, source):
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def calls(session, name):
+    """Calls of the functions called `name`, over all processes."""
+    totals = session.function_totals()
+    return sum(totals[f].calls for f, fn in session.functions.items()
+               if fn.name == name and f in totals)
+
+
+def calls_by_process(session, name):
+    """{pid: calls of `name`} for the processes that called it."""
+    out = {}
+    for i, record in enumerate(session.meta.get("processes", [])):
+        totals = session.function_totals(threads=session.process_threads(i))
+        n = sum(totals[f].calls for f, fn in session.functions.items()
+                if fn.name == name and f in totals)
+        if n:
+            out[record["pid"]] = n
+    return out
+
+
+def run_ok(tmp_path, source, *args, opts=(), **kw):
+    prog = write(tmp_path / "prog.py", source)
+    out = tmp_path / "out.cprof"
+    r = pyprof(["--children", *opts, "-o", str(out), str(prog), *args], tmp_path, **kw)
+    assert r.returncode == 0, r.stderr
+    # the children's files went into the merged capture
+    assert glob.glob(str(tmp_path / "out.*.cprof")) == [], os.listdir(tmp_path)
+    return Session.load(out), r
+
+
+FORK = '''
+import os, sys
+
+def child_work(n):
+    return sum(range(n))
+
+def parent_work():
+    return 1
+
+parent_work()
+pid = os.fork()
+if pid == 0:
+    for _ in range(5):
+        child_work(100)
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0
+parent_work()
+print("pid", pid)
+'''
+
+
+def test_fork_child_profiled_parent_not_doubled(tmp_path):
+    s, r = run_ok(tmp_path, FORK)
+    child = int(r.stdout.split()[-1])
+    assert calls(s, "child_work") == 5
+    assert calls(s, "parent_work") == 2         # the child's copy of the parent's counts is gone
+    assert calls_by_process(s, "child_work") == {child: 5}
+    assert list(calls_by_process(s, "parent_work").values()) == [2]
+    pids = [p["pid"] for p in s.meta["processes"]]
+    assert len(pids) == 2 and child in pids
+    # the parent's threads were not carried into the child's capture
+    child_index = pids.index(child)
+    assert len(s.process_threads(child_index)) == 1
+
+
+POOL = '''
+import multiprocessing as mp, sys
+from concurrent.futures import ProcessPoolExecutor
+
+def task(x):
+    return x * 2
+
+if __name__ == "__main__":
+    method, kind, workers, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    ctx = mp.get_context(method)
+    if kind == "pool":
+        with ctx.Pool(workers) as p:
+            r = p.map(task, range(n), chunksize=1)
+    else:
+        with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+            r = list(ex.map(task, range(n)))
+    assert r == [2 * x for x in range(n)]
+    print("ok")
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize("kind", ["pool", "executor"])
+def test_pools_every_task_once(tmp_path, method, kind):
+    s, r = run_ok(tmp_path, POOL, method, kind, "4", "200")
+    assert calls(s, "task") == 200, calls_by_process(s, "task")
+    by = calls_by_process(s, "task")
+    assert os.getpid() not in by and len(by) >= 1
+
+
+def test_pool_8_workers_1000_tasks(tmp_path):
+    s, r = run_ok(tmp_path, POOL, "fork", "pool", "8", "1000")
+    assert calls(s, "task") == 1000
+    assert sum(calls_by_process(s, "task").values()) == 1000
+
+
+BURN = '''
+import multiprocessing as mp, sys, time
+
+def burn(x):
+    t = time.process_time()
+    while time.process_time() - t < 0.3:
+        sum(range(1000))
+    return x
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(2) as p:
+        p.map(burn, range(4), chunksize=1)
+'''
+
+
+def burn_seconds(s, process):
+    """Sampled CPU seconds inside burn() in one process."""
+    threads = s.process_threads(process)
+    fids = {f for f, fn in s.functions.items() if fn.name == "burn"}
+    return sum(c.weight for (t, stack, state), c in s.samples.items()
+               if t in threads and any(fid in fids for fid, line in s.stacks[stack].frames)) / 1e9
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_sampled_pool_workers(tmp_path, method):
+    # each worker burns 0.3 s of CPU per task, 2 tasks each: its samples in
+    # burn() add up to ~0.6 s (the 250 Hz CPU timer), the main process's to ~0
+    s, r = run_ok(tmp_path, BURN, method, opts=("--sample",))
+    seconds = [burn_seconds(s, i) for i in range(len(s.meta["processes"]))]
+    assert seconds[0] == 0                      # the main process: it waits
+    workers = [x for x in seconds[1:] if x > 0]
+    assert len(workers) == 2, seconds
+    assert sum(workers) == pytest.approx(1.2, rel=0.3), seconds
+
+
+ALLOC = '''
+import multiprocessing as mp, sys
+
+keep = []
+
+def alloc(x):
+    keep.append(bytearray(1_000_000))
+    return x
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(2) as p:
+        p.map(alloc, range(6), chunksize=1)
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_memory_of_pool_workers(tmp_path, method):
+    # 6 tasks allocate 1,000,000 bytes each, in the workers
+    s, r = run_ok(tmp_path, ALLOC, method, opts=("--memory",))
+    fids = {f for f, fn in s.functions.items() if fn.name == "alloc"}
+    allocated = sum(c.alloc_bytes for f, c in s.memory_functions().items() if f in fids)
+    assert 6_000_000 <= allocated < 6_100_000
+    # the workers keep what they allocate: their curves' peaks hold it (plus
+    # what a worker imports); the main process's curve holds none of it
+    curves = [s.process_memory_curve(i) for i in range(len(s.meta["processes"]))]
+    assert 2 <= len(curves) <= 3
+    peaks = [max((p.heap_max for p in c), default=0) for c in curves]
+    assert peaks[0] < 3_000_000, peaks
+    assert 6_000_000 <= sum(peaks[1:]) < 6_000_000 + 3_000_000 * len(peaks[1:]), peaks
+
+
+def test_chrome_trace_has_one_process_per_child(tmp_path):
+    # --timeline and --memory across a fork pool: each process its own pid in
+    # the trace, its calls on its own threads, its own memory counter
+    import json
+    s, r = run_ok(tmp_path, ALLOC, "fork", opts=("--timeline", "--memory", "--functions"))
+    out = tmp_path / "out.trace.json"
+    c = pyprof(["convert", str(tmp_path / "out.cprof"), "-o", str(out)], tmp_path)
+    assert c.returncode == 0, c.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    pids = [p["pid"] for p in s.meta["processes"]]
+    named = {e["pid"] for e in events if e["name"] == "process_name"}
+    assert named == set(pids)
+    alloc_pids = {e["pid"] for e in events if e["ph"] == "X" and e["name"].startswith("alloc ")}
+    by_process = calls_by_process(s, "alloc")
+    assert alloc_pids == set(by_process) and pids[0] not in alloc_pids
+    assert sum(1 for e in events if e["ph"] == "X" and e["name"].startswith("alloc ")) == 6
+    memory_pids = {e["pid"] for e in events if e["ph"] == "C"}
+    assert memory_pids == set(pids)
+    # every thread track belongs to the process whose thread it is
+    for e in events:
+        if e["name"] == "thread_name":
+            assert e["pid"] in pids
+
+
+PER_PID = '''
+import collections, json, multiprocessing as mp, os, sys
+
+def task(x):
+    return os.getpid()
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(3) as p:
+        pids = p.map(task, range(300), chunksize=1)
+    print(json.dumps(collections.Counter(pids)))
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_per_process_view_and_stats(tmp_path, method):
+    # ground truth: the tasks each worker ran, as the workers' pids returned
+    # to the program say
+    import csv
+    import io
+    import json
+    import statistics
+    s, r = run_ok(tmp_path, PER_PID, method)
+    known = {int(pid): n for pid, n in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    assert sum(known.values()) == 300
+    assert calls_by_process(s, "task") == known
+    for pid, n in known.items():
+        v = pyprof(["view", "out.cprof", "--view", "op", "--process", str(pid), "--show",
+                    "^task", "--format", "csv"], tmp_path)
+        assert v.returncode == 0, v.stderr
+        rows = list(csv.DictReader(io.StringIO(v.stdout)))
+        assert [int(row["calls"]) for row in rows] == [n]
+    st = pyprof(["stats", "--by", "process", "--csv", "-", "--no-lines", "out.cprof"], tmp_path)
+    assert st.returncode == 0, st.stderr
+    row = next(row for row in csv.DictReader(io.StringIO(st.stdout)) if row["name"] == "task")
+    counts = list(known.values())
+    assert int(row["n"]) == len(known)              # over the processes that ran it
+    assert float(row["calls_mean"]) == pytest.approx(statistics.mean(counts))
+    assert float(row["calls_min"]) == min(counts) and float(row["calls_max"]) == max(counts)
+    assert known[int(row["calls_min_pid"])] == min(counts)
+    assert known[int(row["calls_max_pid"])] == max(counts)
+    if len(counts) > 1:
+        assert float(row["calls_cv"]) == pytest.approx(statistics.stdev(counts) /
+                                                       statistics.mean(counts))
+    # a pid that is not in the capture: one line, status 2
+    bad = pyprof(["view", "out.cprof", "--view", "op", "--process", "1"], tmp_path)
+    assert bad.returncode == 2 and "--process 1: no such process" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_subprocess_python_child(tmp_path):
+    write(tmp_path / "child.py", '''
+        def in_child():
+            return 3
+        for _ in range(4):
+            in_child()
+        ''')
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys, os
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "child.py")],
+                       check=True)
+        # a child given its own environment is not followed
+        subprocess.run([sys.executable, "-c", "def not_followed(): pass\\nnot_followed()"],
+                       env={"PATH": os.environ.get("PATH", "")}, check=True)
+        ''')
+    assert calls(s, "in_child") == 4
+    assert calls(s, "not_followed") == 0
+    assert len(s.meta["processes"]) == 2
+
+
+def test_spawned_child_starts_lean(tmp_path):
+    # function mode in a new interpreter does not import the pyprof package
+    # (its start-up cost); the program can still import it
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys
+        code = ("import sys; before = 'pyprof' in sys.modules\\n"
+                "import pyprof\\n"
+                "def lean(): pass\\n"
+                "lean(); print(before, pyprof.Profile.__name__)")
+        print(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout.strip())
+        ''')
+    assert "False Profile" in r.stdout
+    assert calls(s, "lean") == 1
+
+
+def test_program_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site / "sitecustomize.py", "import os\nos.environ['MY_SITE'] = 'yes'\n")
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys
+        out = subprocess.run([sys.executable, "-c",
+                              "import os, sys; print(os.environ.get('MY_SITE'), "
+                              "any('_boot' in p for p in sys.path))"],
+                             capture_output=True, text=True, check=True).stdout
+        print(out.strip())
+        ''', env={**os.environ, "PYTHONPATH": str(site)})
+    assert "yes False" in r.stdout
+
+
+def test_killed_child_leaves_last_flush(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, signal, time
+
+        def before_kill():
+            pass
+
+        pid = os.fork()
+        if pid == 0:
+            for _ in range(3):
+                before_kill()
+            t = time.time()
+            while time.time() - t < 30:      # flushes every 0.1 s on events
+                sum(range(10))
+            os._exit(0)
+        time.sleep(1.0)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        ''', opts=("--flush-interval", "0.1"))
+    assert calls(s, "before_kill") == 3
+
+
+# The signal lands before the child blocks: libc's kill (not os.kill, which
+# runs the handlers) and os.read run inside one C call (itertools.starmap), so
+# the interpreter never checks for signals between them and read() starts
+# with the handler pending. Without the
+# re-send of src/_cprof/termguard.c the child sleeps forever (a pool
+# worker terminated just as it goes idle).
+TERM_BEFORE_BLOCK = '''
+import ctypes, itertools, operator, os, signal, sys
+
+def before_term():
+    pass
+
+pid = os.fork()
+if pid == 0:
+    before_term()
+    r, w = os.pipe()
+    kill = ctypes.CDLL(None, use_errno=True).kill
+    list(itertools.starmap(operator.call, [(kill, os.getpid(), signal.SIGTERM),
+                                           (os.read, r, 1)]))
+    os._exit(7)                             # not reached: SIGTERM ends the child
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status))
+'''
+
+
+def test_sigterm_just_before_blocking_call_still_writes_and_ends(tmp_path):
+    s, r = run_ok(tmp_path, TERM_BEFORE_BLOCK, opts=("--flush-interval", "0"), timeout=60)
+    assert "child status -15" in r.stdout       # died by SIGTERM, as without pyprof
+    assert calls(s, "before_term") == 1         # after writing its capture
+    assert len(s.meta["processes"]) == 2
+
+
+def test_sigterm_without_pyprof_has_the_same_status(tmp_path):
+    prog = write(tmp_path / "plain.py", TERM_BEFORE_BLOCK)
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True,
+                       timeout=60)
+    assert "child status -15" in r.stdout, r.stderr
+
+
+def test_os_exit_child_leaves_last_flush(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, time
+
+        def flushed():
+            pass
+
+        pid = os.fork()
+        if pid == 0:
+            flushed()
+            t = time.time()
+            while time.time() - t < 0.5:
+                sum(range(10))
+            os._exit(3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 3
+        ''', opts=("--flush-interval", "0.1"))
+    assert calls(s, "flushed") == 1
+
+
+def test_unwritable_output_for_child_reported(tmp_path):
+    # The output directory is replaced by a file while the child runs (the
+    # tests may run as root, for whom permissions do not stop a write).
+    prog = write(tmp_path / "prog.py", '''
+        import os, sys
+        outdir = sys.argv[1]
+
+        def child_fn():
+            pass
+
+        os.rename(outdir, outdir + ".away")
+        open(outdir, "w").close()
+        pid = os.fork()
+        if pid == 0:
+            child_fn()
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        os.unlink(outdir)
+        os.rename(outdir + ".away", outdir)
+        print("program went on")
+        ''')
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    r = pyprof(["--children", "--flush-interval", "0", "-o", str(outdir / "out.cprof"),
+                str(prog), str(outdir)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "program went on" in r.stdout
+    assert "pyprof: error: child process" in r.stderr and "cannot write" in r.stderr, r.stderr
+    s = Session.load(outdir / "out.cprof")
+    assert len(s.meta.get("processes", [None])) == 1
+
+
+def test_fork_while_threads_profile_and_allocate(tmp_path):
+    s, r = run_ok(tmp_path, '''
+        import os, threading, time
+
+        stop = False
+
+        def busy():
+            while not stop:
+                x = [bytearray(64) for _ in range(50)]
+                del x
+
+        threads = [threading.Thread(target=busy) for _ in range(3)]
+        for t in threads:
+            t.start()
+
+        def in_fork_child():
+            return [0] * 10
+
+        for i in range(40):
+            pid = os.fork()
+            if pid == 0:
+                in_fork_child()
+                os._exit(0) if i % 2 else None
+                raise SystemExit(0)
+            _, status = os.waitpid(pid, 0)
+            assert status == 0
+        stop = True
+        for t in threads:
+            t.join()
+        ''', opts=("--memory", "--functions"))
+    # every child that exited normally wrote its capture (the os._exit ones
+    # only what they flushed: nothing, with the default interval)
+    assert calls(s, "in_fork_child") >= 20
+
+
+def test_api_children(tmp_path):
+    prog = write(tmp_path / "prog.py", '''
+        import multiprocessing as mp, sys
+        import pyprof
+
+        def task(x):
+            return x + 1
+
+        if __name__ == "__main__":
+            prof = pyprof.Profile(children=sys.argv[1])
+            with prof:
+                with mp.get_context("spawn").Pool(2) as p:
+                    p.map(task, range(50))
+            prof.dump(sys.argv[1])
+        ''')
+    out = tmp_path / "api.cprof"
+    r = subprocess.run([sys.executable, str(prog), str(out)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    assert calls(Session.load(out), "task") == 50
+
+
+def test_lean_child_meta_is_the_json_of_json_dumps():
+    # a lean child writes its meta without the json module (start-up cost)
+    import json
+    from pyprof.children import decode_config, encode_config, json_text
+    weird = ["plain", 'quote " and \\ backslash', "tab\tnew\nline\r\x00\x1f\x7f",
+             "é ü 中文", "emoji \U0001F600", "lone \udcff surrogate", ""]
+    value = {"argv": weird, "n": 3, "big": 2 ** 70, "f": 0.1, "neg": -1.5e-300, "t": True,
+             "none": None, "nested": {"a": [1, [2, {"b": False}]], "tuple": (1, "x")},
+             "nan": float("nan"), "obj": object.__name__, "path": __file__}
+    text = json_text(value)
+    expected = json.loads(json.dumps(value, default=str))
+    expected["nan"] = None                  # not JSON: written as null
+    assert json.loads(text) == expected
+    assert text.isascii()
+    config = {"run": "ab" * 16, "profile": {"mode": "sample", "rate": 250.0,
+                                            "include": ["a", "é"]}, "mpi": None}
+    assert decode_config(encode_config(config)) == config
+
