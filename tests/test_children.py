@@ -430,7 +430,10 @@ def test_unwritable_output_for_child_reported(tmp_path):
     assert len(s.meta.get("processes", [None])) == 1
 
 
-def test_fork_while_threads_profile_and_allocate(tmp_path):
+@pytest.mark.parametrize("opts", [("--memory", "--functions"),
+                                  ("--sample", "--wall", "--rate", "1000", "--memory")],
+                         ids=["memory+functions", "wall-sampling+memory"])
+def test_fork_while_threads_profile_and_allocate(tmp_path, opts):
     s, r = run_ok(tmp_path, '''
         import os, threading, time
 
@@ -459,10 +462,12 @@ def test_fork_while_threads_profile_and_allocate(tmp_path):
         stop = True
         for t in threads:
             t.join()
-        ''', opts=("--memory", "--functions"))
+        ''', opts=opts)
     # every child that exited normally wrote its capture (the os._exit ones
     # only what they flushed: nothing, with the default interval)
-    assert calls(s, "in_fork_child") >= 20
+    assert len(s.meta["processes"]) >= 21
+    if "--functions" in opts:
+        assert calls(s, "in_fork_child") >= 20
 
 
 def test_api_children(tmp_path):
