@@ -121,8 +121,9 @@ def test_pools_every_task_once(tmp_path, method, kind):
     assert os.getpid() not in by and len(by) >= 1
 
 
-def test_pool_8_workers_1000_tasks(tmp_path):
-    s, r = run_ok(tmp_path, POOL, "fork", "pool", "8", "1000")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_8_workers_1000_tasks(tmp_path, method):
+    s, r = run_ok(tmp_path, POOL, method, "pool", "8", "1000")
     assert calls(s, "task") == 1000
     assert sum(calls_by_process(s, "task").values()) == 1000
 
