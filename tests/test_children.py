@@ -287,6 +287,39 @@ def test_subprocess_python_child(tmp_path):
     assert len(s.meta["processes"]) == 2
 
 
+def test_threads_of_a_new_interpreter_child(tmp_path):
+    # a lean child (function mode) follows the threads its program starts,
+    # whenever it imports threading (on 3.11 pyprof hooks threading only then)
+    write(tmp_path / "child.py", '''
+        import sys
+        before = "threading" in sys.modules
+        import threading
+
+        def in_thread(i):
+            return i
+
+        def run(i):
+            for _ in range(10):
+                in_thread(i)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("threading imported at start:", before)
+        ''')
+    s, r = run_ok(tmp_path, '''
+        import subprocess, sys, os
+        subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "child.py")],
+                       check=True)
+        ''')
+    assert calls(s, "in_thread") == 30
+    child = 1
+    assert len(s.process_threads(child)) == 4           # the main thread and 3 threads
+    assert "threading imported at start: False" in r.stdout
+
+
 def test_spawned_child_starts_lean(tmp_path):
     # function mode in a new interpreter does not import the pyprof package
     # (its start-up cost); the program can still import it

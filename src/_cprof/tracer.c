@@ -1130,6 +1130,12 @@ static int unregister_monitoring(pp_profiler *p, PyObject *mon)
     return rc ? -1 : 0;
 }
 
+int pp_tracer_hook_threading(pp_profiler *p)
+{
+    p->threading_pending = 0;           /* sys.monitoring covers every thread */
+    return 0;
+}
+
 static int install_hooks(pp_profiler *p)
 {
     PyObject *mon = monitoring_module();
@@ -1329,8 +1335,19 @@ static PyMethodDef trace_bootstrap_def = {
     METH_FASTCALL, "Installs pyprof's C trace hook on a thread started while line profiling."};
 
 /* threading.setprofile / settrace (which = "profile" / "trace"). */
+static int threading_imported(void)
+{
+    PyObject *mods = PyImport_GetModuleDict();                  /* borrowed */
+    return mods && PyDict_GetItemString(mods, "threading") != NULL;
+}
+
 static int set_threading_hook(const char *which, PyObject *hook, PyObject **prev)
 {
+    if ((hook == NULL || hook == Py_None) && !threading_imported()) {
+        if (prev)
+            *prev = NULL;
+        return 0;                       /* nothing to take back: no import for it */
+    }
     PyObject *threading = PyImport_ImportModule("threading");
     if (threading == NULL)
         return -1;
@@ -1466,18 +1483,33 @@ static int install_trace_hooks(pp_profiler *p)
     return 0;
 }
 
-static int install_hooks(pp_profiler *p)
+/* threading.setprofile(our bootstrap), keeping the hook it had. */
+static int hook_threading(pp_profiler *p)
 {
-    p->eval_mode = !p->lines && eval_mode_possible(p);
-    if (p->eval_mode)
-        return install_eval(p);
     PyObject *boot = PyCFunction_New(&bootstrap_def, (PyObject *)p);
     if (boot == NULL)
         return -1;
     Py_CLEAR(p->prev_thread_hook);
     int rc = set_threading_hook("profile", boot, &p->prev_thread_hook);
     Py_DECREF(boot);
-    if (rc < 0)
+    return rc;
+}
+
+int pp_tracer_hook_threading(pp_profiler *p)
+{
+    if (!p->threading_pending)
+        return 0;
+    p->threading_pending = 0;
+    return p->enabled && !p->eval_mode && !p->sampling ? hook_threading(p) : 0;
+}
+
+static int install_hooks(pp_profiler *p)
+{
+    p->eval_mode = !p->lines && eval_mode_possible(p);
+    if (p->eval_mode)
+        return install_eval(p);
+    p->threading_pending = p->lazy_threading && !p->lines && !threading_imported();
+    if (!p->threading_pending && hook_threading(p) < 0)
         return -1;
     if (p->lines && install_trace_hooks(p) < 0) {
         pp_err_state es;
@@ -1515,6 +1547,7 @@ static int remove_hooks(pp_profiler *p)
         if (pp_tstate_profileobj(ts) == (PyObject *)p && _PyEval_SetProfile(ts, NULL, NULL) < 0)
             rc = -1;
     }
+    p->threading_pending = 0;
     PyObject *prev = p->prev_thread_hook;
     p->prev_thread_hook = NULL;
     if (set_threading_hook("profile", prev, NULL) < 0)

@@ -75,6 +75,8 @@ typedef struct pp_profiler {
     int eval_mode;              /* 3.11: PEP 523 frame evaluation instead of the profile hook */
     uint64_t cstack_asides;     /* 3.11 eval hook: frames run unrecorded near the C stack end */
     PyObject *prev_thread_hook; /* 3.11: threading's profile hook before ours */
+    char lazy_threading;        /* 3.11: hook threading when the program imports it, not at enable */
+    char threading_pending;     /* 3.11: enabled while threading was not imported yet */
     PyObject *prev_trace_hook;  /* 3.11 line mode: threading's trace hook before ours */
     /* capture */
     int64_t start_wall_ns;
@@ -124,6 +126,8 @@ void pp_tracer_clear(pp_profiler *p);
 void pp_tracer_free(pp_profiler *p);
 /* Forked child, profiler disabled: drop the parent's data and thread records. */
 int pp_tracer_after_fork(pp_profiler *p);
+/* 3.11, lazy_threading: threading was just imported; give its new threads our hook. */
+int pp_tracer_hook_threading(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */
 void pp_tracer_pause_thread(pp_profiler *p, int paused);
 int pp_tracer_thread_paused(pp_profiler *p);
