@@ -153,9 +153,10 @@ def burn_seconds(s, process):
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_sampled_pool_workers(tmp_path, method):
-    # each worker burns 0.3 s of CPU per task, 2 tasks each: its samples in
-    # burn() add up to ~0.6 s (the 250 Hz CPU timer), the main process's to ~0
-    s, r = run_ok(tmp_path, BURN, method, opts=("--sample",))
+    # each worker burns 0.3 s of CPU per task, 4 tasks: the samples in burn()
+    # add up to ~1.2 s, the main process's to 0. 100 Hz: below any kernel's
+    # tick rate, which bounds the CPU timer (docs/sampling.md)
+    s, r = run_ok(tmp_path, BURN, method, opts=("--sample", "--rate", "100"))
     seconds = [burn_seconds(s, i) for i in range(len(s.meta["processes"]))]
     assert seconds[0] == 0                      # the main process: it waits
     workers = [x for x in seconds[1:] if x > 0]
