@@ -137,7 +137,7 @@ def test_ranks_from_the_environment(tmp_path):
     r = pyprof(["stats", "--by", "rank", "--no-lines", *paths], tmp_path)
     assert r.returncode == 0, r.stderr
     assert "3 ranks" in r.stdout
-    line = next(ln for ln in r.stdout.splitlines() if ln.endswith(f"work (prog.py:3)"))
+    line = next(ln for ln in r.stdout.splitlines() if ln.endswith("work (prog.py:3)"))
     assert "100 (r0)" in line and "300 (r2)" in line
     # a missing rank is said
     rows, err = rank_csv(paths[:2], tmp_path)

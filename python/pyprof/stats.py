@@ -29,6 +29,7 @@ from .errors import PyprofError
 
 STAT_NAMES = ("mean", "cv", "std", "min", "max")
 BY = ("step", "run", "rank", "process")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # --by rank and process: which unit had the minimum and the maximum
 LABELLED = {"rank": "rank", "process": "pid"}
 
@@ -36,7 +37,6 @@ LABELLED = {"rank": "rank", "process": "pid"}
 def stat_names(by) -> tuple:
     tag = LABELLED.get(by)
     return STAT_NAMES + ((f"min_{tag}", f"max_{tag}") if tag else ())
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _entities(session, select, level, threads=None):
