@@ -413,6 +413,37 @@ def test_sigterm_without_pyprof_has_the_same_status(tmp_path):
     assert "child status -15" in r.stdout, r.stderr
 
 
+# A main thread that can never run Python again (a C call holding the GIL and
+# blocked for good: relocking a default pthread mutex) never runs the Python
+# handler: SIGTERM must still end it (the bound of termguard.c), as it would
+# without pyprof, not leave it hanging.
+TERM_WHILE_STUCK = '''
+import ctypes, os, signal, sys, time
+
+pid = os.fork()
+if pid == 0:
+    libc = ctypes.PyDLL(None)               # PyDLL: the GIL stays held
+    mutex = ctypes.create_string_buffer(64)
+    libc.pthread_mutex_init(mutex, None)
+    libc.pthread_mutex_lock(mutex)
+    os.write(1, b"stuck\\n")
+    libc.pthread_mutex_lock(mutex)           # blocks for good
+    os._exit(7)
+time.sleep(0.5)
+t = time.monotonic()
+os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+print("child status", os.waitstatus_to_exitcode(status), "after %.1f s" % (time.monotonic() - t))
+'''
+
+
+def test_sigterm_ends_a_child_that_cannot_run_python(tmp_path):
+    s, r = run_ok(tmp_path, TERM_WHILE_STUCK, opts=("--flush-interval", "0"), timeout=60)
+    assert "child status -15" in r.stdout, r.stdout
+    seconds = float(r.stdout.split("after")[1].split()[0])
+    assert 1.9 <= seconds < 20, r.stdout        # the 2 s bound, then the default action
+
+
 def test_os_exit_child_leaves_last_flush(tmp_path):
     s, r = run_ok(tmp_path, '''
         import os, time
