@@ -1784,19 +1784,9 @@ void pp_tracer_clear(pp_profiler *p)
     }
 }
 
-/* In a forked child, with the profiler disabled (GIL held; the child's only
- * thread): forget what the parent recorded, its thread records included (the
- * other threads do not exist here; their TLS went with them), so that the
- * child's capture holds the child's work only and the parent's counts are not
- * written twice. Function ids stay registered (their counts are gone). The
- * next enable starts a new generation: this thread re-attaches. */
-int pp_tracer_after_fork(pp_profiler *p)
+/* Every thread record and its tables. */
+static void free_threads(pp_profiler *p)
 {
-    if (p->enabled) {
-        PyErr_SetString(PyExc_RuntimeError, "pyprof: reset after fork needs a disabled profiler");
-        return -1;
-    }
-    pp_tracer_clear(p);
     pp_thread *ts = p->threads;
     while (ts) {
         pp_thread *next = ts->next;
@@ -1810,6 +1800,22 @@ int pp_tracer_after_fork(pp_profiler *p)
     p->threads = NULL;
     p->threads_tail = &p->threads;
     p->nthreads = 0;
+}
+
+/* In a forked child, with the profiler disabled (GIL held; the child's only
+ * thread): forget what the parent recorded, its thread records included (the
+ * other threads do not exist here; their TLS went with them), so that the
+ * child's capture holds the child's work only and the parent's counts are not
+ * written twice. Function ids stay registered (their counts are gone). The
+ * next enable starts a new generation: this thread re-attaches. */
+int pp_tracer_after_fork(pp_profiler *p)
+{
+    if (p->enabled) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: reset after fork needs a disabled profiler");
+        return -1;
+    }
+    pp_tracer_clear(p);
+    free_threads(p);
     pp_index_clear(&p->native_threads);
     pp_tls.gen = 0;
     pp_tls.ts = NULL;
@@ -1826,19 +1832,7 @@ int pp_tracer_after_fork(pp_profiler *p)
 void pp_tracer_free(pp_profiler *p)
 {
     pp_memory_free(p);
-    pp_thread *ts = p->threads;
-    while (ts) {
-        pp_thread *next = ts->next;
-        pp_tables_free(&ts->t);
-        pp_stack_free(&ts->st);
-        pp_stepbase_free(&ts->step);
-        Py_XDECREF(ts->name);
-        free(ts);
-        ts = next;
-    }
-    p->threads = NULL;
-    p->threads_tail = &p->threads;
-    p->nthreads = 0;
+    free_threads(p);
     for (uint32_t i = 0; i < p->nfun; i++)
         Py_DECREF(p->fobj[i]);
     free(p->fobj);
