@@ -20,7 +20,6 @@ import fnmatch
 import functools
 import os
 import sys
-import sysconfig
 import types
 
 from .errors import PyprofError
@@ -180,6 +179,7 @@ def _module_file(name):
 
 
 def _library_dirs():
+    import sysconfig                    # here: `import pyprof` does not need it
     paths = sysconfig.get_paths()
     dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return tuple(os.path.abspath(d) + os.sep for d in dirs if d)

@@ -7,10 +7,8 @@ writes a .cprof capture (or pstats, by file suffix).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import socket
 import sys
 import threading
 import time
@@ -272,7 +270,7 @@ class Profile(_cprof.Profiler):
             "python": sys.version.split()[0],
             "implementation": sys.implementation.name,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": _hostname(),
             "cwd": _safe_cwd(),
             "modes": (["sample"] if self.sampling else
                       ["function", "lines"] if self.lines else
@@ -319,7 +317,17 @@ def _line_meta(objs, fids) -> dict:
     return {"line_targets": targets, "sources": sources}
 
 
+def _hostname():
+    # os.uname: socket (and its imports) would cost `import pyprof` ~5 ms
+    try:
+        return os.uname().nodename
+    except AttributeError:                  # not POSIX
+        import socket
+        return socket.gethostname()
+
+
 def _file_hash(path):
+    import hashlib
     try:
         with open(path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
