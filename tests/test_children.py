@@ -45,6 +45,12 @@ def calls_by_process(session, name):
     return out
 
 
+def tasks_per_pid(r):
+    """{pid: tasks}: the Counter of worker pids the pool programs print last."""
+    import json
+    return {int(pid): n for pid, n in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+
+
 def run_ok(tmp_path, source, *args, opts=(), **kw):
     prog = write(tmp_path / "prog.py", source)
     out = tmp_path / "out.cprof"
@@ -189,8 +195,7 @@ def test_memory_of_pool_workers(tmp_path, method):
     assert 6_000_000 <= allocated < 6_100_000
     # each worker keeps what it allocates: its curve's peak holds 1 MB per task
     # it ran (plus what it imported); the main process's curve holds none of it
-    import json
-    tasks = {int(pid): n for pid, n in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    tasks = tasks_per_pid(r)
     peaks = {p["pid"]: max((pt.heap_max for pt in s.process_memory_curve(i)), default=0)
              for i, p in enumerate(s.meta["processes"])}
     for pid, n in tasks.items():
@@ -241,10 +246,9 @@ def test_per_process_view_and_stats(tmp_path, method):
     # to the program say
     import csv
     import io
-    import json
     import statistics
     s, r = run_ok(tmp_path, PER_PID, method)
-    known = {int(pid): n for pid, n in json.loads(r.stdout.strip().splitlines()[-1]).items()}
+    known = tasks_per_pid(r)
     assert sum(known.values()) == 300
     assert calls_by_process(s, "task") == known
     for pid, n in known.items():
