@@ -42,7 +42,10 @@ import atexit
 import marshal
 import os
 import sys
-import time
+
+# `from .x import y`, never `from . import x`: in a lean child these modules are
+# loaded without the package (_boot/sitecustomize.py), which `from .` would import
+from ._meta import process_meta
 
 ENV = "PYPROF_CHILDREN"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -249,15 +252,7 @@ class _LeanProfiler:
         threading = sys.modules.get("threading")
         if threading is not None:
             names = {str(t.ident): t.name for t in threading.enumerate() if t.ident}
-        try:
-            cwd = os.getcwd()
-        except OSError:
-            cwd = ""
-        meta = {"pyprof_version": _version(), "argv": list(sys.argv),
-                "executable": sys.executable, "python": sys.version.split()[0],
-                "implementation": sys.implementation.name, "pid": os.getpid(),
-                "host": os.uname().nodename, "cwd": cwd, "modes": ["function"],
-                "written_at": time.time(), "thread_names": names}
+        meta = process_meta(["function"], names)
         meta.update(self.meta)
         self.c.set_meta(json_text(meta).encode())
 
@@ -310,18 +305,6 @@ class _ThreadingImportHook:
         except AttributeError:
             pass
         return spec
-
-
-def _version():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_version.py")
-    try:
-        with open(path) as f:
-            return f.read().split("=", 1)[1].strip().strip("\"'")
-    except (OSError, IndexError):
-        return ""
-
-
-_LEAN_KEYS = {"builtins", "exact_builtins", "paths"}
 
 
 def _lean_profiler(kw):

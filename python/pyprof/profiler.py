@@ -9,14 +9,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 import threading
-import time
 from collections import namedtuple
 
 from . import _cprof
 from . import lines as lines_mod
-from ._version import __version__
+from ._meta import process_meta
 from .errors import PyprofError
 from .export import export, format_for_path
 from .export import pstats as pstats_export
@@ -263,21 +261,10 @@ class Profile(_cprof.Profiler):
         for t in threading.enumerate():
             if t.ident is not None:
                 self._thread_names[str(t.ident)] = t.name
-        meta = {
-            "pyprof_version": __version__,
-            "argv": list(sys.argv),
-            "executable": sys.executable,
-            "python": sys.version.split()[0],
-            "implementation": sys.implementation.name,
-            "pid": os.getpid(),
-            "host": _hostname(),
-            "cwd": _safe_cwd(),
-            "modes": (["sample"] if self.sampling else
-                      ["function", "lines"] if self.lines else
-                      ["function", "timeline"] if self.timeline else ["function"]),
-            "written_at": time.time(),
-            "thread_names": dict(self._thread_names),
-        }
+        modes = (["sample"] if self.sampling else
+                 ["function", "lines"] if self.lines else
+                 ["function", "timeline"] if self.timeline else ["function"])
+        meta = process_meta(modes, self._thread_names)
         if self.memory:
             from . import _numpy
             meta["numpy_buffers"] = _numpy.status()
@@ -317,15 +304,6 @@ def _line_meta(objs, fids) -> dict:
     return {"line_targets": targets, "sources": sources}
 
 
-def _hostname():
-    # os.uname: socket (and its imports) would cost `import pyprof` ~5 ms
-    try:
-        return os.uname().nodename
-    except AttributeError:                  # not POSIX
-        import socket
-        return socket.gethostname()
-
-
 def _file_hash(path):
     import hashlib
     try:
@@ -333,13 +311,6 @@ def _file_hash(path):
             return hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return None
-
-
-def _safe_cwd():
-    try:
-        return os.getcwd()
-    except OSError:
-        return ""
 
 
 def run(statement, filename=None, sort=-1):

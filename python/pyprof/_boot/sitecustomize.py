@@ -13,7 +13,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 
 def _load_children():
-    """pyprof.children and pyprof._cprof without importing the pyprof package
+    """pyprof.children, pyprof._cprof and the two small modules children.py
+    uses (_version, _meta) without importing the pyprof package
     (tens of milliseconds: its data model and exporters), which the child
     needs only if the program imports it. None without pyprof."""
     # importlib's frozen halves are loaded at start-up; the importlib package
@@ -29,7 +30,7 @@ def _load_children():
     if pkg is None or not pkg.submodule_search_locations:
         return None
     where = list(pkg.submodule_search_locations)
-    for name in ("_cprof", "children"):
+    for name in ("_cprof", "_version", "_meta", "children"):
         full = "pyprof." + name
         if full not in sys.modules:
             spec = PathFinder.find_spec(full, where)
