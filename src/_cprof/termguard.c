@@ -44,7 +44,6 @@ enum { GUARD_OFF = 0, GUARD_IDLE, GUARD_ARMED, GUARD_ACKED };
 
 static struct {
     atomic_int state;
-    int signum;
     pid_t pid;                          /* the process the timer belongs to */
     timer_t timer;
     int have_timer;
@@ -128,7 +127,6 @@ int pp_term_guard_install(int signum)
         return -1;
     G.have_timer = 1;
     G.pid = getpid();
-    G.signum = signum;
     G.chained = current;
     struct sigaction guard;
     memset(&guard, 0, sizeof guard);

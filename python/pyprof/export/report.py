@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import os
 
 from .. import views
 from .._version import __version__
