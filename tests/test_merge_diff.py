@@ -175,13 +175,17 @@ def test_threads_stay_apart_and_split_by_process(tmp_path):
         assert per_thread["w0"].calls == 100 * k and per_thread["w1"].calls == 200 * k
 
 
+def merged_runs(tmp_path, prefix, opts):
+    """Captures of the program run with k = 1 and 2, merged: (merged, inputs)."""
+    paths = [capture(tmp_path, f"{prefix}{k}.cprof", k, opts=opts) for k in (1, 2)]
+    ok(pyprof(["merge", *map(str, paths), "-o", "all.cprof"], tmp_path))
+    return Session.load(tmp_path / "all.cprof"), [Session.load(p) for p in paths]
+
+
 def test_samples_add_up(tmp_path):
     program(tmp_path, work=1000000)
     opts = ("--sample", "--rate", "1000")
-    paths = [capture(tmp_path, f"s{k}.cprof", k, opts=opts) for k in (1, 2)]
-    ok(pyprof(["merge", *map(str, paths), "-o", "all.cprof"], tmp_path))
-    s = Session.load(tmp_path / "all.cprof")
-    inputs = [Session.load(p) for p in paths]
+    s, inputs = merged_runs(tmp_path, "s", opts)
 
     def stacks(session):
         out = {}
@@ -204,10 +208,7 @@ def test_samples_add_up(tmp_path):
 @pytest.mark.parametrize("opts", [("--memory",), ("--memory-sample", "4096")])
 def test_memory_rows_add_up(tmp_path, opts):
     program(tmp_path)
-    paths = [capture(tmp_path, f"m{k}.cprof", k, opts=opts) for k in (1, 2)]
-    ok(pyprof(["merge", *map(str, paths), "-o", "all.cprof"], tmp_path))
-    s = Session.load(tmp_path / "all.cprof")
-    inputs = [Session.load(p) for p in paths]
+    s, inputs = merged_runs(tmp_path, "m", opts)
 
     def per_line(session):
         out = {}
