@@ -230,6 +230,14 @@ def main(mode):
     elif mode == "selfint":
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(10)
+    elif mode == "termblock":
+        # SIGTERM arrives just before the thread blocks in read(): libc's kill
+        # and os.read run in one C call, with no signal check between them
+        import ctypes, itertools, operator
+        r, w = os.pipe()
+        kill = ctypes.CDLL(None).kill
+        list(itertools.starmap(operator.call, [(kill, os.getpid(), signal.SIGTERM),
+                                               (os.read, r, 1)]))
     elif mode == "wait":
         print("ready", flush=True)
         while True:
@@ -249,6 +257,7 @@ EXIT_CASES = {
     "selfint": ("selfint", None, -signal.SIGINT),
     "sigint": ("wait", signal.SIGINT, -signal.SIGINT),
     "sigterm": ("wait", signal.SIGTERM, -signal.SIGTERM),
+    "termblock": ("termblock", None, -signal.SIGTERM),
     "thread": ("thread", None, 0),
 }
 
@@ -287,7 +296,7 @@ def test_exit_paths_write_results(tmp_path, case, fmt):
     assert p_out == d_out
     if case == "thread":
         assert p_out == "main done\nthread done\n"
-    if case in ("normal", "exit3", "sigterm", "thread"):
+    if case in ("normal", "exit3", "sigterm", "termblock", "thread"):
         assert p_err == d_err == ""
     elif case == "exitmsg":
         assert p_err == d_err == "stopped: bad input\n"

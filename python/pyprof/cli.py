@@ -459,6 +459,7 @@ class _Runner:
 
     def _on_sigterm(self, signum, frame):
         # Write, then die by the same signal so the exit status is unchanged.
+        _cprof._term_guard_ack()
         self.prof.disable()
         try:
             self.finish()
@@ -483,6 +484,11 @@ class _Runner:
             builtins.profile = profile      # kernprof's convention: @profile needs no import
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            # a Python handler: make sure it runs (src/_cprof/termguard.c)
+            try:
+                _cprof._term_guard(signal.SIGTERM)
+            except OSError:
+                pass
             # A forked child (a multiprocessing worker) must die by SIGTERM as it
             # would without pyprof: a Python-level handler runs only between
             # bytecodes, so a worker blocked in a lock would never see it.
