@@ -384,12 +384,18 @@ class _Runner:
         if opts.objects:
             from . import objects
             self.prof.meta["objects"] = objects.summary()
+        # --children: this process's capture merged with the children's
+        session, child_paths = None, []
         if self.children is not None:
-            self._finish_children()
-        elif self.outfile and format_for_path(self.outfile) == "text":
+            from . import children
+            children.finish_children()
+            session, child_paths = children.collect(self.prof.session(), self.children)
+        if self.outfile and format_for_path(self.outfile) == "text":
             from .export import text
-            text.write(self.prof.session(), self.outfile, unit=opts.unit,
+            text.write(session or self.prof.session(), self.outfile, unit=opts.unit,
                        call_rows=not opts.no_call_rows, sort=opts.sort)
+        elif self.outfile and session is not None:
+            export(session, format_for_path(self.outfile), self.outfile)
         elif self.outfile:
             self.prof.dump(self.outfile)
         else:
@@ -397,8 +403,8 @@ class _Runner:
             saved = sys.stdout
             sys.stdout = out
             try:
-                if opts.memory or self.line_mode or opts.sample:
-                    write_tables(self.prof, opts, out)
+                if opts.memory or self.line_mode or opts.sample or session is not None:
+                    write_tables(self.prof, opts, out, session)
                 else:
                     self.prof.print_stats(opts.sort)
                 if opts.objects:
@@ -414,32 +420,13 @@ class _Runner:
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
-
-    def _finish_children(self):
-        """--children: the main capture merged with the children's, then
-        written or printed as a run without children would be."""
-        from . import children
-        opts = self.opts
-        children.finish_children()
-        session, paths = children.collect(self.prof.session(), self.children)
-        if self.outfile:
-            fmt = format_for_path(self.outfile)
-            if fmt == "text":
-                from .export import text
-                text.write(session, self.outfile, unit=opts.unit,
-                           call_rows=not opts.no_call_rows, sort=opts.sort)
-            elif fmt == "cprof":
-                session.save(self.outfile)
-            else:
-                export(session, fmt, self.outfile)
-        else:
-            out = self.out if not getattr(self.out, "closed", False) else sys.__stdout__
-            write_tables(self.prof, opts, out, session)
-            out.flush()
-        children.cleanup(self.children, paths)
-        if len(paths):
-            print(f"pyprof: merged {len(paths)} child process{'es' if len(paths) > 1 else ''}",
-                  file=sys.stderr)
+        if self.children is not None:
+            from . import children
+            children.cleanup(self.children, child_paths)
+            if child_paths:
+                n = len(child_paths)
+                print(f"pyprof: merged {n} child process{'es' if n > 1 else ''}",
+                      file=sys.stderr)
 
     def _toggle_on(self, name):
         """Sampling starts and stops each time the signal `name` arrives."""

@@ -226,12 +226,7 @@ class Profile(_cprof.Profiler):
         self._step_recorder.close()
         fmt = format_for_path(path)
         if self._children is not None and os.getpid() == self._children["root_pid"]:
-            if fmt == "cprof":
-                self.session().save(path)
-            elif fmt == "pstats":
-                pstats_export.write_dict(pstats_export.to_dict(self.session()), path)
-            else:
-                export(self.session(), fmt, path)
+            export(self.session(), fmt, path)       # merged with the children's
         elif fmt == "cprof" and self.sampling:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
