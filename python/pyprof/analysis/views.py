@@ -14,23 +14,20 @@ One option language filters them all (tfprof's semantics): ``start``, ``trim``,
 ``account_displayed_only``, ``order_by``, ``select``, ``thread``, ``step``.
 A hidden node's figures still count in its ancestors' totals unless
 ``account_displayed_only`` is set. :func:`view` returns plain data (a tree of
-dicts or a list of dicts); :func:`render` a table, JSON or CSV.
+dicts or a list of dicts); render/viewtable.py makes it a table, JSON or CSV.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
 import linecache
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 
-from .errors import PyprofError
-from .export.stacks import _BUILTIN_FUNC, _BUILTIN_METHOD
-from .session import STATES
+from ..errors import PyprofError
+from ..model.names import BUILTIN_FUNC, BUILTIN_METHOD
+from ..model.session import STATES
 
 VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
 TREE_VIEWS = ("code", "scope", "graph")
@@ -117,25 +114,6 @@ def view(session, name: str, options: Options | None = None, **kw):
         sys.setrecursionlimit(limit)
     key = "roots" if tree else "rows"
     return {"view": name, "columns": columns, key: rows, "filters": _filters_text(opts)}
-
-
-def render(session, name: str, fmt: str = "table", options: Options | None = None,
-           color: bool | None = None, **kw) -> str:
-    """The view as text: an aligned table, JSON or CSV."""
-    if fmt not in ("table", "json", "csv"):
-        raise PyprofError(f"unknown format {fmt!r} (choose from table, json, csv)")
-    data = view(session, name, options, **kw)
-    key = "roots" if "roots" in data else "rows"
-    if fmt == "json":
-        return json.dumps(data, indent=1, allow_nan=False) + "\n"
-    flat = list(_flatten(data[key]))
-    if fmt == "csv":
-        return _csv(flat, data["columns"], key == "roots")
-    if not flat:
-        return f"no entries match (filters: {data['filters'] or 'none'})\n"
-    if color is None:
-        color = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
-    return _table(session, name, flat, data["columns"], color)
 
 
 def check_options(options: Options, session=None) -> None:
@@ -226,7 +204,7 @@ def _sources(session) -> dict:
             "lines": bool(session.info.get("lines"))}
 
 
-def _available(session, name) -> list:
+def available_columns(session, name) -> list:
     src = _sources(session)
     cols = []
     if name == "lines":
@@ -267,7 +245,7 @@ def _build(session, name, opts):
     if name not in VIEWS:
         raise PyprofError(f"unknown view {name!r} (choose from {', '.join(VIEWS)})")
     session, threads = _scope(session, opts)
-    available = _available(session, name)
+    available = available_columns(session, name)
     select = list(opts.select) or _default_select(available, name)
     for col in select:
         if col not in available:
@@ -282,8 +260,8 @@ def _build(session, name, opts):
         raise PyprofError(f"sort key {order!r} is not in this capture's {name} view "
                           f"(available: {', '.join(available)})")
     opts.order_by = order
-    builder = {"code": _code, "op": _op, "scope": _scope_view, "graph": _graph,
-               "lines": _lines, "memory": _memory}[name]
+    builder = {"code": _code, "op": op_nodes, "scope": _scope_view, "graph": _graph,
+               "lines": line_nodes, "memory": _memory}[name]
     nodes = builder(session, threads)
     return nodes, select, name in TREE_VIEWS
 
@@ -392,7 +370,7 @@ def _function_samples(session, threads):
     return out
 
 
-def _op(session, threads) -> dict:
+def op_nodes(session, threads) -> dict:
     nodes: dict = {}
 
     def node(fid):
@@ -502,12 +480,12 @@ def scope_path(session, fid) -> list:
     kinds "module" (packages and modules), "class", "function"."""
     f = session.functions[fid]
     if f.kind != "python":
-        m = _BUILTIN_METHOD.fullmatch(f.name)
+        m = BUILTIN_METHOD.fullmatch(f.name)
         if m:
             mod, _, cls = m.group(2).rpartition(".")
             return ([(p, "module") for p in (mod or "builtins").split(".")]
                     + [(cls, "class"), (m.group(1), "function")])
-        m = _BUILTIN_FUNC.fullmatch(f.name)
+        m = BUILTIN_FUNC.fullmatch(f.name)
         if m:
             *mod, name = m.group(1).split(".")
             return [(p, "module") for p in (mod or ["builtins"])] + [(name, "function")]
@@ -520,7 +498,7 @@ def scope_path(session, fid) -> list:
 
 
 def _scope_view(session, threads) -> dict:
-    ops = _op(session, threads)
+    ops = op_nodes(session, threads)
     roots: dict = {}
     for fid, leaf in ops.items():
         path = scope_path(session, fid)
@@ -556,7 +534,7 @@ def _scope_view(session, threads) -> dict:
 
 def _graph(session, threads) -> dict:
     """Function nodes with two groups under each: its callers and its callees."""
-    ops = _op(session, threads)
+    ops = op_nodes(session, threads)
     if not session.info.get("sampling"):
         pairs = {k: (c.calls, session.seconds(c.total), session.seconds(c.own))
                  for k, c in session.edge_totals(threads).items()}
@@ -602,7 +580,7 @@ def _source_line(filename, line):
     return (lines[line - 1].strip() or None) if 0 < line <= len(lines) else None
 
 
-def _lines(session, threads) -> dict:
+def line_nodes(session, threads) -> dict:
     rows: dict = {}
 
     def row(fid, line):
@@ -657,7 +635,7 @@ def _matches(rxs, node) -> bool:
     return any(rx.search(node.name) or (node.file and rx.search(node.file)) for rx in rxs)
 
 
-def _value(node, col):
+def node_value(node, col):
     """The node's figure for a column; None where the node has none (a scope
     has no calls, a caller group no figures)."""
     if node.kind in ("callers", "callees"):
@@ -733,7 +711,7 @@ def _display(nodes: dict, columns, opts, tree, accounted):
     def sort_key(n):
         if order == "name" or n.kind in ("callers", "callees"):
             return (0, n.name)
-        v = _value(n, order)
+        v = node_value(n, order)
         if v is None:
             v = 0
         return (1, -v if isinstance(v, (int, float)) else v, n.name)
@@ -777,7 +755,7 @@ def _row(n, columns) -> dict:
         row["source"] = n.source
     for col in columns:
         if col != "file":
-            v = _value(n, col)
+            v = node_value(n, col)
             row[col] = round(v, 9) if COLUMNS[col][1] == "s" and v is not None else v
     return row
 
@@ -788,11 +766,11 @@ def _strip(rows):
         _strip(r.get("children", ()))
 
 
-def _flatten(rows, depth=0, path=()):
+def flatten(rows, depth=0, path=()):
     for r in rows:
         p = (*path, r["name"])
         yield depth, p, r
-        yield from _flatten(r.get("children", ()), depth + 1, p)
+        yield from flatten(r.get("children", ()), depth + 1, p)
 
 
 def _filters_text(opts) -> str:
@@ -812,88 +790,3 @@ def _filters_text(opts) -> str:
     if opts.account_displayed_only:
         parts.append("--account-displayed-only")
     return " ".join(parts)
-
-
-# ---------------------------------------------------------------- output
-def fmt_time(s: float) -> str:
-    if s == 0:
-        return "0"
-    a = abs(s)
-    if a >= 1:
-        return f"{s:.3f}s"
-    if a >= 1e-3:
-        return f"{s * 1e3:.3f}ms"
-    if a >= 1e-6:
-        return f"{s * 1e6:.2f}us"
-    return f"{s * 1e9:.0f}ns"
-
-
-def fmt_bytes(b: float) -> str:
-    a = abs(b)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= size:
-            return f"{b / size:.1f}{unit}"
-    return f"{int(b)}B"
-
-
-def _cell(col, v) -> str:
-    if v is None:
-        return ""
-    unit = COLUMNS[col][1]
-    if unit == "s":
-        return fmt_time(v)
-    if unit == "B":
-        return fmt_bytes(v)
-    if unit == "n":
-        return f"{v:,}" if isinstance(v, int) else str(v)
-    return str(v)
-
-
-def _label(r) -> str:
-    if r["kind"] in ("callers", "callees"):
-        return r["name"]
-    where = ""
-    if r["file"]:
-        where = f" ({os.path.basename(r['file'])}:{r['line']})"
-    if r.get("source") is not None and r["kind"] == "line":
-        return f"{r['name']}{where}  {r['source']}"
-    return f"{r['name']}{where}"
-
-
-def _table(session, name, flat, columns, color) -> str:
-    cols = [c for c in columns if c not in ("file",)]
-    heads = [COLUMNS[c][0] for c in cols]
-    cells = [[_cell(c, r.get(c, "")) for c in cols] for _, _, r in flat]
-    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
-    bold, dim, end = ("\x1b[1m", "\x1b[2m", "\x1b[0m") if color else ("", "", "")
-    lines = [bold + "  ".join(h.rjust(w) for h, w in zip(heads, widths)) + "  " + name
-             + end]
-    for (depth, _, r), row in zip(flat, cells):
-        indent = "  " * depth if name in TREE_VIEWS else ""
-        label = _label(r)
-        if "file" in columns and r["file"]:
-            label += f"  {dim}{r['file']}:{r['line']}{end}"
-        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths)) + "  " + indent + label)
-    return "\n".join(lines) + "\n"
-
-
-def _csv(flat, columns, tree) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    head = (["depth", "path"] if tree else []) + ["name", "kind", "file", "line"] + \
-        [c for c in columns if c != "file"]
-    if any("source" in r for _, _, r in flat):
-        head.append("source")
-    w.writerow(head)
-    for depth, path, r in flat:
-        row = ([depth, " > ".join(path)] if tree else []) + [r["name"], r["kind"], r["file"],
-                                                             r["line"]]
-        for c in columns:
-            if c == "file":
-                continue
-            v = r.get(c)
-            row.append("" if v is None else repr(v) if isinstance(v, float) else v)
-        if head[-1] == "source":
-            row.append(r.get("source") or "")
-        w.writerow(row)
-    return buf.getvalue()

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 
-from .errors import PyprofError
+from ..errors import PyprofError
 
 # column -> (unit, what it is). The order is the default order of the columns,
 # and the first one both captures have is the primary column (sort, threshold).
@@ -236,84 +235,6 @@ def diff(before, after, by="function", columns=None, threshold=5.0, min_time=0.0
                 limit, cut)
 
 
-# ------------------------------------------------------------------ output
-def _fmt_time(v, signed=False):
-    sign = "+" if signed and v > 0 else ""
-    a = abs(v)
-    if a == 0:
-        return "0"
-    if a >= 1:
-        return f"{sign}{v:.2f}s"
-    if a >= 1e-3:
-        return f"{sign}{v * 1e3:.1f}ms"
-    return f"{sign}{v * 1e6:.0f}us" if a >= 1e-5 else f"{sign}{v * 1e6:.1f}us"
-
-
-def _fmt_bytes(v, signed=False):
-    sign = "+" if signed and v > 0 else ""
-    a, units = abs(v), ["B", "KiB", "MiB", "GiB", "TiB"]
-    i = 0
-    while a >= 1024 and i < len(units) - 1:
-        a /= 1024
-        i += 1
-    text = f"{a:.0f}{units[i]}" if i == 0 else f"{a:.1f}{units[i]}"
-    return sign + ("-" if v < 0 else "") + text
-
-
-def _fmt_count(v, signed=False):
-    sign = "+" if signed and v > 0 else ""
-    v = round(v)
-    a = abs(v)
-    if a < 100000:
-        return f"{sign}{v}"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if a >= div:
-            return f"{sign}{v / div:.2f}{suffix}"
-    return f"{sign}{v}"
-
-
-_FORMATTERS = {"s": _fmt_time, "bytes": _fmt_bytes, "count": _fmt_count}
-
-
-def _fmt_pct(row, column):
-    if row.status:
-        return row.status
-    pct = row.change_pct(column)
-    if pct is None:
-        return "-"
-    if abs(pct) >= 10000:               # as a factor, to fit the column
-        return f"x{1 + pct / 100:.0f}"
-    return f"{pct:+.1f}%"
-
-
-def write_table(d: Diff, out) -> None:
-    fmt = {c: _FORMATTERS[COLUMNS[c][0]] for c in d.columns}
-    out.write(f"pyprof diff: {d.before} -> {d.after}, by {d.by}; sorted by the change of "
-              f"'{d.primary}' ({COLUMNS[d.primary][1]})\n")
-    for note in d.notes:
-        out.write(f"note: {note}\n")
-    head1 = "".join(f"{c:^38}|" for c in d.columns)
-    head2 = "".join(f"{'before':>9}{'after':>9}{'change':>10}{'%':>9} |" for _ in d.columns)
-    out.write(head1 + "\n" + head2 + " " + d.by + "\n")
-    for r in d.rows:
-        cells = []
-        for c in d.columns:
-            b, a = r.values[c]
-            cells.append(f"{fmt[c](b):>9}{fmt[c](a):>9}{fmt[c](a - b, True):>10}"
-                         f"{_fmt_pct(r, c):>9} |")
-        where = f"{r.file}:{r.line}" if r.file != "~" else "built-in"
-        out.write("".join(cells) + f" {r.function} ({where})\n")
-    if not d.rows:
-        out.write("(no change above the threshold)\n")
-    if d.cut:
-        out.write(f"{d.cut} more {'entry' if d.cut == 1 else 'entries'} not shown "
-                  f"(--limit {d.limit})\n")
-    floor = d.floors[COLUMNS[d.primary][0]]
-    floor_text = _FORMATTERS[COLUMNS[d.primary][0]](floor)
-    out.write(f"{d.hidden} {'entry' if d.hidden == 1 else 'entries'} within the noise threshold "
-              f"(change of {d.primary} below {d.threshold:g}% or below {floor_text}) not shown\n")
-
-
 def csv_header(columns) -> list:
     head = ["function", "file", "line", "status"]
     for c in columns:
@@ -352,13 +273,3 @@ def to_json(d: Diff) -> dict:
                              for c in d.columns}}
                  for r in d.rows],
     }
-
-
-def render(d: Diff, fmt: str) -> str:
-    if fmt == "csv":
-        return to_csv(d)
-    if fmt == "json":
-        return json.dumps(to_json(d), indent=1) + "\n"
-    buf = io.StringIO()
-    write_table(d, buf)
-    return buf.getvalue()
