@@ -1,10 +1,11 @@
 """The .cprof capture format (docs/capture-format.md, src/_cprof/capture.h): the
 header, the zlib stream and its CRC, and one table of records.
 
-:data:`RECORDS` maps each record type to how its payload is parsed into a
-Session and packed from one. The counter tables (:data:`tables.TABLES`) are
-rows of one struct each (:data:`TABLE_ROWS`): the key's fields, reserved zero
-fields, then the counters' fields in their dataclass order. Reading, writing,
+:data:`TABLE_ROWS` gives each counter table (:data:`tables.TABLES`) its record
+type and row struct: the key's fields, reserved zero fields, then the counters'
+fields in their dataclass order; its parse and pack are made from that.
+:data:`RECORDS` maps the other record types to their parsers; pack_blob writes
+the records in the order the C core does. Reading, writing,
 steps (a STEP record holds a record stream of its own) and merge all go
 through here; nothing else knows a record id or a struct.
 
@@ -13,6 +14,7 @@ The codec fills a Session it is given (and makes the Sessions of steps with
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -151,7 +153,7 @@ def parse_blob(blob: bytes, name, session):
             if table is not None:
                 _parse_table(table, payload, session)
             elif rtype in RECORDS:
-                RECORDS[rtype][0](ctx, payload)
+                RECORDS[rtype](ctx, payload)
             # Unknown record types come from newer minor versions: skip them.
     except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
         raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
@@ -223,39 +225,51 @@ def _rows(st: struct.Struct, payload):
 
 
 def _parse_table(table, payload, session) -> None:
-    spec = TABLE_ROWS[table.name]
-    k, skip, value = spec.nkey, spec.nkey + spec.pad, spec.value
-    rows = _rows(spec.struct, payload)
-    if table.listed:
-        out = getattr(session, table.name)
-        if value is None:
-            out.extend(rows)
-        else:
-            out.extend((*row[:k], value(*row[skip:])) for row in rows)
-        return
-    out = getattr(session, table.name)
-    if value is None:
-        for row in rows:
-            out[row[:k]] = row[skip:]
-    else:
-        for row in rows:
-            out[row[:k]] = value(*row[skip:])
+    _code(table)[0](_rows(TABLE_ROWS[table.name].struct, payload), getattr(session, table.name))
 
 
 def _pack_table(table, rows) -> bytes:
-    spec = TABLE_ROWS[table.name]
-    pad = (0,) * spec.pad
-    pack = spec.struct.pack
-    if table.listed:
-        k = spec.nkey
-        items = ((r[:k], r[k]) if spec.value is not None else (r, None) for r in rows)
+    return struct.pack("<I", len(rows)) + _code(table)[1](rows)
+
+
+_CODE: dict = {}            # table name -> (parse, pack), made on first use
+
+
+def _code(table):
+    code = _CODE.get(table.name)
+    if code is None:
+        code = _CODE[table.name] = _table_code(table, TABLE_ROWS[table.name])
+    return code
+
+
+def _table_code(table, spec):
+    """(parse, pack) of one table, written out from its spec: a loop with the
+    row's fields unpacked by name runs as fast as the hand-written ones did."""
+    n = len(spec.struct.unpack(bytes(spec.struct.size)))
+    key = [f"k{i}" for i in range(spec.nkey)]
+    pad = [f"_{i}" for i in range(spec.pad)]
+    rest = [f"v{i}" for i in range(n - spec.nkey - spec.pad)]
+    names = [f.name for f in dataclasses.fields(spec.value)] if spec.value else []
+    row = ", ".join(key + pad + rest)
+    made = f"V({', '.join(rest)})" if spec.value else f"({', '.join(rest)},)"
+    attrs = [f"v.{a}" for a in names] if spec.value else [f"v[{i}]" for i in range(len(rest))]
+    packed = f"P({', '.join(key + ['0'] * spec.pad + attrs)})"
+    if table.listed and spec.value is None:
+        parse = "def parse(rows, out):\n    out.extend(rows)\n"
+        pack = "def pack(rows):\n    return b''.join([P(*r) for r in rows])\n"
+    elif table.listed:
+        parse = (f"def parse(rows, out):\n    out.extend([({', '.join(key)}, {made}) "
+                 f"for {row} in rows])\n")
+        pack = (f"def pack(rows):\n    return b''.join([{packed} "
+                f"for {', '.join(key)}, v in rows])\n")
     else:
-        items = rows.items()
-    if spec.value is None:
-        body = b"".join(pack(*key, *pad, *(value or ())) for key, value in items)
-    else:
-        body = b"".join(pack(*key, *pad, *vars(value).values()) for key, value in items)
-    return struct.pack("<I", len(rows)) + body
+        parse = (f"def parse(rows, out):\n    for {row} in rows:\n"
+                 f"        out[({', '.join(key)},)] = {made}\n")
+        pack = (f"def pack(rows):\n    return b''.join([{packed} "
+                f"for ({', '.join(key)},), v in rows.items()])\n")
+    scope = {"V": spec.value, "P": spec.struct.pack}
+    exec(parse + pack, scope)
+    return scope["parse"], scope["pack"]
 
 
 # ------------------------------------------------------------------ other records
@@ -385,16 +399,16 @@ def _parse_step(ctx, payload):
                                   float(header["start"]), float(header["end"]), data))
 
 
-# record type -> (parse into the Session being read, what it holds); the counter
-# tables are TABLE_ROWS'; END ends the stream.
+# record type -> its parser (into the Session being read); the counter tables
+# are TABLE_ROWS'; END ends the stream.
 RECORDS = {
-    REC_INFO: (_parse_info, "INFO"),
-    REC_META: (_parse_meta, "META"),
-    REC_STRINGS: (_parse_strings, "STRINGS"),
-    REC_FUNCTIONS: (_parse_functions, "FUNCTIONS"),
-    REC_THREADS: (_parse_threads, "THREADS"),
-    REC_STACKS: (_parse_stacks, "STACKS"),
-    REC_MEMCURVE: (_parse_memcurve, "MEMCURVE"),
-    REC_MEMSTACKS: (_parse_memstacks, "MEMSTACKS"),
-    REC_STEP: (_parse_step, "STEP"),
+    REC_INFO: _parse_info,
+    REC_META: _parse_meta,
+    REC_STRINGS: _parse_strings,
+    REC_FUNCTIONS: _parse_functions,
+    REC_THREADS: _parse_threads,
+    REC_STACKS: _parse_stacks,
+    REC_MEMCURVE: _parse_memcurve,
+    REC_MEMSTACKS: _parse_memstacks,
+    REC_STEP: _parse_step,
 }
