@@ -137,6 +137,7 @@ ensure_mpi4py() {
 install_pkg() {
   local dir=$$1 base="$$PWD/build/setuptools/$$2"
   mkdir -p "$$base"
+  rm -rf "$$base"/lib.*             # a module moved or deleted must not stay in the wheel
   printf '[build]\nbuild_base = %s\n[build_ext]\nforce = 1\n[egg_info]\negg_base = %s\n' \
     "$$base" "$$base" > "$$base/setup.cfg"
   msg "$$dir: building and installing pyprof ($$2)"

@@ -10,7 +10,7 @@ import pytest
 
 import pyprof
 from pyprof import Session
-from pyprof.session import MAGIC, REC_END
+from pyprof.model.codec import MAGIC, REC_END
 import workloads
 
 

@@ -20,7 +20,7 @@ from ._version import __version__
 from .errors import PyprofError
 from .lines import profile
 from .profiler import Profile, run, runctx
-from .session import CallRow, Counters, Function, LineCounters, Session, Thread, load
+from .model.session import CallRow, Counters, Function, LineCounters, Session, Thread, load
 from .steps import step
 
 __all__ = ["Profile", "profile", "run", "runctx", "step", "Session", "Function", "Counters",

@@ -511,8 +511,8 @@ def collect(main_session, config=None, report=None):
     run; returns (session, paths merged). Children's errors are reported."""
     import glob
     from .errors import PyprofError
-    from .merge import merge
-    from .session import Session
+    from .analysis.merge import merge
+    from .model.session import Session
     config = config or _state["config"]
     report = report or sys.stderr
     errors = config.get("errors")

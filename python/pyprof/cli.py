@@ -36,10 +36,9 @@ from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, format_for_path
-from .timeline import DEFAULT_MAX_EVENTS
+from .analysis.timeline import DEFAULT_MAX_EVENTS
 
 EXIT_USAGE = 2
-SUBCOMMANDS = ("run", "convert", "view", "stats", "merge", "diff")
 SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -326,22 +325,12 @@ def profile_options(opts, program_dir) -> dict:
 
 
 def write_tables(prof, opts, out, session=None) -> None:
-    """What a run prints at its end: the tables of its mode (of `session`, by
-    default the profiler's)."""
+    """What a run prints at its end (render.printout: the one rule), of
+    `session`, by default the profiler's."""
+    from .render.printout import print_capture
     session = session if session is not None else prof.session()
-    if opts.memory:
-        from .export import text
-        text.write_memory(session, out, opts.sort)
-    elif line_mode(opts):
-        from .export import linetable
-        linetable.write_text(session, out, unit=opts.unit,
-                             call_rows=not opts.no_call_rows)
-    elif opts.sample:
-        from .export import sampletable
-        sampletable.write_functions(session, out)
-    else:
-        from .export.pstats import print_table
-        print_table(session, opts.sort, out)
+    print_capture(session, out, sort=opts.sort, unit=opts.unit,
+                  call_rows=not opts.no_call_rows)
 
 
 class _Runner:
@@ -403,14 +392,7 @@ class _Runner:
             saved = sys.stdout
             sys.stdout = out
             try:
-                if opts.memory or self.line_mode or opts.sample or session is not None:
-                    write_tables(self.prof, opts, out, session)
-                else:
-                    self.prof.print_stats(opts.sort)
-                if opts.objects:
-                    from .objects import write_from_meta
-                    write_from_meta({"objects": self.prof.meta["objects"],
-                                     "objects_steps": self.prof._objects_steps}, out)
+                write_tables(self.prof, opts, out, session)
                 out.flush()
             finally:
                 sys.stdout = saved
@@ -553,7 +535,7 @@ def _byte_count(text, option):
 
 def _check_timeline(opts):
     """--timeline's options, after --memory's implications are settled."""
-    from .timeline import duration_ns
+    from .analysis.timeline import duration_ns
     if not opts.timeline:
         if opts.min_duration is not None or opts.timeline_max_events is not None:
             raise PyprofError("--min-duration and --timeline-max-events go with --timeline")
@@ -656,13 +638,13 @@ def cmd_convert(argv) -> int:
                    help="with --format chrome: leave out calls shorter than DURATION (like "
                         "100us or 1ms); how many is reported")
     opts = p.parse_args(argv)
-    from .session import Session
+    from .model.session import Session
     fmt = ALIASES.get(opts.format, opts.format) or format_for_path(opts.output)
     min_ns = 0
     if opts.min_duration is not None:
         if fmt != "chrome":
             raise PyprofError("--min-duration goes with --format chrome")
-        from .timeline import duration_ns
+        from .analysis.timeline import duration_ns
         min_ns = duration_ns(opts.min_duration, "--min-duration")
     session = Session.load(opts.input)
     _check_writable(opts.output)
@@ -678,7 +660,7 @@ def cmd_convert(argv) -> int:
 def add_view_options(p) -> None:
     """The options of the tfprof-style views (docs/views.md): the same names
     on the command line, in the API (views.Options) and in the notebook magic."""
-    from .views import COLUMNS, VIEWS
+    from .analysis.views import COLUMNS, VIEWS
     g = p.add_argument_group("views (docs/views.md)")
     g.add_argument("--view", choices=VIEWS, metavar="NAME",
                    help="code (call tree by path), op (per function), scope (package > "
@@ -716,7 +698,7 @@ def add_view_options(p) -> None:
 
 
 def view_options(opts):
-    from .views import Options
+    from .analysis.views import Options
     return Options(
         select=tuple(c.strip() for arg in opts.select for c in arg.split(",") if c.strip()),
         order_by=opts.order_by, min_time=opts.min_time, min_calls=opts.min_calls,
@@ -762,7 +744,7 @@ def cmd_view(argv) -> int:
     opts = p.parse_args(argv)
     if opts.sort not in SORT_KEYS:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
-    from .session import Session
+    from .model.session import Session
     from . import views
     vopts = view_options(opts)
     views.check_options(vopts)
@@ -773,7 +755,7 @@ def cmd_view(argv) -> int:
         text = views.render(session, opts.view or "code", opts.view_format, vopts,
                             color=None if not opts.output else False)
         if opts.output:
-            from .export._files import atomic_write
+            from .files import atomic_write
             atomic_write(opts.output, text)
         else:
             sys.stdout.write(text)
@@ -782,26 +764,11 @@ def cmd_view(argv) -> int:
         raise PyprofError("-o goes with --view (or --format)")
     if opts.memory and not session.info.get("memory"):
         raise PyprofError(f"{opts.input} has no memory data (profile with --memory)")
-    if session.info.get("memory") and not (opts.lines or opts.functions) or opts.memory:
-        from .export import text
-        text.write_memory(session, sys.stdout, opts.sort)
-    elif session.info.get("sampling"):
-        from .export import sampletable
-        if not opts.lines:
-            sampletable.write_functions(session, sys.stdout)
-        if not opts.functions:
-            if not opts.lines:
-                sys.stdout.write("\n")
-            sampletable.write_lines(session, sys.stdout, header_line=opts.lines)
-    elif opts.lines or (session.info.get("lines") and not opts.functions):
-        from .export import linetable
-        linetable.write_text(session, sys.stdout, unit=opts.unit,
-                             call_rows=not opts.no_call_rows)
-    else:
-        from .export.pstats import print_table
-        print_table(session, opts.sort, sys.stdout)
-    from .objects import write_from_meta
-    write_from_meta(session.meta, sys.stdout)
+    from .render.printout import print_capture
+    only = ("memory" if opts.memory else "lines" if opts.lines else
+            "functions" if opts.functions else None)
+    print_capture(session, sys.stdout, sort=opts.sort, unit=opts.unit,
+                  call_rows=not opts.no_call_rows, only=only)
     return 0
 
 
@@ -826,8 +793,8 @@ def cmd_stats(argv) -> int:
     if opts.csv and opts.csv != "-":
         _check_writable(opts.csv)
     select = [c.strip() for arg in opts.select for c in arg.split(",") if c.strip()]
-    from . import stats
-    return stats.run(opts.inputs, opts.by, select or None, opts.csv, not opts.no_lines)
+    from .render import statstable
+    return statstable.run(opts.inputs, opts.by, select or None, opts.csv, not opts.no_lines)
 
 
 def _view_filters_given(opts) -> bool:
@@ -870,7 +837,7 @@ def cmd_merge(argv) -> int:
     p.add_argument("--force", action="store_true",
                    help="merge captures of different programs, or of the same process twice")
     opts = p.parse_args(argv)
-    from .merge import merge_files
+    from .analysis.merge import merge_files
     paths = _capture_paths(opts.inputs)
     if format_for_path(opts.output) != "cprof":
         raise PyprofError(f"{opts.output}: the output of merge is a capture: name it *.cprof "
@@ -919,7 +886,7 @@ def cmd_diff(argv) -> int:
     for path in (opts.output, opts.flamegraph):
         if path:
             _check_writable(path)
-    from .session import Session
+    from .model.session import Session
     before, after = Session.load(opts.before), Session.load(opts.after)
     result = diff.diff(before, after, by=opts.by, columns=opts.select,
                        threshold=opts.threshold, min_time=opts.min_time,
@@ -930,7 +897,7 @@ def cmd_diff(argv) -> int:
     if opts.flamegraph:                 # everything is computed before anything is written
         from .export import diffflame
         flame = diffflame.render(before, after, names=(opts.before, opts.after))
-    from .export._files import atomic_write
+    from .files import atomic_write
     if flame is not None:
         atomic_write(opts.flamegraph, flame)
     if opts.output:

@@ -221,7 +221,7 @@ def _report_at_exit():
         if out:
             prof.dump(out)
         else:
-            from .export import linetable
+            from .render import linetable
             linetable.write_text(prof.session(), sys.stdout)
     except PyprofError as e:
         print(f"pyprof: error: {e}", file=sys.stderr)

@@ -100,7 +100,7 @@ def _tables(session, prof, opts) -> str:
         return views.render(session, opts.view or "code", opts.view_format,
                             cli.view_options(opts), color=False)
     buf = io.StringIO()
-    cli.write_tables(prof, opts, buf)
+    cli.write_tables(prof, opts, buf, session)
     return buf.getvalue()
 
 

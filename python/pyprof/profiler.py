@@ -18,9 +18,9 @@ from ._meta import process_meta
 from .errors import PyprofError
 from .export import export, format_for_path
 from .export import pstats as pstats_export
-from .session import Session
+from .model.session import Session
 from .steps import StepRecorder
-from .timeline import DEFAULT_MAX_EVENTS, duration_ns
+from .analysis.timeline import DEFAULT_MAX_EVENTS, duration_ns
 
 # The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry).
 profiler_entry = namedtuple(

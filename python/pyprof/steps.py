@@ -16,12 +16,11 @@ them. Outside profiling it does nothing.
 """
 from __future__ import annotations
 
-import json
-import struct
 import time
 
 from . import _cprof
-from .session import REC_STEP, Session, Step, _record
+from .model import codec
+from .model.session import Session, Step
 
 
 # The counters of every step are held in memory until the capture is written:
@@ -56,9 +55,6 @@ class StepRecorder:
         self.dropped = 0                # steps whose counters did not fit in MAX_BYTES
         prof.set_records(self.records)
 
-    def prof_seconds(self) -> float:
-        return _now(self.prof)
-
     def start(self, name) -> None:
         counters = self.prof._step_counters()       # since the last mark
         t = _now(self.prof)
@@ -85,8 +81,7 @@ class StepRecorder:
     def _record(self, counters: bytes, t) -> None:
         index, name, start = self.open
         self.open = None
-        header = json.dumps({"index": index, "name": name, "start": start, "end": t}).encode()
-        rec = _record(REC_STEP, struct.pack("<I", len(header)) + header + counters)
+        rec = codec.step_record(index, name, start, t, counters)
         if self.kept_bytes + len(rec) > MAX_BYTES:
             self.dropped += 1           # its marker stays (meta["steps"]), its counters not
             return

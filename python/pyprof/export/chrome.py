@@ -27,8 +27,9 @@ import os
 
 from .._version import __version__
 from ..errors import PyprofError
-from ..timeline import format_ns, thin
-from ._files import atomic_write_parts
+from ..analysis.timeline import thin
+from ..files import atomic_write_parts
+from ..render.units import format_ns
 
 
 def has_content(session) -> bool:

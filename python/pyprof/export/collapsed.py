@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from ._files import atomic_write
-from .stacks import named_stacks
+from ..files import atomic_write
+from ..analysis.stacks import named_stacks
 
 
 def _name(frame):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .._version import __version__
 from ..errors import PyprofError
 from .flamegraph import add_path, pack, page
-from .stacks import frame_label, named_stacks
+from ..analysis.stacks import frame_label, named_stacks
 
 
 def _sampled(session, lines=False):

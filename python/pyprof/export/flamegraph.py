@@ -9,8 +9,8 @@ import html
 import json
 
 from .._version import __version__
-from ._files import atomic_write
-from .stacks import named_stacks
+from ..files import atomic_write
+from ..analysis.stacks import named_stacks
 
 
 def new_root():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from ._files import atomic_write
+from ..files import atomic_write
 
 COLUMNS = ("file", "function", "line", "site", "allocated_bytes", "allocated_blocks",
            "freed_bytes", "freed_blocks", "net_bytes", "peak_bytes", "at_peak_bytes")

@@ -7,8 +7,8 @@ import os
 from html import escape
 
 from ..errors import PyprofError
-from ._files import atomic_write
-from .memtable import choose_unit
+from ..files import atomic_write
+from ..render.units import byte_unit
 
 W, H = 900, 360
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 40, 50
@@ -23,7 +23,7 @@ def render(session) -> str:
     t_end = max(pts[-1].t, 1e-9)
     t0 = pts[0].t
     top = max(max(p.rss for p in pts), max(p.heap_max for p in pts), 1)
-    unit, size = choose_unit(top)
+    unit, size = byte_unit(top)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     def x(t):

@@ -6,9 +6,9 @@ stacks (recorded with --memory-sample, or --memory-stacks in exact mode)."""
 from __future__ import annotations
 
 from ..errors import PyprofError
-from ._files import atomic_write
+from ..files import atomic_write
 from .flamegraph import add_path, new_root, pack, page
-from .stacks import frame_label
+from ..analysis.stacks import frame_label
 
 
 def tree(session, lines=False) -> dict:

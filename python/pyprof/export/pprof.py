@@ -12,8 +12,9 @@ from __future__ import annotations
 import gzip
 import os
 
-from ._files import atomic_write
-from .stacks import named_stacks, plain_builtin_name
+from ..files import atomic_write
+from ..analysis.stacks import named_stacks
+from ..model.names import plain_builtin_name
 
 
 def _varint(v):

@@ -24,12 +24,14 @@ from __future__ import annotations
 import datetime
 import html
 
-from .. import views
+from ..analysis import views
 from .._version import __version__
 from ..errors import PyprofError
-from ._files import atomic_write
 from .flamegraph import FLAME_CSS, FLAME_JS, add_path, json_for_html, new_root, pack
-from .stacks import frame_label, has_stacks, named_stacks
+from ..analysis.stacks import frame_label, has_stacks, named_stacks
+from ..files import atomic_write
+from ..model.sources import read_source
+from ..render.units import format_bytes, format_time
 
 MAX_FUNCTIONS = 2000
 MAX_FILES = 30
@@ -51,19 +53,11 @@ HEAT_COLUMNS = ("hits", "time", "samples", "self-samples", "bytes", "net-bytes",
 
 # ---------------------------------------------------------------- summary
 def _fmt_s(s: float) -> str:
-    if s >= 1:
-        return f"{s:,.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:,.2f} ms"
-    return f"{s * 1e6:,.1f} us"
+    return format_time(s, digits=(3, 2, 1), sep=" ", grouping=True, zero=None)
 
 
 def _fmt_b(b: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(b) < 1024 or unit == "GiB":
-            return f"{b:,.0f} {unit}" if unit == "B" else f"{b:,.1f} {unit}"
-        b /= 1024
-    return str(b)
+    return format_bytes(b, sep=" ", grouping=True)
 
 
 def modes(session) -> list:
@@ -149,7 +143,7 @@ def summary(session) -> list:
 def function_table(session) -> dict | None:
     """The op view's columns as rows [name, file, line, kind, values...],
     largest first, at most MAX_FUNCTIONS."""
-    available = views._available(session, "op")
+    available = views.available_columns(session, "op")
     cols = [c for c in TABLE_COLUMNS if c in available]
     if not cols:
         return None
@@ -174,8 +168,7 @@ def _weight_column(cols) -> str | None:
 
 def heatmap(session) -> dict | None:
     """Per file: its source lines with the figures of the lines view."""
-    from .linetable import _source
-    available = views._available(session, "lines")
+    available = views.available_columns(session, "lines")
     cols = [c for c in HEAT_COLUMNS if c in available]
     if not cols or not (session.lines or session.samples or session.memory):
         return None
@@ -203,7 +196,7 @@ def heatmap(session) -> dict | None:
     hashes = session.meta.get("sources", {})
     files = []
     for filename, lines in ranked[:MAX_FILES]:
-        src, note = _source(filename, hashes.get(filename))
+        src, note = read_source(filename, hashes.get(filename))
         last = max(len(src), max(lines))
         if last <= MAX_FILE_LINES:
             keep = range(1, last + 1)
@@ -340,7 +333,7 @@ def steps(session) -> dict | None:
 
 def _step_top(st) -> list:
     """The three functions with the most self time (samples, bytes) in a step."""
-    available = views._available(st.data, "op")
+    available = views.available_columns(st.data, "op")
     order = next((c for c in ("self-time", "self-samples", "self-bytes") if c in available),
                  None)
     if order is None:

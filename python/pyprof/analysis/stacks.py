@@ -10,9 +10,7 @@ end with its state (``[idle]``, ``[native]``).
 """
 from __future__ import annotations
 
-import re
-
-from ..session import ROOT_PATH, STATES
+from ..model.session import ROOT_PATH, STATES
 
 
 def frame_label(session, fid, line, lines=False):
@@ -27,24 +25,6 @@ def native_label(session, ip):
     if sym:
         return (sym[0], sym[1], 0)
     return (f"0x{ip:x}", "", 0)
-
-
-_BUILTIN_METHOD = re.compile(r"<method '([^']+)' of '([^']+)' objects>")
-_BUILTIN_FUNC = re.compile(r"<built-in method ([\w.]+)>")
-
-
-def plain_builtin_name(name: str) -> str:
-    """cProfile's name of a C function without its angle brackets, for tools
-    that mangle them (go tool pprof demangles "<...>" to nothing):
-    ``<built-in method time.sleep>`` -> ``time.sleep``,
-    ``<method 'append' of 'list' objects>`` -> ``list.append``."""
-    m = _BUILTIN_FUNC.fullmatch(name)
-    if m:
-        return m.group(1)
-    m = _BUILTIN_METHOD.fullmatch(name)
-    if m:
-        return f"{m.group(2)}.{m.group(1)}"
-    return name.strip("<>")
 
 
 def has_stacks(session) -> bool:

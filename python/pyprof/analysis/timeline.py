@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import PyprofError
+from ..errors import PyprofError
 
 DEFAULT_MAX_EVENTS = 1_000_000          # 24 bytes each: about 24 MB
 _UNITS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -35,11 +35,3 @@ def thin(events, min_ns):
         return list(events), 0
     kept = [e for e in events if e[3] >= min_ns]
     return kept, len(events) - len(kept)
-
-
-def format_ns(ns: int) -> str:
-    """'10us', '1.5ms'... for messages."""
-    for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
-        if ns >= scale:
-            return f"{ns / scale:g}{unit}"
-    return f"{ns}ns"

@@ -19,15 +19,13 @@ ran, to one callee, with their inclusive time. Columns: docs/lines.md.
 """
 from __future__ import annotations
 
-import hashlib
-import io
-import linecache
 import os
 
 from ..errors import PyprofError
-from ._files import atomic_write
+from ..model.sources import read_source
+from .units import TIME_UNITS
 
-UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+UNITS = dict(TIME_UNITS)
 HEADER = f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'Per Hit':>8} {'% Time':>8}  Line Contents"
 
 
@@ -69,24 +67,6 @@ def _fmt(value, width):
     return text if len(text) <= width else f"{value:5.3g}"
 
 
-def _source(filename, expected_hash):
-    """(lines of the file, note or None), read with the file's own encoding."""
-    try:
-        with open(filename, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        cached = linecache.getlines(filename)
-        if cached:              # IPython's cells and other code without a file on disk
-            return cached, None
-        return [], f"source not available: cannot read {filename} ({e.strerror or e})"
-    note = None
-    if expected_hash and hashlib.sha256(data).hexdigest() != expected_hash:
-        note = (f"{filename} has changed since it was profiled: the text shown may not "
-                f"match the numbers")
-    linecache.checkcache(filename)
-    return linecache.getlines(filename), note
-
-
 def write_text(session, out, unit="us", call_rows=True, threads=None):
     """Write the line tables of `session` to the text stream `out`."""
     if unit not in UNITS:
@@ -102,7 +82,7 @@ def write_text(session, out, unit="us", call_rows=True, threads=None):
     for f in funcs:
         fn = f["function"]
         total = f["total"]
-        src, note = _source(fn.filename, hashes.get(fn.filename))
+        src, note = read_source(fn.filename, hashes.get(fn.filename))
         out.write(f"Total time: {session.seconds(total):g} s\n")
         out.write(f"File: {fn.filename}\n")
         out.write(f"Function: {fn.qualname} at line {fn.line}\n")
@@ -131,12 +111,5 @@ def write_text(session, out, unit="us", call_rows=True, threads=None):
                 out.write(f"{'(call)':>6} {r.calls:>9} {_fmt(t, 12):>12} {per:>8} {pct:>8}  "
                           f"{indent}-> {callee.qualname}{where}\n")
         out.write("\n\n")
-
-
-def write(session, path, unit="us", call_rows=True):
-    """The line tables as a text file (written whole, then renamed)."""
-    buf = io.StringIO()
-    write_text(session, buf, unit=unit, call_rows=call_rows)
-    atomic_write(path, buf.getvalue())
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from .linetable import _source
-from .stacks import totals
+from ..analysis.stacks import totals
+from ..model.sources import read_source
 
 
 def header(session) -> str:
@@ -48,7 +48,7 @@ def write_lines(session, out, limit=20, header_line=True):
         fn = next((f for f in session.functions.values()
                    if f.qualname == name and f.filename == file), None)
         first = fn.line if fn is not None else min(lines)
-        src, note = _source(file, session.meta.get("sources", {}).get(file))
+        src, note = read_source(file, session.meta.get("sources", {}).get(file))
         out.write(f"File: {file}\nFunction: {name} at line {first}\n")
         if note:
             out.write(f"Note: {note}\n")

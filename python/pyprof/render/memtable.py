@@ -20,19 +20,9 @@ from __future__ import annotations
 
 import os
 
-from .linetable import _source
-from ..session import MemCounters
-
-UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1))
-
-
-def choose_unit(largest: int):
-    """The largest unit in which `largest` bytes reads as at least 1."""
-    for name, size in UNITS:
-        if abs(largest) >= size:
-            return name, size
-    return "B", 1
-
+from ..model.session import MemCounters
+from ..model.sources import read_source
+from .units import byte_unit
 
 def _num(value, size):
     return f"{value:,}" if size == 1 else f"{value / size:,.1f}"
@@ -73,7 +63,7 @@ def _elsewhere(session):
 
 def write_summary(session, out):
     info = session.info.get("memory", {})
-    unit, size = choose_unit(max(info.get("peak_bytes", 0), info.get("allocated_bytes", 0)))
+    unit, size = byte_unit(max(info.get("peak_bytes", 0), info.get("allocated_bytes", 0)))
     sampled = info.get("mode") == "sampled"
     blocks = (f"from {info.get('live_blocks', 0):,} sampled blocks" if sampled
               else f"in {info.get('live_blocks', 0):,} blocks")
@@ -114,7 +104,7 @@ def write_functions(session, out, limit=30):
         return
     with_peaks = any(f["peak"] is not None for f in funcs)
     largest = max(max(f["mem"].alloc_bytes, f["peak"] or 0) for f in funcs)
-    unit, size = choose_unit(largest)
+    unit, size = byte_unit(largest)
     head = f"{'Allocated':>12} {'Blocks':>10} {'Freed':>12} {'Net':>12}"
     if with_peaks:
         head += f" {'Peak':>12} {'Residual':>12}"
@@ -150,12 +140,12 @@ def write_lines(session, out, limit=10, share=0.01):
     scale = session.time_unit / 1e-6
     largest = max(max(abs(c.net_bytes), c.alloc_bytes) for f in funcs
                   for c in f["lines"].values())
-    unit, size = choose_unit(largest)
+    unit, size = byte_unit(largest)
     out.write(f"Memory unit: {unit}" + ("; time unit: 1e-06 s\n\n" if timed else "\n\n"))
     hashes = session.meta.get("sources", {})
     for f in funcs:
         fn, m = f["function"], f["mem"]
-        src, note = _source(fn.filename, hashes.get(fn.filename))
+        src, note = read_source(fn.filename, hashes.get(fn.filename))
         first = min(fn.line, min(f["lines"]))
         last = max(f["lines"])
         timed_lines = {line: c for (fid, line), c in hits.items() if fid == f["fid"]}

@@ -1,0 +1,397 @@
+"""Merging captures: runs, threads and processes of one program into one Session
+(docs/merge-diff.md).
+
+    merged = merge([Session.load(p) for p in paths], sources=paths)
+
+Ids are local to a capture, so every input gets a :class:`Remap` (its function
+ids, thread indices and stack ids in the merged Session) and every table is
+then copied through it (:data:`TABLE_MERGERS`; the counter tables by the kinds
+of their keys, model/tables.py):
+
+- functions are matched by identity (kind, file, first line, name, qualname):
+  the same function in two captures becomes one function id;
+- threads are renumbered: each input keeps its own threads, and
+  ``meta["thread_process"]`` tells which process each one belongs to;
+- sampled stacks and allocation stacks are re-interned (identical stacks of two
+  inputs become one stack id);
+- counters with the same key are added.
+
+The process is a dimension of the merged Session: ``meta["processes"]`` lists
+one record per process (pid, host, argv, start time, the file it came from, its
+own sampling and memory info and memory curve); :meth:`Session.process_threads`
+gives a process's thread indices for the ``threads=`` arguments of the queries.
+Merging a merged capture flattens its processes into the new list.
+
+A new counter table is merged from its entry in model/tables.TABLES (its key's
+kinds); one that needs more gets a function in ``_SPECIAL``.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field, replace
+
+from ..errors import PyprofError
+from ..model.session import (NO_FUNCTION, TABLES, MemCounters, PathNode, Session, Stack, Step,
+                             Thread, process_records)
+
+
+@dataclass
+class Remap:
+    """Where one input's ids go in the merged Session."""
+
+    source: str                                     # the input's name (its file), for messages
+    index: int = 0                                  # its position among the inputs
+    functions: dict = field(default_factory=dict)   # input fid -> merged fid
+    threads: dict = field(default_factory=dict)     # input thread index -> merged index
+    stacks: dict = field(default_factory=dict)      # input sampled stack id -> merged id
+    memory_stacks: dict = field(default_factory=dict)  # input allocation stack id -> merged id
+    processes: dict = field(default_factory=dict)   # input process index -> merged index
+
+    def fid(self, fid):
+        return fid if fid == NO_FUNCTION else self.functions[fid]
+
+
+class _Merged:
+    """The Session being built and the interning tables shared by all inputs."""
+
+    def __init__(self):
+        self.session = Session()
+        self.function_ids: dict = {}        # identity -> merged fid
+        self.stack_ids: dict = {}           # Stack with merged fids -> merged stack id
+        self.memory_stack_ids: dict = {}    # frames with merged fids -> merged id
+        self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
+        self.origin_ns = 0                  # wall time of the earliest input's start
+        self.steps: dict = {}               # step index -> (Step, its _Merged tables)
+
+
+def function_identity(fn) -> tuple:
+    """What makes two captures' functions the same function in a merge."""
+    return (fn.kind, fn.filename, fn.line, fn.name, fn.qualname)
+
+
+# ------------------------------------------------------------------ one function per table
+def _merge_functions(merged, src, remap):
+    for fid, fn in src.functions.items():
+        new = merged.function_ids.setdefault(function_identity(fn), len(merged.function_ids))
+        if new not in merged.session.functions:
+            merged.session.functions[new] = replace(fn, fid=new)
+        remap.functions[fid] = new
+
+
+def _merge_processes(merged, src, remap):
+    """Append the input's process records (one, or a merged input's list)."""
+    processes = merged.session.meta.setdefault("processes", [])
+    for i, record in enumerate(process_records(src, remap.source)):
+        record = dict(record)
+        if "memory_curve" in record:
+            record["memory_curve"] = [
+                [t, rss, heap, hmax, None if fid is None else remap.functions[fid], line]
+                for t, rss, heap, hmax, fid, line in record["memory_curve"]]
+        remap.processes[i] = len(processes)
+        processes.append(record)
+
+
+def _merge_threads(merged, src, remap):
+    out = merged.session
+    thread_process = out.meta.setdefault("thread_process", {})
+    for index in sorted(src.threads):
+        t = src.threads[index]
+        new = len(out.threads)
+        out.threads[new] = Thread(new, t.ident, t.native_id, t.events, t.name)
+        remap.threads[index] = new
+        thread_process[str(new)] = remap.processes[src.thread_process(index)]
+
+
+def _remap_key(key, kinds, remap) -> tuple:
+    """A row's key in the merged Session: each part mapped by what it is."""
+    return tuple(_REMAP[kind](remap, part) for kind, part in zip(kinds, key))
+
+
+_REMAP = {
+    "thread": lambda remap, t: remap.threads[t],
+    "function": lambda remap, fid: remap.fid(fid),
+    "stack": lambda remap, sid: remap.stacks[sid],
+    "memstack": lambda remap, sid: sid if sid == NO_FUNCTION else remap.memory_stacks[sid],
+    "path": lambda remap, pid: pid,         # path ids are per thread, and threads are new
+    "": lambda remap, value: value,
+}
+
+
+def _table_merger(table):
+    """Copy a {key: counters} table through the remap, adding counters that meet."""
+    def merge_table(merged, src, remap):
+        out = getattr(merged.session, table.name)
+        for key, c in getattr(src, table.name).items():
+            new_key = _remap_key(key, table.keys, remap)
+            if new_key in out:
+                out[new_key].add(c)
+            else:
+                out[new_key] = copy.copy(c)
+    merge_table.__name__ = f"_merge_{table.name}"
+    return merge_table
+
+
+def _merge_stacks(merged, src, remap):
+    for sid, st in src.stacks.items():
+        frames = tuple((remap.functions[fid], line) for fid, line in st.frames)
+        key = Stack(frames, st.native, st.entries)
+        new = merged.stack_ids.setdefault(key, len(merged.stack_ids))
+        merged.session.stacks[new] = key
+        remap.stacks[sid] = new
+
+
+def _merge_memory_stacks(merged, src, remap):
+    for sid, frames in src.memory_stacks.items():
+        key = tuple((remap.functions[fid], line) for fid, line in frames)
+        new = merged.memory_stack_ids.setdefault(key, len(merged.memory_stack_ids))
+        merged.session.memory_stacks[new] = key
+        remap.memory_stacks[sid] = new
+
+
+def _merge_memory_rows(merged, src, remap):
+    # Not per thread nor per process (the core does not record it): summed.
+    table = _TABLE["memory_rows"]
+    for fid, line, site, stack, c in src.memory_rows:
+        key = _remap_key((fid, line, site, stack), table.keys, remap)
+        merged.memory_rows.setdefault(key, MemCounters()).add(c)
+    merged.session.memory_rows = [(*key, c) for key, c in merged.memory_rows.items()]
+
+
+def _merge_fmemory(merged, src, remap):
+    out = merged.session.fmemory
+    for key, (peak, residual) in src.fmemory.items():
+        key = _remap_key(key, _TABLE["fmemory"].keys, remap)
+        p0, r0 = out.get(key, (0, 0))       # two fids of one input may meet: as function_peaks
+        out[key] = (max(p0, peak), r0 + residual)
+
+
+def _merge_memory_curve(merged, src, remap):
+    # One curve per Session: the first input's (the primary process); every
+    # process's own curve is in its record of meta["processes"].
+    if not merged.session.memory_curve and src.memory_curve:
+        merged.session.memory_curve = [
+            replace(p, site=None if p.site is None else (remap.functions[p.site[0]], p.site[1]))
+            for p in src.memory_curve]
+
+
+def _merge_meta(merged, src, remap):
+    """The first input's meta stays the top level (its memory curve is the
+    Session's); line targets follow their function ids, and sources and native
+    symbols are the union over inputs."""
+    out = merged.session.meta
+    meta = src.meta
+    if remap.index == 0:
+        for key, value in meta.items():
+            if key not in ("processes", "thread_process", "line_targets", "sources",
+                           "native_symbols"):
+                out[key] = copy.deepcopy(value)
+    targets = out.setdefault("line_targets", {})
+    for fid, span in meta.get("line_targets", {}).items():
+        targets.setdefault(str(remap.functions[int(fid)]), span)
+    for key in ("sources", "native_symbols"):
+        for k, v in meta.get(key, {}).items():
+            out.setdefault(key, {}).setdefault(k, v)
+    if not targets:
+        del out["line_targets"]
+
+
+def _merge_paths(merged, src, remap):
+    # path ids are per thread, and each input's threads are new ones
+    out = merged.session.paths
+    for key, p in src.paths.items():
+        out[_remap_key(key, _TABLE["paths"].keys, remap)] = PathNode(
+            p.parent, remap.functions[p.fid], p.calls, p.total, p.own)
+
+
+def _merge_timeline(merged, src, remap):
+    """Events on one time axis: starts move from the input's origin to the
+    earliest input's."""
+    shift = int(src.info.get("start_wall_ns", merged.origin_ns)) - merged.origin_ns
+    merged.session.timeline.extend(
+        (remap.threads[t], remap.functions[fid], start + shift, dur)
+        for t, fid, start, dur in src.timeline)
+
+
+def _merge_steps(merged, src, remap):
+    """Steps with the same index (the same step of each process: a training
+    step on every rank) become one step holding what they all counted."""
+    for st in src.steps:
+        entry = merged.steps.get(st.index)
+        if entry is None:
+            part = _Merged()
+            entry = merged.steps[st.index] = (Step(st.index, st.name, st.start, st.end,
+                                                   part.session), part)
+        step, part = entry
+        step.start, step.end = min(step.start, st.start), max(step.end, st.end)
+        for merge_table in _STEP_TABLES:
+            merge_table(part, st.data, remap)
+    merged.session.steps = [merged.steps[i][0] for i in sorted(merged.steps)]
+
+
+def _merge_info(merged, src, remap):
+    if not merged.session.info:
+        merged.session.info = copy.deepcopy(src.info)
+    else:
+        merged.session.info = merge_info(merged.session.info, src.info)
+
+
+_TABLE = {t.name: t for t in TABLES}
+# The counter tables that need more than their keys remapped; the others are
+# copied by _table_merger.
+_SPECIAL = {"paths": _merge_paths, "fmemory": _merge_fmemory, "memory_rows": _merge_memory_rows,
+            "timeline": _merge_timeline}
+_COUNTER_MERGERS = {t.name: _SPECIAL.get(t.name) or _table_merger(t) for t in TABLES}
+
+# In dependency order: functions, processes and threads before the tables that
+# use their ids; sampled stacks and allocation stacks before the counter tables.
+TABLE_MERGERS = [
+    _merge_functions,
+    _merge_processes,
+    _merge_threads,
+    _merge_stacks,
+    _merge_memory_stacks,
+    *_COUNTER_MERGERS.values(),
+    _merge_memory_curve,
+    _merge_meta,
+    _merge_info,
+    _merge_steps,           # after info: a step's tables are written per the capture's modes
+]
+# The tables a step holds (its counters), merged as the whole capture's are.
+_STEP_TABLES = [_COUNTER_MERGERS[t.name] for t in TABLES if t.step]
+
+
+# ------------------------------------------------------------------ info
+# How the core's counters combine: summed, earliest, latest, any, all. Any other
+# key is kept when every input agrees, else dropped (each process's own value
+# is in its record of meta["processes"]).
+_SUM = {"events", "duration_ns", "cstack_asides",
+        # sampling
+        "signals", "recorded", "dropped", "throttled", "other_threads", "drained", "truncated",
+        "elapsed_s", "cpu_s",
+        # memory (peaks summed: an upper bound of the processes' peak together)
+        "peak_bytes", "current_bytes", "allocated_bytes", "live_blocks", "unknown_frees",
+        "rss_peak_bytes", "rss_end_bytes", "dropped_blocks"}
+_MIN = {"start_wall_ns"}
+_MAX = {"snapshot_wall_ns", "format"}
+_ANY = {"enabled", "open_calls_counted", "lines", "native", "handler_replaced"}
+_ALL = {"hooks_linked", "subcalls", "builtins"}
+_MIXED = {"mode": "mixed", "clock": "mixed", "hook": "mixed", "python": "mixed"}
+
+
+def merge_info(a: dict, b: dict) -> dict:
+    out = {}
+    for key in a.keys() | b.keys():
+        if key not in a or key not in b:
+            value = a.get(key, b.get(key))
+            if isinstance(value, dict):         # sampling/memory in one input only
+                out[key] = copy.deepcopy(value)
+            elif key in _SUM or key in _ANY or key in _MIN or key in _MAX:
+                out[key] = value
+            continue
+        x, y = a[key], b[key]
+        if isinstance(x, dict) and isinstance(y, dict):
+            out[key] = merge_info(x, y)
+        elif key in _SUM:
+            out[key] = x + y
+        elif key in _MIN:
+            out[key] = min(x, y)
+        elif key in _MAX:
+            out[key] = max(x, y)
+        elif key in _ANY:
+            out[key] = bool(x or y)
+        elif key in _ALL:
+            out[key] = bool(x and y)
+        elif x == y:
+            out[key] = x
+        elif key in _MIXED:
+            out[key] = _MIXED[key]
+    return out
+
+
+def program_of(record) -> str:
+    """The program a process ran: its main script as an absolute path (or
+    module file), else its command line."""
+    argv = record.get("argv") or []
+    if not argv:
+        return ""
+    main = argv[0]
+    if main in ("-c", "", "-"):
+        return " ".join(argv)
+    return os.path.normpath(os.path.join(record.get("cwd") or "", main))
+
+
+def process_key(record):
+    """The same process (captured twice) has the same host, pid and start time."""
+    return (record.get("host"), record.get("pid"), record.get("start_wall_ns"))
+
+
+def _check(sessions, sources, force):
+    """Refuse what would mix unrelated data or count a process twice."""
+    if not sessions:
+        raise PyprofError("nothing to merge: no capture given")
+    units = {s.time_unit for s in sessions}
+    if len(units) > 1:
+        a, b = sorted(units)[:2]
+        first = sources[[s.time_unit for s in sessions].index(a)]
+        second = sources[[s.time_unit for s in sessions].index(b)]
+        raise PyprofError(f"{first} and {second} count time in different units ({a:g} s and "
+                          f"{b:g} s: captures made with different timers) and cannot be merged")
+    if force:
+        return
+    seen_program, seen_process = {}, {}
+    for session, source in zip(sessions, sources):
+        for record in process_records(session, source):
+            program = program_of(record)
+            if program and seen_program and program not in seen_program:
+                other, other_source = next(iter(seen_program.items()))
+                raise PyprofError(
+                    f"{other_source} and {source} are captures of different programs ({other!r} "
+                    f"and {program!r}); use --force to merge them anyway")
+            if program:
+                seen_program.setdefault(program, source)
+            key = process_key(record)
+            if key[1] is not None and key in seen_process:
+                first = seen_process[key]
+                what = (f"{source} is given twice" if first == source else
+                        f"{first} and {source} are captures of the same process")
+                raise PyprofError(
+                    f"{what} (pid {key[1]} on {key[0]}, same start time): merging would count "
+                    f"it twice; use --force to merge anyway")
+            seen_process[key] = source
+
+
+def merge(sessions, force=False, sources=None) -> Session:
+    """One Session from several captures of one program (runs, threads,
+    processes). ``sources`` names the inputs in messages and in
+    ``meta["processes"]`` (default ``input 1``, ``input 2``...).
+
+    Refused (PyprofError) unless ``force``: captures of different programs (main
+    script or command differ) and the same process twice (same host, pid and
+    start time). Always refused: different time units."""
+    sessions = list(sessions)
+    sources = list(sources) if sources is not None else [
+        f"input {i + 1}" for i in range(len(sessions))]
+    _check(sessions, sources, force)
+    merged = _Merged()
+    merged.origin_ns = min((int(s.info.get("start_wall_ns", 0)) for s in sessions), default=0)
+    for index, (src, source) in enumerate(zip(sessions, sources)):
+        remap = Remap(source, index)
+        for merge_table in TABLE_MERGERS:
+            merge_table(merged, src, remap)
+    out = merged.session
+    out.final = all(s.final for s in sessions)
+    # What save() writes: the tables of the merged modes only, info and meta
+    # the merged Session's own (not shared with an input), derived tables rebuilt.
+    out.info, out.meta = copy.deepcopy(out.info), copy.deepcopy(out.meta)
+    for st in out.steps:
+        st.data.info = out.info
+    out.keep_recorded()
+    out.reindex()
+    return out
+
+
+def merge_files(paths, force=False) -> Session:
+    """Load and merge capture files; a loading error names its file."""
+    return merge([Session.load(p) for p in paths], force=force,
+                 sources=[os.fspath(p) for p in paths])

@@ -1,0 +1,67 @@
+"""What a capture prints: the one rule behind the CLI's stdout, `-o x.txt`,
+`pyprof view` (its default view) and the %%cprof magic.
+
+- memory data: the timing table of the mode (the sampled functions, or the
+  pstats table unless lines were traced), then the memory tables by function
+  and by line (with line tracing, time and memory side by side);
+- else line data from tracing (`-l`): the line tables (line_profiler's layout);
+- else samples: the sampled function table, then the sampled line table;
+- else the pstats function table;
+- then the live objects by type, when the capture has them (--objects).
+
+``only`` ("functions", "lines" or "memory") narrows it, as `pyprof view
+--functions/--lines/--memory` ask.
+"""
+from __future__ import annotations
+
+import io
+
+from .objecttable import write_from_meta
+
+
+def print_capture(session, out, sort="cumulative", unit="us", call_rows=True,
+                  only=None) -> None:
+    """Write what `session` prints on the text stream `out`."""
+    info = session.info
+    if only == "memory" or (info.get("memory") and only is None):
+        write_memory(session, out, sort)
+    elif info.get("sampling"):
+        from . import sampletable
+        if only != "lines":
+            sampletable.write_functions(session, out)
+        if only != "functions":
+            if only != "lines":
+                out.write("\n")
+            sampletable.write_lines(session, out, header_line=only == "lines")
+    elif only == "lines" or (info.get("lines") and only != "functions"):
+        from .linetable import write_text
+        write_text(session, out, unit=unit, call_rows=call_rows)
+    else:
+        from .pstatstable import print_table
+        print_table(session, sort, out)
+    write_from_meta(session.meta, out)
+
+
+def render(session, unit="us", call_rows=True, sort="cumulative", only=None) -> str:
+    """print_capture's text as a string."""
+    buf = io.StringIO()
+    print_capture(session, buf, sort=sort, unit=unit, call_rows=call_rows, only=only)
+    return buf.getvalue()
+
+
+def write_memory(session, out, sort="cumulative"):
+    """What a capture with memory shows: the timing table of its mode (function
+    or sampled), then the memory tables (with line tracing, time and memory
+    side by side)."""
+    from . import memtable
+    if session.info.get("sampling"):
+        from .sampletable import write_functions
+        write_functions(session, out)
+        out.write("\n")
+    elif session.fstats and not session.info.get("lines"):
+        from .pstatstable import print_table
+        print_table(session, sort, out)
+        out.write("\n")
+    memtable.write_functions(session, out)
+    out.write("\n")
+    memtable.write_lines(session, out)
