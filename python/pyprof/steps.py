@@ -16,12 +16,14 @@ them. Outside profiling it does nothing.
 """
 from __future__ import annotations
 
-import json
 import struct
 import time
 
 from . import _cprof
-from .session import REC_STEP, Session, Step, _record
+from ._meta import json_text
+
+# The data model (session) is imported at the first mark, not here: pyprof.step
+# resolves at the program's first use (pyprof/__init__.py), inside its run.
 
 
 # The counters of every step are held in memory until the capture is written:
@@ -83,9 +85,10 @@ class StepRecorder:
             self._record(self.prof._step_counters(), _now(self.prof))
 
     def _record(self, counters: bytes, t) -> None:
+        from .session import REC_STEP, _record
         index, name, start = self.open
         self.open = None
-        header = json.dumps({"index": index, "name": name, "start": start, "end": t}).encode()
+        header = json_text({"index": index, "name": name, "start": start, "end": t}).encode()
         rec = _record(REC_STEP, struct.pack("<I", len(header)) + header + counters)
         if self.kept_bytes + len(rec) > MAX_BYTES:
             self.dropped += 1           # its marker stays (meta["steps"]), its counters not
@@ -97,6 +100,7 @@ class StepRecorder:
         """The open step as a Step up to now (for a live Session), or None."""
         if self.open is None:
             return None
+        from .session import Session, Step
         index, name, start = self.open
         data = Session.from_blob(self.prof._step_counters(peek=True))
         return Step(index, name, start, _now(self.prof), data)
