@@ -230,6 +230,23 @@ def test_split_knows_every_value_option(argv, mine):
     assert rest == argv[len(mine) + (argv[len(mine):][:1] == ["--"]):]
 
 
+def test_the_plain_reader_reads_as_argparse():
+    """A plain command line is read without argparse (start-up): the same
+    values as argparse's, or None to let argparse read (and refuse) it."""
+    from pyprof.options import _read_plain
+    lines = [argv for argv, _, _ in CASES.values()] + [
+        ["--sample", "--rate=100", "--wall", "-o", "x.cprof"], ["--lines-of", "a", "--lines-of",
+                                                                "b", "--exclude=c*"],
+        ["--memory-sample"], ["--memory-sample", "1M", "--objects"], ["--unit", "ns"],
+        ["-s", "tottime", "-s", "calls"], [], ["--timeline", "--min-duration=5us"]]
+    for argv in lines:
+        assert _read_plain(argv) == vars(run_parser().parse_args(argv)), argv
+    for argv in (["--help"], ["--rat", "100"], ["--rate", "abc"], ["--unit", "h"],
+                 ["--cpu", "--wall"], ["-lo", "x"], ["-ox.cprof"], ["--rate", "-5"],
+                 ["--sample=1"], ["--nope"], ["-o"]):
+        assert _read_plain(argv) is None, argv
+
+
 def test_a_new_value_option_needs_no_hand_list():
     p = run_parser()
     p.add_argument("--brand-new", metavar="X")

@@ -19,7 +19,6 @@ Bad input gives one line on stderr and exit status 2.
 from __future__ import annotations
 
 import _signal as signal            # signal.py imports enum: ~4 ms of start-up
-import argparse
 import builtins
 import importlib.machinery
 import os
@@ -29,8 +28,7 @@ from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, export, format_for_path
-from .options import SORT_KEYS, RunOptions, byte_count, check_writable, run_parser, \
-    signal_number, split_argv
+from .options import SORT_KEYS, byte_count, check_writable, parse_run_args, signal_number
 
 # `python -m pyprof -o x.cprof` loads only what its mode needs (docs/cli.md,
 # "Start-up"): the data model, the exporters, traceback are imported where
@@ -40,11 +38,16 @@ SUBCOMMANDS = ("run", "convert", "view", "stats", "merge", "diff")
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
+def _Parser(**kw):
+    """argparse that reports a usage error as one line and exit status 2 (argparse
+    is imported here: a run reads its options without it, options.py)."""
+    import argparse
 
-    def error(self, message):
-        raise PyprofError(f"{message} (see '{self.prog} --help')")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise PyprofError(f"{message} (see '{self.prog} --help')")
+
+    return Parser(**kw)
 
 
 def version_text() -> str:
@@ -361,9 +364,7 @@ def _print_program_exception():
 
 
 def cmd_run(argv) -> int:
-    parser = run_parser()
-    mine, rest = split_argv(parser, argv)
-    opts = RunOptions.from_args(parser.parse_args(mine))
+    opts, rest = parse_run_args(argv)
     if opts.version:
         print(version_text())
         return 0
@@ -466,6 +467,7 @@ def _seconds(text) -> float:
     import re
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", text)
     if not m:
+        import argparse
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 1ms, 250us, 0.5)")
     scale = {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
     return float(m.group(1)) * scale
@@ -475,6 +477,7 @@ def _bytes_arg(text) -> int:
     try:
         return byte_count(text, "--min-bytes") if text != "0" else 0
     except PyprofError as e:
+        import argparse
         raise argparse.ArgumentTypeError(str(e)) from None
 
 

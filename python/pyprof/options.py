@@ -78,10 +78,10 @@ class RunOptions:
     # -------------------------------------------------------- building
     @classmethod
     def from_args(cls, ns) -> "RunOptions":
-        """From a namespace of ``run_parser()`` (other destinations, such as
-        %%cprof's view options, are left to their owner)."""
+        """From a namespace (or its dict) of ``run_parser()``; other
+        destinations, such as %%cprof's view options, are left to their owner."""
         opts = cls(cli=True)
-        for dest, value in vars(ns).items():
+        for dest, value in (ns if isinstance(ns, dict) else vars(ns)).items():
             if dest in _FROM_ARGS:
                 dest, convert = _FROM_ARGS[dest]
                 value = convert(value) if convert else value
@@ -312,8 +312,148 @@ def check_writable(path):
 
 
 # ------------------------------------------------------------------ the parser
+def _looks_like_bytes(text) -> bool:
+    digits = text[:-1] if text[-1:] in "kKmMgG" else text
+    return digits.isdigit() and digits.isascii()
+
+
+_SAMPLING = "sampling (docs/sampling.md)"
+_MEMORY = "memory (docs/memory.md)"
+_LINES = "line profiling (docs/lines.md)"
+_TIMELINE = "timeline (docs/timeline.md)"
+_FLAG = {"action": "store_true"}
+
+# The run options, in the order of --help: (group, option strings, argparse's
+# keywords). The one list: run_parser() gives it to argparse, and parse_run_args
+# reads a plain command line with it without importing argparse (~10 ms of
+# start-up), handing anything else (--help, errors, abbreviations) to argparse.
+# "exclusive": options of one mutually exclusive group; "value_looks_like": an
+# optional value (nargs="?") is taken only when the next argument passes it.
+OPTIONS = (
+    (None, ("-o", "--outfile"), dict(
+        metavar="FILE",
+        help="write the profile to FILE, in the format its name asks for: .cprof (capture), "
+             "callgrind.out.* or .callgrind (callgrind), .txt (text tables), .collapsed or "
+             ".folded (collapsed stacks), .speedscope.json, .pb.gz (pprof), .html (the HTML "
+             "report), .flame.html (flame graph), .trace.json (Chrome/Perfetto trace, with "
+             "--timeline or --memory), else pstats (default: print a table to stdout)")),
+    (None, ("-s", "--sort"), dict(
+        default="cumulative", metavar="SORT",
+        help="sort key of the printed table, as pstats: " + ", ".join(SORT_KEYS)
+             + " (default: cumulative)")),
+    (None, ("-m",), dict(_FLAG, dest="module",
+                         help="profile a library module run as a script (like python -m)")),
+    (None, ("-c",), dict(_FLAG, dest="code",
+                         help="profile the program passed as a string (like python -c)")),
+    (_SAMPLING, ("--sample",), dict(
+        _FLAG, help="statistical sampling instead of tracing: low overhead, stacks with lines, "
+                    "no call counts")),
+    (_SAMPLING, ("--rate",), dict(
+        type=float, metavar="HZ",
+        help="samples per second (default: 250 for --cpu, 100 for --wall)")),
+    (_SAMPLING, ("--cpu",), dict(
+        _FLAG, exclusive="cpu-wall",
+        help="sample the process's CPU time (the default): threads in proportion to the CPU "
+             "they use")),
+    (_SAMPLING, ("--wall",), dict(
+        _FLAG, exclusive="cpu-wall",
+        help="sample every thread at the rate, running or not, labelled with its state "
+             "(python, native, idle)")),
+    (_SAMPLING, ("--native",), dict(
+        _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind)")),
+    (_SAMPLING, ("--dump-every",), dict(
+        type=float, metavar="SECONDS", default=0.0,
+        help="with a .cprof output, rewrite it every SECONDS while sampling")),
+    (_SAMPLING, ("--signal",), dict(
+        metavar="NAME",
+        help="with --sample: start and stop sampling each time the process receives this "
+             "signal (e.g. USR2), instead of from the start")),
+    (_MEMORY, ("--memory",), dict(
+        _FLAG, help="record the bytes allocated and freed per line and function (alone, or "
+                    "with -l, --sample or --functions)")),
+    (_MEMORY, ("--memory-sample",), dict(
+        metavar="BYTES", nargs="?", const="512k", value_looks_like=_looks_like_bytes,
+        help="with low overhead: record a random sample of the allocations, each byte picked "
+             "with probability 1/BYTES (default 512k), estimates scaled up; implies --memory")),
+    (_MEMORY, ("--memory-stacks",), dict(
+        _FLAG, help="record each allocation's Python stack in exact mode too (for the memory "
+                    "flame graph; on by default with --memory-sample)")),
+    (_MEMORY, ("--objects",), dict(
+        _FLAG, help="at the end, the live objects by type: count and total size (pympler's "
+                    "summary; any mode)")),
+    (_MEMORY, ("--functions",), dict(
+        _FLAG, help="with --memory: also trace calls (time per function, and peak and "
+                    "residual bytes per function)")),
+    (_LINES, ("-l", "--lines"), dict(
+        _FLAG, help="time every line of the functions decorated with @profile (the name needs "
+                    "no import under pyprof)")),
+    (_LINES, ("--lines-of",), dict(
+        action="append", default=[], metavar="PATTERN",
+        help="time every line of: a module, module:function, module:Class.method, or a file "
+             "glob (repeatable)")),
+    (_LINES, ("--lines-all",), dict(
+        _FLAG, help="time every line of the program's own files (its directory, not "
+                    "site-packages nor the standard library)")),
+    (_LINES, ("--include",), dict(
+        action="append", default=[], metavar="GLOB",
+        help="with line profiling: also time the files matching GLOB")),
+    (_LINES, ("--exclude",), dict(
+        action="append", default=[], metavar="GLOB",
+        help="with --lines-all/--include: not the files matching GLOB")),
+    (_LINES, ("--unit",), dict(default="us", choices=["s", "ms", "us", "ns"],
+                               help="time unit of the line tables (default: us)")),
+    (_LINES, ("--no-call-rows",), dict(
+        _FLAG, help="line tables without the call rows under their lines")),
+    (_LINES, ("--strict",), dict(
+        _FLAG, help="exit with status 2 when a --lines-of pattern matched nothing (and the "
+                    "program itself succeeded)")),
+    (_TIMELINE, ("--timeline",), dict(
+        _FLAG, help="function mode (also --memory --functions): keep every call as an event "
+                    "with its start and duration, for a Chrome/Perfetto trace (-o "
+                    "FILE.trace.json, or 'pyprof convert FILE.cprof --format chrome')")),
+    (_TIMELINE, ("--min-duration",), dict(
+        metavar="DURATION",
+        help="with --timeline: keep only calls lasting at least DURATION (like 10us or 1ms; "
+             "the others are counted; default: all)")),
+    (_TIMELINE, ("--timeline-max-events",), dict(
+        type=int, metavar="N",
+        help=f"with --timeline: keep at most N events over all threads, 24 bytes each "
+             f"(default {DEFAULT_MAX_EVENTS:,}); later calls are counted as dropped")),
+    (None, ("--no-builtins",), dict(
+        _FLAG, help="record Python functions only, not C functions and methods (cheaper: on "
+                    "3.11 it avoids the interpreter's tracing mode altogether)")),
+    (None, ("--exact-builtins",), dict(
+        _FLAG, help="3.12+: report C function calls at every call site, as cProfile (slower); "
+                    "by default a site whose first 64 calls all went to Python functions stops "
+                    "reporting calls")),
+    (None, ("--flush-interval",), dict(
+        type=float, default=10.0, metavar="SECONDS",
+        help="with a .cprof outfile, rewrite it every SECONDS while the program runs so a "
+             "crash leaves the last flush (0: only at the end; default 10)")),
+    (None, ("--children",), dict(
+        _FLAG, help="profile every Python child too (os.fork, multiprocessing, "
+                    "concurrent.futures, subprocess running Python): each writes NAME.PID.cprof "
+                    "next to the output, merged into it at the end, one process apart from the "
+                    "other (docs/children.md)")),
+    # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
+    # text to the terminal width, splitting it over two lines.
+    (None, ("--version",), dict(
+        _FLAG, help="print pyprof's version, Python, hook, clock and features, then exit")),
+)
+_OURS = ("exclusive", "value_looks_like")       # keywords argparse does not take
+
+
+def _dest(flags, kw) -> str:
+    """argparse's destination of an option."""
+    if "dest" in kw:
+        return kw["dest"]
+    flag = next((f for f in flags if f.startswith("--")), flags[0])
+    return flag.lstrip("-").replace("-", "_")
+
+
 def run_parser(prog="pyprof"):
-    """The run options' parser (the command line's; %%cprof adds its own)."""
+    """The run options' argparse parser, built from OPTIONS (the command
+    line's; %%cprof adds its own options to it)."""
     import argparse
 
     class Parser(argparse.ArgumentParser):
@@ -339,110 +479,19 @@ def run_parser(prog="pyprof"):
                     "'pyprof view FILE.cprof [--view code|op|scope|graph|lines|memory]', "
                     "'pyprof stats FILE...', 'pyprof merge A B -o ALL', "
                     "'pyprof diff BEFORE AFTER' (each with --help).")
-    p.add_argument("-o", "--outfile", metavar="FILE",
-                   help="write the profile to FILE, in the format its name asks for: .cprof "
-                        "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
-                        "tables), .collapsed or .folded (collapsed stacks), .speedscope.json, "
-                        ".pb.gz (pprof), .html (the HTML report), .flame.html (flame graph), "
-                        ".trace.json (Chrome/Perfetto trace, with --timeline or --memory), else "
-                        "pstats (default: print a table to stdout)")
-    p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
-                   help="sort key of the printed table, as pstats: "
-                        + ", ".join(sorted(SORT_KEYS)) + " (default: cumulative)")
-    p.add_argument("-m", dest="module", action="store_true",
-                   help="profile a library module run as a script (like python -m)")
-    p.add_argument("-c", dest="code", action="store_true",
-                   help="profile the program passed as a string (like python -c)")
-    smp = p.add_argument_group("sampling (docs/sampling.md)")
-    smp.add_argument("--sample", action="store_true",
-                     help="statistical sampling instead of tracing: low overhead, stacks with "
-                          "lines, no call counts")
-    smp.add_argument("--rate", type=float, metavar="HZ",
-                     help="samples per second (default: 250 for --cpu, 100 for --wall)")
-    mode = smp.add_mutually_exclusive_group()
-    mode.add_argument("--cpu", action="store_true",
-                      help="sample the process's CPU time (the default): threads in proportion "
-                           "to the CPU they use")
-    mode.add_argument("--wall", action="store_true",
-                      help="sample every thread at the rate, running or not, labelled with its "
-                           "state (python, native, idle)")
-    smp.add_argument("--native", action="store_true",
-                     help="native (C) frames too, merged with the Python ones (needs libunwind)")
-    smp.add_argument("--dump-every", type=float, metavar="SECONDS", default=0.0,
-                     help="with a .cprof output, rewrite it every SECONDS while sampling")
-    smp.add_argument("--signal", metavar="NAME",
-                     help="with --sample: start and stop sampling each time the process "
-                          "receives this signal (e.g. USR2), instead of from the start")
-    mem = p.add_argument_group("memory (docs/memory.md)")
-    mem.add_argument("--memory", action="store_true",
-                     help="record the bytes allocated and freed per line and function (alone, "
-                          "or with -l, --sample or --functions)")
-    a = mem.add_argument("--memory-sample", metavar="BYTES", nargs="?", const="512k",
-                         help="with low overhead: record a random sample of the allocations, "
-                              "each byte picked with probability 1/BYTES (default 512k), "
-                              "estimates scaled up; implies --memory")
-    a.value_looks_like = _looks_like_bytes      # its value is optional: see split_argv
-    mem.add_argument("--memory-stacks", action="store_true",
-                     help="record each allocation's Python stack in exact mode too (for the "
-                          "memory flame graph; on by default with --memory-sample)")
-    mem.add_argument("--objects", action="store_true",
-                     help="at the end, the live objects by type: count and total size "
-                          "(pympler's summary; any mode)")
-    mem.add_argument("--functions", action="store_true",
-                     help="with --memory: also trace calls (time per function, and peak and "
-                          "residual bytes per function)")
-    lines = p.add_argument_group("line profiling (docs/lines.md)")
-    lines.add_argument("-l", "--lines", action="store_true",
-                       help="time every line of the functions decorated with @profile (the "
-                            "name needs no import under pyprof)")
-    lines.add_argument("--lines-of", action="append", default=[], metavar="PATTERN",
-                       help="time every line of: a module, module:function, "
-                            "module:Class.method, or a file glob (repeatable)")
-    lines.add_argument("--lines-all", action="store_true",
-                       help="time every line of the program's own files (its directory, not "
-                            "site-packages nor the standard library)")
-    lines.add_argument("--include", action="append", default=[], metavar="GLOB",
-                       help="with line profiling: also time the files matching GLOB")
-    lines.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                       help="with --lines-all/--include: not the files matching GLOB")
-    lines.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
-                       help="time unit of the line tables (default: us)")
-    lines.add_argument("--no-call-rows", action="store_true",
-                       help="line tables without the call rows under their lines")
-    lines.add_argument("--strict", action="store_true",
-                       help="exit with status 2 when a --lines-of pattern matched nothing "
-                            "(and the program itself succeeded)")
-    tl = p.add_argument_group("timeline (docs/timeline.md)")
-    tl.add_argument("--timeline", action="store_true",
-                    help="function mode (also --memory --functions): keep every call as an "
-                         "event with its start and duration, for a Chrome/Perfetto trace "
-                         "(-o FILE.trace.json, or 'pyprof convert FILE.cprof --format chrome')")
-    tl.add_argument("--min-duration", metavar="DURATION",
-                    help="with --timeline: keep only calls lasting at least DURATION (like "
-                         "10us or 1ms; the others are counted; default: all)")
-    tl.add_argument("--timeline-max-events", type=int, metavar="N",
-                    help=f"with --timeline: keep at most N events over all threads, 24 bytes "
-                         f"each (default {DEFAULT_MAX_EVENTS:,}); later calls are counted as "
-                         f"dropped")
-    p.add_argument("--no-builtins", action="store_true",
-                   help="record Python functions only, not C functions and methods (cheaper: "
-                        "on 3.11 it avoids the interpreter's tracing mode altogether)")
-    p.add_argument("--exact-builtins", action="store_true",
-                   help="3.12+: report C function calls at every call site, as cProfile "
-                        "(slower); by default a site whose first 64 calls all went to "
-                        "Python functions stops reporting calls")
-    p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
-                   help="with a .cprof outfile, rewrite it every SECONDS while the program "
-                        "runs so a crash leaves the last flush (0: only at the end; default 10)")
-    p.add_argument("--children", action="store_true",
-                   help="profile every Python child too (os.fork, multiprocessing, "
-                        "concurrent.futures, subprocess running Python): each writes "
-                        "NAME.PID.cprof next to the output, merged into it at the end, one "
-                        "process apart from the other (docs/children.md)")
-    # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
-    # text to the terminal width, splitting it over two lines.
-    p.add_argument("--version", action="store_true",
-                   help="print pyprof's version, Python, hook, clock and features, then exit")
+    groups = {None: p}
+    for group, flags, kw in OPTIONS:
+        if group not in groups:
+            groups[group] = p.add_argument_group(group)
+        where = groups[group]
+        if "exclusive" in kw:
+            key = (group, kw["exclusive"])
+            if key not in groups:
+                groups[key] = where.add_mutually_exclusive_group()
+            where = groups[key]
+        action = where.add_argument(*flags, **{k: v for k, v in kw.items() if k not in _OURS})
+        if "value_looks_like" in kw:
+            action.value_looks_like = kw["value_looks_like"]
     return p
 
 
@@ -462,19 +511,45 @@ def _columns() -> int:
     return columns if columns > 0 else 80
 
 
-def _looks_like_bytes(text) -> bool:
-    digits = text[:-1] if text[-1:] in "kKmMgG" else text
-    return digits.isdigit() and digits.isascii()
+class _Option:
+    """What the split and the plain reader need of an option (OPTIONS' entry or
+    an argparse action): its value arity, and for the reader, how to store it."""
+    __slots__ = ("dest", "nargs", "kw")
+
+    def __init__(self, dest, nargs, kw):
+        self.dest, self.nargs, self.kw = dest, nargs, kw
+
+    def takes_value(self):
+        """True: the next argument is the option's value; False: a flag; None:
+        an optional value (nargs='?')."""
+        return False if self.nargs == 0 else None if self.nargs == "?" else True
+
+
+def _table(parser=None):
+    """{option string: _Option}: from an argparse parser's actions (with the
+    options %%cprof adds), else from OPTIONS."""
+    table = {}
+    if parser is not None:
+        for action in parser._actions:      # argparse's list of actions (stable since 2.7)
+            opt = _Option(action.dest, action.nargs, {
+                "value_looks_like": getattr(action, "value_looks_like", None)})
+            for flag in action.option_strings:
+                table[flag] = opt
+        return table
+    for _, flags, kw in OPTIONS:
+        action = kw.get("action")
+        opt = _Option(_dest(flags, kw), 0 if action == "store_true" else kw.get("nargs"), kw)
+        for flag in flags:
+            table[flag] = opt
+    return table
 
 
 def split_argv(parser, argv):
     """(the options, the target and its arguments): the options end at the
     first argument that is neither an option nor an option's value, or at
-    "--". Which options take a value is the parser's: its actions say."""
-    long_opts, short_opts = {}, {}
-    for action in parser._actions:      # argparse's list of actions (stable since 2.7)
-        for flag in action.option_strings:
-            (long_opts if flag.startswith("--") else short_opts)[flag] = action
+    "--". Which options take a value is the parser's (None: OPTIONS')."""
+    table = _table(parser)
+    longs = [f for f in table if f.startswith("--")]
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -486,41 +561,86 @@ def split_argv(parser, argv):
         if a.startswith("--"):
             if "=" in a:                # --rate=100: the value is in the token
                 continue
-            action = long_opts.get(a)
-            if action is None:          # argparse's unique prefixes: --rat 100
-                found = [act for flag, act in long_opts.items() if flag.startswith(a)]
-                action = found[0] if len({id(f) for f in found}) == 1 else None
+            opt = table.get(a)
+            if opt is None:             # argparse's unique prefixes: --rat 100
+                found = {id(table[f]): table[f] for f in longs if f.startswith(a)}
+                opt = next(iter(found.values())) if len(found) == 1 else None
         else:
             # -o FILE, -oFILE, and flags run together: -lo FILE
-            action = None
+            opt = None
             for k in range(1, len(a)):
-                act = short_opts.get("-" + a[k])
-                if act is None or _takes_value(act) is not False:
-                    action = act if k == len(a) - 1 else None
+                o = table.get("-" + a[k])
+                if o is None or o.takes_value() is not False:
+                    opt = o if k == len(a) - 1 else None
                     break
-        if action is None:
+        if opt is None:
             continue
-        takes = _takes_value(action)
-        if takes is True:
-            i += 1
-        elif takes is None and i < len(argv) and getattr(action, "value_looks_like",
-                                                         lambda _: False)(argv[i]):
-            i += 1                      # an optional value, only when it looks like one
+        takes = opt.takes_value()
+        looks_like = opt.kw.get("value_looks_like")
+        if takes is True or (takes is None and i < len(argv) and looks_like is not None
+                             and looks_like(argv[i])):
+            i += 1                      # an optional value only when it looks like one
     return argv[:i], argv[i:]
 
 
-def _takes_value(action):
-    """True: the next argument is the option's value; False: a flag; None: an
-    optional value (nargs='?')."""
-    if action.nargs == 0:
-        return False
-    if action.nargs == "?":
-        return None
-    return True
+def _read_plain(argv):
+    """argparse's namespace (as a dict) for a plain command line, read with
+    OPTIONS alone; None for anything else (argparse then reads it, with its
+    messages): --help, unknown options, prefixes, flags run together, values
+    that start with '-' or do not convert, -oFILE."""
+    table = _table()
+    values = {}
+    for _, flags, kw in OPTIONS:
+        default = kw.get("default", False if kw.get("action") == "store_true" else None)
+        values[_dest(flags, kw)] = list(default) if isinstance(default, list) else default
+    given = set()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        flag, value = a.split("=", 1) if a.startswith("--") and "=" in a else (a, None)
+        opt = table.get(flag)
+        if opt is None:
+            return None
+        kw = opt.kw
+        if "exclusive" in kw:
+            if kw["exclusive"] in given:
+                return None
+            given.add(kw["exclusive"])
+        if opt.nargs == 0:
+            if value is not None:
+                return None
+            values[opt.dest] = True
+            continue
+        if value is None:
+            if opt.nargs == "?":
+                nxt = argv[i] if i < len(argv) else None
+                if nxt is not None and not nxt.startswith("-") and kw["value_looks_like"](nxt):
+                    value, i = nxt, i + 1
+                else:
+                    value = kw["const"]
+            elif i < len(argv) and not argv[i].startswith("-"):
+                value, i = argv[i], i + 1
+            else:
+                return None
+        try:
+            value = kw.get("type", str)(value)
+        except ValueError:
+            return None
+        if "choices" in kw and value not in kw["choices"]:
+            return None
+        if kw.get("action") == "append":
+            values[opt.dest].append(value)
+        else:
+            values[opt.dest] = value
+    return values
 
 
 def parse_run_args(argv, parser=None):
     """(RunOptions, the target and its arguments) from a command line."""
-    parser = parser or run_parser()
     mine, rest = split_argv(parser, argv)
-    return RunOptions.from_args(parser.parse_args(mine)), rest
+    values = _read_plain(mine) if parser is None else None
+    if values is None:
+        parser = parser or run_parser()
+        values = vars(parser.parse_args(mine))
+    return RunOptions.from_args(values), rest
