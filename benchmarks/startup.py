@@ -10,8 +10,11 @@ CPU time (user + system, which other load on the machine disturbs less).
 
     python benchmarks/startup.py [--rounds 30] [--python PY]... [--only NAME]...
 
-Each PY is an interpreter with pyprof installed (default: this one); py-spy is
-looked for beside it (a venv's bin/) and then on PATH (skipped if missing).
+Each PY is an interpreter with pyprof installed (default: this one), for
+example .bench/3.12/bin/python (`make bench` makes it, py-spy included); the
+configurations of all of them are interleaved, so two builds of pyprof (before
+and after a change) compare under the same load. py-spy is looked for beside
+each PY (a venv's bin/) and then on PATH (skipped if missing).
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ def configs(py, d, pyspy):
 FAILED = {}
 
 
-def run_once(name, argv, env):
+def run_once(key, argv, env):
     """(wall seconds, CPU seconds) of one run (CPU: user + system time of the
     process and the children it waited for, which load on the machine
     disturbs less than the wall time)."""
@@ -67,44 +70,53 @@ def run_once(name, argv, env):
     if p.returncode != 0:
         # py-spy fails now and then on a program this short: it ended before
         # py-spy read its memory maps. The time is still what the run cost.
-        if name.startswith("py-spy"):
-            FAILED[name] = FAILED.get(name, 0) + 1
+        if key[1].startswith("py-spy"):
+            FAILED[key] = FAILED.get(key, 0) + 1
         else:
             raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): "
                              f"{err.decode()[-500:]}")
     return dt, ru.ru_utime + ru.ru_stime
 
 
-def bench(py, rounds, only):
-    pyspy = os.path.join(os.path.dirname(py), "py-spy")
-    if not os.access(pyspy, os.X_OK):
-        pyspy = shutil.which("py-spy")
+def bench(pythons, rounds, only):
+    """Every configuration of every interpreter, interleaved in each round
+    (so that two builds of pyprof compare under the same load)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTHON", "PYPROF"))}      # nothing steering start-up
     with tempfile.TemporaryDirectory() as d:
         open(os.path.join(d, "empty.py"), "w").close()
-        todo = [c for c in configs(py, d, pyspy)
-                if c[0] == "python empty.py" or not only or any(o in c[0] for o in only)]
-        for name, argv in todo:                             # warm the page cache, .pyc files
-            run_once(name, argv, env)
+        todo = []
+        for py in pythons:
+            pyspy = os.path.join(os.path.dirname(py), "py-spy")
+            if not os.access(pyspy, os.X_OK):
+                pyspy = shutil.which("py-spy")
+            todo += [(py, name, argv) for name, argv in configs(py, d, pyspy)
+                     if name == "python empty.py" or not only or any(o in name for o in only)]
+        for py, name, argv in todo:                         # warm the page cache, .pyc files
+            run_once((py, name), argv, env)
         FAILED.clear()
-        times = {name: [] for name, _ in todo}
+        times = {(py, name): [] for py, name, _ in todo}
         for _ in range(rounds):
             order = list(todo)
             random.shuffle(order)
-            for name, argv in order:
-                times[name].append(run_once(name, argv, env))
-    version = subprocess.run([py, "-c", "import sys; print(sys.version.split()[0])"],
-                             capture_output=True, text=True).stdout.strip()
-    base = times["python empty.py"]
-    rows = []
-    for name, ts in times.items():
-        row = [name]
-        for k in (0, 1):                # wall, CPU
-            row.append(statistics.median(t[k] for t in ts) * 1e3)
-            row.append(statistics.median(t[k] - b[k] for t, b in zip(ts, base)) * 1e3)
-        rows.append(row)
-    return version, bool(pyspy), rows
+            for py, name, argv in order:
+                times[py, name].append(run_once((py, name), argv, env))
+    results = []
+    for py in pythons:
+        version = subprocess.run([py, "-c", "import sys; print(sys.version.split()[0])"],
+                                 capture_output=True, text=True).stdout.strip()
+        base = times[py, "python empty.py"]
+        rows = []
+        for (p, name), ts in times.items():
+            if p != py:
+                continue
+            row = [name]
+            for k in (0, 1):                # wall, CPU
+                row.append(statistics.median(t[k] for t in ts) * 1e3)
+                row.append(statistics.median(t[k] - b[k] for t, b in zip(ts, base)) * 1e3)
+            rows.append(row)
+        results.append((py, version, rows))
+    return results
 
 
 def main():
@@ -114,17 +126,14 @@ def main():
     ap.add_argument("--only", action="append", default=[],
                     help="only the configurations whose name contains this (repeatable)")
     opts = ap.parse_args()
-    for py in opts.python or [sys.executable]:
-        FAILED.clear()
-        version, pyspy, rows = bench(py, opts.rounds, opts.only)
-        print(f"\nCPython {version}: {opts.rounds} interleaved rounds, median ms "
-              f"(added: median of the paired difference with plain python)"
-              + ("" if pyspy else "; py-spy not found"))
+    for py, version, rows in bench(opts.python or [sys.executable], opts.rounds, opts.only):
+        print(f"\nCPython {version} ({py}): {opts.rounds} interleaved rounds, median ms "
+              f"(added: median of the paired difference with plain python)")
         print(f"| {'configuration':<32} | {'wall ms':>7} | {'added':>6} | {'CPU ms':>6} | "
               f"{'added':>6} |")
         print(f"|{'-' * 34}|{'-' * 8}:|{'-' * 7}:|{'-' * 7}:|{'-' * 7}:|")
         for name, wall, wall_added, cpu, cpu_added in rows:
-            failed = f" ({FAILED[name]} of {opts.rounds} failed)" if name in FAILED else ""
+            failed = f" ({FAILED[py, name]} failed)" if (py, name) in FAILED else ""
             print(f"| {name + failed:<32} | {wall:7.1f} | {wall_added:+6.1f} | {cpu:6.1f} | "
                   f"{cpu_added:+6.1f} |")
         sys.stdout.flush()
