@@ -16,7 +16,6 @@ decorated code is also pushed to running line profilers directly.
 from __future__ import annotations
 
 import atexit
-import fnmatch
 import functools
 import os
 import sys
@@ -92,6 +91,17 @@ def profile(func=None):
     return func
 
 
+_fnmatch = None
+
+
+def _load_fnmatch():
+    """fnmatch imports re (~7 ms): loaded only when there are globs to match."""
+    global _fnmatch
+    if _fnmatch is None:
+        from fnmatch import fnmatch
+        _fnmatch = fnmatch
+
+
 class Targets:
     """The line-target predicate of one profiler (called with a code object)."""
 
@@ -102,6 +112,8 @@ class Targets:
         self.include = list(include)
         self.exclude = list(exclude)
         self._skip = _library_dirs()
+        if self.patterns or self.include or self.exclude:
+            _load_fnmatch()             # now, not in the filter while the program runs
 
     def __call__(self, code) -> bool:
         if self.decorated and code in DECORATED:
@@ -116,9 +128,9 @@ class Targets:
             return True
         if self.all_dir is None and not self.include:
             return False
-        if any(fnmatch.fnmatch(file, g) for g in self.exclude):
+        if any(_fnmatch(file, g) for g in self.exclude):
             return False
-        if any(fnmatch.fnmatch(file, g) for g in self.include):
+        if any(_fnmatch(file, g) for g in self.include):
             return True
         if self.all_dir is None or not file.startswith(self.all_dir + os.sep):
             return False
@@ -155,7 +167,7 @@ class _Pattern:
 
     def matches(self, code) -> bool:
         if self.glob is not None:
-            return fnmatch.fnmatch(code.co_filename, self.glob)
+            return _fnmatch(code.co_filename, self.glob)
         if code.co_filename != self.file:
             return False
         if self.qualname is None:

@@ -158,11 +158,11 @@ class RunOptions:
             return self
         n, cli = self.name, self.cli
         lines = self.line_mode
-        if self.sort not in SORT_KEYS:
-            raise OptionError(f"unknown sort key '{self.sort}' (choose from "
-                              f"{', '.join(sorted(SORT_KEYS))})")
         if self.module and self.code:
             raise OptionError("-m and -c cannot be used together")
+        if self.sort not in SORT_KEYS:
+            raise OptionError(f"unknown sort key '{self.sort}' (choose from "
+                              f"{', '.join(SORT_KEYS)})")
         if cli:
             if self.flush_interval < 0:
                 raise OptionError("--flush-interval must be >= 0")
@@ -210,7 +210,8 @@ class RunOptions:
                                                      n("timeline_min_duration"))
             if self.timeline_max_events is None:
                 self.timeline_max_events = DEFAULT_MAX_EVENTS
-            if not 0 <= int(self.timeline_max_events) < 2**32:
+            self.timeline_max_events = int(self.timeline_max_events)
+            if not 0 <= self.timeline_max_events < 2**32:
                 raise OptionError(f"{n('timeline_max_events')} must be in [0, 2**32), not "
                                   f"{self.timeline_max_events}")
         # sampling

@@ -64,6 +64,11 @@ class Profile(_cprof.Profiler):
     ``"10us"``; default 0: all) as (thread, function, start, duration), at most
     ``timeline_max_events`` of them over all threads (24 bytes each); the calls
     left out are counted. ``dump("x.trace.json")`` writes a Chrome/Perfetto trace.
+
+    ``options``: a :class:`pyprof.options.RunOptions` instead of the keywords
+    (the command line's and %%cprof's); ``run_options`` is the one in use.
+    Options out of range or that do not combine raise OptionError (a
+    PyprofError and a ValueError), with one message each (options.py).
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
