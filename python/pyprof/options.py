@@ -1,21 +1,23 @@
 """Run options: one shape for what a profiled run asks for.
 
-``run_parser()`` is the list of the command line's run options (the CLI and
-%%cprof parse with it; ``split_argv`` learns from it which options take a
-value). ``RunOptions`` holds their values, built from the parser's namespace
-(``from_args``) or from Profile's keywords (``from_profile``), and checked
-once by ``check()``: every rule, one message each, the option spelled as the
-caller spells it (``--rate`` on the command line, ``rate`` in the API).
-``profile_kwargs()`` gives Profile's keywords, which are also a child's
-configuration (children.py) and, through Profile, the C core's arguments.
+``OPTIONS`` is the list of the command line's run options: ``run_parser()``
+builds argparse's parser from it (the CLI's --help and errors, %%cprof, which
+adds its view options), ``parse_run_args`` reads a plain command line with it
+without importing argparse, and ``split_argv`` learns from it (or from a
+parser's actions) which options take a value. ``RunOptions`` holds the values,
+built from the parsed options (``from_args``) or from Profile's keywords
+(``from_profile``), and checked once by ``check()``: every rule, one message
+each, the option spelled as the caller spells it (``--rate`` on the command
+line, ``rate`` in the API). ``profile_kwargs()`` gives Profile's keywords,
+which are also a child's configuration (children.py) and, through Profile,
+the C core's arguments.
 
-Adding a run option: a parser entry, a field below (its default is Profile's),
-a rule in ``check()`` if it has one, and the C argument if the core needs it.
-tests/test_options.py checks that every parser option reaches Profile and a
-child's configuration.
+Adding a run option: an OPTIONS entry, a field in _FIELDS (its default is
+Profile's; PROFILE_KEYS if Profile takes it), a rule in ``check()`` if it has
+one, and the C argument if the core needs it. tests/test_options.py checks
+that every option reaches Profile and a child's configuration.
 
-Imported by Profile for every profiler: built-in modules only here; argparse
-is imported when a parser is built.
+Imported by every Profile: built-in modules only at import.
 """
 from __future__ import annotations
 
