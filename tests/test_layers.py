@@ -130,13 +130,8 @@ def test_no_private_attributes_of_other_modules():
                     and node.value.id in bound and node.attr.startswith("_") \
                     and not node.attr.startswith("__") and bound[node.value.id] != name:
                 bad.append(f"{name}:{node.lineno} uses {node.value.id}.{node.attr}")
-    bad = [b for b in bad if b.split(":")[0] not in PENDING_RUN_OPTIONS]
     assert not bad, "\n".join(bad)
 
-
-# cli.py and magic.py reach into each other and into Profile for their run
-# options; one RunOptions (issue 19, item 3) replaces that, in another branch.
-PENDING_RUN_OPTIONS = {"pyprof.magic", "pyprof.cli"}
 
 
 def test_no_cycles():
@@ -157,11 +152,6 @@ def test_no_cycles():
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
-    cycles = [c for c in cycles if set(c.split(" -> ")) not in PENDING_CYCLES]
     assert not cycles, "\n".join(cycles)
 
 
-# Profile and its helpers for line targets and child processes call each other
-# (function-level imports); their restructuring (issue 19, items 3 and 7) is
-# another branch's. Nothing else may be added here.
-PENDING_CYCLES = [{"pyprof.profiler", "pyprof.lines"}, {"pyprof.profiler", "pyprof.children"}]

@@ -45,7 +45,7 @@ import sys
 
 # `from .x import y`, never `from . import x`: in a lean child these modules are
 # loaded without the package (_boot/sitecustomize.py), which `from .` would import
-from ._meta import process_meta
+from ._meta import json_text, process_meta
 
 ENV = "PYPROF_CHILDREN"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
@@ -75,47 +75,6 @@ def decode_config(text: str) -> dict:
     if not isinstance(config, dict):
         raise ValueError("not a configuration")
     return config
-
-
-_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _json_string(text: str) -> str:
-    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
-        return '"' + text + '"'
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in _JSON_ESCAPES:
-            out.append(_JSON_ESCAPES[ch])
-        elif 0x20 <= code < 0x7f:
-            out.append(ch)
-        elif code > 0xFFFF:             # as json.dumps: a surrogate pair
-            code -= 0x10000
-            out.append("\\u%04x\\u%04x" % (0xD800 | (code >> 10), 0xDC00 | (code & 0x3FF)))
-        else:
-            out.append("\\u%04x" % code)
-    return '"' + "".join(out) + '"'
-
-
-def json_text(value) -> str:
-    """json.dumps(value, default=str) for the meta of a lean child (dicts,
-    lists, strings, numbers): json would import re at start-up."""
-    if value is None or value is True or value is False:
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else "null"
-    if isinstance(value, str):
-        return _json_string(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(_json_string(str(k) if not isinstance(k, bool) else
-                                            str(k).lower()) + ": " + json_text(v)
-                               for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(json_text(v) for v in value) + "]"
-    return _json_string(str(value))
 
 
 def output_name(outfile):
@@ -177,10 +136,12 @@ def stop_environment():
 
 
 # ------------------------------------------------------------------ in a child
-def start_from_environment():
+def start_from_environment(full_profile):
     """A fresh interpreter started under --children (from _boot/sitecustomize.py):
-    profile it with the run's modes. Never raises: an error is reported and
-    the program runs unprofiled."""
+    profile it with the run's modes. `full_profile(kwargs)` makes a Profile for
+    the modes the lean profiler does not cover (the boot passes it: this module
+    sits below Profile). Never raises: an error is reported and the program
+    runs unprofiled."""
     text = os.environ.get(ENV)
     if not text or _state["prof"] is not None:
         return
@@ -193,8 +154,7 @@ def start_from_environment():
             cprof._set_ns_per_tick(float(config["ns_per_tick"]))
         prof = _lean_profiler(config["profile"])
         if prof is None:
-            from .profiler import Profile
-            prof = Profile(_warn=False, **config["profile"])
+            prof = full_profile(config["profile"])
     except Exception as e:          # a foreign or broken configuration
         _report(None, f"cannot start profiling: {type(e).__name__}: {e}")
         return

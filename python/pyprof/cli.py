@@ -18,36 +18,35 @@ Bad input gives one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
-import argparse
+import _signal as signal            # signal.py imports enum: ~4 ms of start-up
 import builtins
 import importlib.machinery
-import importlib.util
 import os
-import re
-import pstats
-import signal
 import sys
-import tempfile
-import threading
-import traceback
-import types
 
 from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
-from .export import ALIASES, FORMATS, MEMORY_FORMATS, STACK_FORMATS, export, format_for_path
-from .analysis.timeline import DEFAULT_MAX_EVENTS
+from .export import ALIASES, FORMATS, export, format_for_path
+from .options import SORT_KEYS, byte_count, check_writable, parse_run_args, signal_number
 
+# `python -m pyprof -o x.cprof` loads only what its mode needs (docs/cli.md,
+# "Start-up"): the data model, the exporters, traceback are imported where
+# they are used.
 EXIT_USAGE = 2
-SORT_KEYS = sorted(pstats.Stats.sort_arg_dict_default)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
+def _Parser(**kw):
+    """argparse that reports a usage error as one line and exit status 2 (argparse
+    is imported here: a run reads its options without it, options.py)."""
+    import argparse
 
-    def error(self, message):
-        raise PyprofError(f"{message} (see '{self.prog} --help')")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):
+            raise PyprofError(f"{message} (see '{self.prog} --help')")
+
+    return Parser(**kw)
 
 
 def version_text() -> str:
@@ -58,142 +57,6 @@ def version_text() -> str:
 
 
 # ------------------------------------------------------------------ run
-def _run_parser() -> _Parser:
-    p = _Parser(
-        prog="pyprof",
-        usage="python -m pyprof [-o FILE] [-s SORT] [-m module | -c code | script] [args...]",
-        description="Profile a Python program (a drop-in for python -m cProfile). "
-                    "Other commands: 'pyprof convert FILE.cprof -o OUT', "
-                    "'pyprof view FILE.cprof [--view code|op|scope|graph|lines|memory]', "
-                    "'pyprof stats FILE...', 'pyprof merge A B -o ALL', "
-                    "'pyprof diff BEFORE AFTER' (each with --help).")
-    p.add_argument("-o", "--outfile", metavar="FILE",
-                   help="write the profile to FILE, in the format its name asks for: .cprof "
-                        "(capture), callgrind.out.* or .callgrind (callgrind), .txt (text "
-                        "tables), .collapsed or .folded (collapsed stacks), .speedscope.json, "
-                        ".pb.gz (pprof), .html (the HTML report), .flame.html (flame graph), "
-                        ".trace.json (Chrome/Perfetto trace, with --timeline or --memory), else "
-                        "pstats (default: print a table to stdout)")
-    p.add_argument("-s", "--sort", default="cumulative", metavar="SORT",
-                   help="sort key of the printed table, as pstats: "
-                        + ", ".join(SORT_KEYS) + " (default: cumulative)")
-    p.add_argument("-m", dest="module", action="store_true",
-                   help="profile a library module run as a script (like python -m)")
-    p.add_argument("-c", dest="code", action="store_true",
-                   help="profile the program passed as a string (like python -c)")
-    smp = p.add_argument_group("sampling (docs/sampling.md)")
-    smp.add_argument("--sample", action="store_true",
-                     help="statistical sampling instead of tracing: low overhead, stacks with "
-                          "lines, no call counts")
-    smp.add_argument("--rate", type=float, metavar="HZ",
-                     help="samples per second (default: 250 for --cpu, 100 for --wall)")
-    mode = smp.add_mutually_exclusive_group()
-    mode.add_argument("--cpu", action="store_true",
-                      help="sample the process's CPU time (the default): threads in proportion "
-                           "to the CPU they use")
-    mode.add_argument("--wall", action="store_true",
-                      help="sample every thread at the rate, running or not, labelled with its "
-                           "state (python, native, idle)")
-    smp.add_argument("--native", action="store_true",
-                     help="native (C) frames too, merged with the Python ones (needs libunwind)")
-    smp.add_argument("--dump-every", type=float, metavar="SECONDS", default=0.0,
-                     help="with a .cprof output, rewrite it every SECONDS while sampling")
-    smp.add_argument("--signal", metavar="NAME",
-                     help="with --sample: start and stop sampling each time the process "
-                          "receives this signal (e.g. USR2), instead of from the start")
-    mem = p.add_argument_group("memory (docs/memory.md)")
-    mem.add_argument("--memory", action="store_true",
-                     help="record the bytes allocated and freed per line and function (alone, "
-                          "or with -l, --sample or --functions)")
-    mem.add_argument("--memory-sample", metavar="BYTES", nargs="?", const="512k",
-                     help="with low overhead: record a random sample of the allocations, each "
-                          "byte picked with probability 1/BYTES (default 512k), estimates scaled "
-                          "up; implies --memory")
-    mem.add_argument("--memory-stacks", action="store_true",
-                     help="record each allocation's Python stack in exact mode too (for the "
-                          "memory flame graph; on by default with --memory-sample)")
-    mem.add_argument("--objects", action="store_true",
-                     help="at the end, the live objects by type: count and total size "
-                          "(pympler's summary; any mode)")
-    mem.add_argument("--functions", action="store_true",
-                     help="with --memory: also trace calls (time per function, and peak and "
-                          "residual bytes per function)")
-    lines = p.add_argument_group("line profiling (docs/lines.md)")
-    lines.add_argument("-l", "--lines", action="store_true",
-                       help="time every line of the functions decorated with @profile (the "
-                            "name needs no import under pyprof)")
-    lines.add_argument("--lines-of", action="append", default=[], metavar="PATTERN",
-                       help="time every line of: a module, module:function, "
-                            "module:Class.method, or a file glob (repeatable)")
-    lines.add_argument("--lines-all", action="store_true",
-                       help="time every line of the program's own files (its directory, not "
-                            "site-packages nor the standard library)")
-    lines.add_argument("--include", action="append", default=[], metavar="GLOB",
-                       help="with line profiling: also time the files matching GLOB")
-    lines.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                       help="with --lines-all/--include: not the files matching GLOB")
-    lines.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
-                       help="time unit of the line tables (default: us)")
-    lines.add_argument("--no-call-rows", action="store_true",
-                       help="line tables without the call rows under their lines")
-    lines.add_argument("--strict", action="store_true",
-                       help="exit with status 2 when a --lines-of pattern matched nothing "
-                            "(and the program itself succeeded)")
-    tl = p.add_argument_group("timeline (docs/timeline.md)")
-    tl.add_argument("--timeline", action="store_true",
-                    help="function mode (also --memory --functions): keep every call as an "
-                         "event with its start and duration, for a Chrome/Perfetto trace "
-                         "(-o FILE.trace.json, or 'pyprof convert FILE.cprof --format chrome')")
-    tl.add_argument("--min-duration", metavar="DURATION",
-                    help="with --timeline: keep only calls lasting at least DURATION (like "
-                         "10us or 1ms; the others are counted; default: all)")
-    tl.add_argument("--timeline-max-events", type=int, metavar="N",
-                    help=f"with --timeline: keep at most N events over all threads, 24 bytes "
-                         f"each (default {DEFAULT_MAX_EVENTS:,}); later calls are counted as "
-                         f"dropped")
-    p.add_argument("--no-builtins", action="store_true",
-                   help="record Python functions only, not C functions and methods (cheaper: "
-                        "on 3.11 it avoids the interpreter's tracing mode altogether)")
-    p.add_argument("--exact-builtins", action="store_true",
-                   help="3.12+: report C function calls at every call site, as cProfile "
-                        "(slower); by default a site whose first 64 calls all went to "
-                        "Python functions stops reporting calls")
-    p.add_argument("--flush-interval", type=float, default=10.0, metavar="SECONDS",
-                   help="with a .cprof outfile, rewrite it every SECONDS while the program "
-                        "runs so a crash leaves the last flush (0: only at the end; default 10)")
-    p.add_argument("--children", action="store_true",
-                   help="profile every Python child too (os.fork, multiprocessing, "
-                        "concurrent.futures, subprocess running Python): each writes "
-                        "NAME.PID.cprof next to the output, merged into it at the end, one "
-                        "process apart from the other (docs/children.md)")
-    # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
-    # text to the terminal width, splitting it over two lines.
-    p.add_argument("--version", action="store_true",
-                   help="print pyprof's version, Python, hook, clock and features, then exit")
-    return p
-
-
-_VALUE_OPTS = {"-o", "--outfile", "-s", "--sort", "--flush-interval", "--lines-of", "--include",
-               "--exclude", "--unit", "--rate", "--dump-every", "--signal", "--min-duration",
-               "--timeline-max-events"}
-
-
-def _split_argv(argv):
-    """pyprof's options end at the first positional argument (the target)."""
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return argv[:i], argv[i + 1:]
-        if not a.startswith("-") or a == "-":
-            break
-        if a == "--memory-sample":      # its value is optional: only a byte count is one
-            i += 2 if i + 1 < len(argv) and re.fullmatch(r"\d+[kKmMgG]?", argv[i + 1]) else 1
-            continue
-        i += 2 if a in _VALUE_OPTS else 1
-    return argv[:i], argv[i:]
-
-
 class _Target:
     """What to run, prepared before profiling starts so errors come first."""
 
@@ -222,6 +85,7 @@ class _Target:
             return compile(source, filename, "exec", dont_inherit=True)
         except SyntaxError as e:
             # The program's own error: shown as Python shows it, exit status 1.
+            import traceback
             traceback.print_exception(type(e), e, None)
             raise SystemExit(1)
 
@@ -245,8 +109,10 @@ class _Target:
         self.argv = [script] + args
         # What a direct run sets: a directory's __main__ is imported by spec.
         loader = importlib.machinery.SourceFileLoader("__main__", path)
-        spec = (importlib.util.spec_from_file_location("__main__", path, loader=loader)
-                if os.path.isdir(script) else None)
+        spec = None
+        if os.path.isdir(script):
+            from importlib.util import spec_from_file_location
+            spec = spec_from_file_location("__main__", path, loader=loader)
         self.globals.update(__file__=path, __cached__=None, __loader__=loader, __spec__=spec)
         self.code = self._compile(source, path)
 
@@ -269,7 +135,7 @@ class _Target:
 
     def install(self):
         """Make the program's world: its __main__ module, argv and path."""
-        main = types.ModuleType("__main__")
+        main = type(sys)("__main__")
         main.__dict__.update(self.globals)
         sys.modules["__main__"] = main
         sys.argv[:] = self.argv
@@ -283,45 +149,8 @@ class _Target:
             sys.path.append(self.path0)
 
 
-def _check_writable(path):
-    """Fail before the program starts if the output cannot be written."""
-    path = os.path.abspath(path)
-    if os.path.isdir(path):
-        raise PyprofError(f"cannot write {path}: it is a directory")
-    directory = os.path.dirname(path)
-    try:
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as e:
-        raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise PyprofError(f"cannot write {path}: Permission denied")
-
-
 def line_mode(opts) -> bool:
     return bool(opts.lines or opts.lines_of or opts.lines_all or opts.include)
-
-
-def profile_options(opts, program_dir) -> dict:
-    """The Profile arguments the run options ask for (the CLI's and %%cprof's)."""
-    lines = line_mode(opts)
-    modes = dict(mode="sample", rate=opts.rate, wall=opts.wall,
-                 native=opts.native) if opts.sample else {}
-    if opts.memory and not (opts.sample or lines or opts.functions):
-        modes = dict(mode="memory")
-    elif opts.memory:
-        modes["memory"] = True
-    if opts.memory:
-        modes["memory_sample"] = opts.memory_sample_bytes
-        if opts.memory_stacks:
-            modes["memory_stacks"] = True
-    if opts.timeline:
-        modes.update(timeline=True, timeline_min_duration=opts.min_duration_ns,
-                     timeline_max_events=opts.timeline_max_events)
-    return dict(builtins=not opts.no_builtins, exact_builtins=opts.exact_builtins, **modes,
-                lines=lines, lines_of=opts.lines_of,
-                lines_all=program_dir if opts.lines_all else None,
-                include=opts.include, exclude=opts.exclude)
 
 
 def write_tables(prof, opts, out, session=None) -> None:
@@ -347,9 +176,11 @@ class _Runner:
         interval = opts.dump_every if opts.sample and opts.dump_every else opts.flush_interval
         if opts.outfile and format_for_path(opts.outfile) == "cprof" and interval > 0:
             flush_to = os.path.abspath(opts.outfile)
-        self.line_mode = line_mode(opts)
-        self.prof = Profile(_warn=False, flush_to=flush_to, flush_interval=interval,
-                            **profile_options(opts, target.path0 or os.getcwd()))
+        self.line_mode = opts.line_mode
+        if opts.lines_all is True:          # the program's own files
+            opts.lines_all = target.path0 or os.getcwd()
+        self.prof = Profile(options=opts, flush_to=flush_to, flush_interval=interval,
+                            _warn=False)
         self.prof._objects_at_steps = opts.objects
         from . import mpi
         rank = mpi.detect()
@@ -357,11 +188,10 @@ class _Runner:
             self.prof.meta["mpi"] = rank
         self.outfile = os.path.abspath(opts.outfile) if opts.outfile else None
         self.children = None
-        if getattr(opts, "children", False):
+        if opts.children:
             from . import children
-            self.children = children.start(
-                self.prof, self.outfile, profile_options(opts, target.path0 or os.getcwd()),
-                interval)
+            self.children = children.start(self.prof, self.outfile, opts.profile_kwargs(),
+                                           interval)
 
     def finish(self):
         """Stop profiling and write or print the results (once, in this process)."""
@@ -417,7 +247,7 @@ class _Runner:
                 self.prof.disable()
             else:
                 self.prof.enable()
-        signal.signal(_signal_number(name), toggle)
+        signal.signal(signal_number(name), toggle)
 
     def _child_sigterm_default(self):
         try:
@@ -443,13 +273,17 @@ class _Runner:
         return status
 
     def _run(self) -> int:
+        # threading, imported by pyprof before the program ran as it always was:
+        # a program importing it would otherwise see the import in its profile
+        # under an exec() of its own (tests/test_cli.py, waiting for threads)
+        import threading  # noqa: F401
         globs = self.target.install()
         if self.prof.sampling:
             # stacks start at the program; the runner's own work is not sampled
             self.prof._set_sample_root(_Runner._run.__code__, self.target.code)
         if self.line_mode:
             import builtins
-            from .lines import profile
+            from .decorator import profile
             builtins.profile = profile      # kernprof's convention: @profile needs no import
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -500,14 +334,6 @@ class _Runner:
         return 0
 
 
-def _signal_number(name):
-    from .control import signal_number
-    num = signal_number(name)
-    if num is None:
-        raise PyprofError(f"--signal: {name!r} is not a signal pyprof can use (e.g. USR1, USR2)")
-    return num
-
-
 def _print_program_exception():
     """Show the program's traceback without pyprof's own frames."""
     etype, value, tb = sys.exc_info()
@@ -519,110 +345,19 @@ def _print_program_exception():
     sys.excepthook(etype, value, tb)
 
 
-def _byte_count(text, option):
-    """'4096', '512k', '4M', '1G' -> bytes; a clear error otherwise."""
-    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1:].lower(), 1)
-    digits = text[:-1] if scale > 1 else text
-    try:
-        value = int(digits) * scale
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise PyprofError(f"{option} takes a positive number of bytes (like 4096, 512k or "
-                          f"4M), not {text!r}")
-    return value
-
-
-def _check_timeline(opts):
-    """--timeline's options, after --memory's implications are settled."""
-    from .analysis.timeline import duration_ns
-    if not opts.timeline:
-        if opts.min_duration is not None or opts.timeline_max_events is not None:
-            raise PyprofError("--min-duration and --timeline-max-events go with --timeline")
-        return
-    if opts.sample or opts.lines or opts.lines_of or opts.lines_all or opts.include:
-        raise PyprofError("--timeline records function calls: it goes with function mode, not "
-                          "with --sample or line tracing (-l, --lines-of, --lines-all)")
-    if opts.memory and not opts.functions:
-        raise PyprofError("--timeline records function calls: with --memory, add --functions")
-    opts.min_duration_ns = duration_ns(opts.min_duration or 0, "--min-duration")
-    if opts.timeline_max_events is None:
-        opts.timeline_max_events = DEFAULT_MAX_EVENTS
-    if not 0 <= opts.timeline_max_events < 2**32:
-        raise PyprofError(f"--timeline-max-events must be in [0, 2**32), not "
-                          f"{opts.timeline_max_events}")
-
-
 def cmd_run(argv) -> int:
-    mine, rest = _split_argv(argv)
-    opts = _run_parser().parse_args(mine)
+    opts, rest = parse_run_args(argv)
     if opts.version:
         print(version_text())
         return 0
-    if opts.module and opts.code:
-        raise PyprofError("-m and -c cannot be used together")
     from . import mpi
     rank = mpi.detect()
     if rank is not None and opts.outfile:
         # one file per rank (docs/mpi.md), not every rank writing the same one
         opts.outfile = mpi.rank_path(opts.outfile, rank["rank"])
-    check_run_options(opts)
+    opts.check()
     target = _Target(opts, rest)
     return _Runner(opts, target).run()
-
-
-def check_run_options(opts) -> None:
-    """Refuse what does not combine, before the program starts (one line each);
-    fills in opts.memory_sample_bytes."""
-    if opts.sort not in SORT_KEYS:
-        raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
-    if opts.flush_interval < 0:
-        raise PyprofError("--flush-interval must be >= 0")
-    if opts.outfile:
-        _check_writable(opts.outfile)
-        fmt = format_for_path(opts.outfile)
-        if fmt in MEMORY_FORMATS and not (opts.memory or opts.memory_sample is not None):
-            raise PyprofError(f"{opts.outfile}: {fmt} shows memory: add --memory")
-        memory_only = (opts.memory or opts.memory_sample is not None) and not (
-            opts.sample or opts.functions or opts.lines or opts.lines_of or opts.lines_all)
-        if fmt in STACK_FORMATS and memory_only:
-            raise PyprofError(f"{opts.outfile}: {fmt} is made of call stacks, which memory "
-                              f"profiling alone does not record: add --functions or --sample "
-                              f"(or write .memory.html, the allocation flame graph)")
-        if fmt == "chrome" and not (opts.timeline or opts.memory
-                                    or opts.memory_sample is not None):
-            raise PyprofError(f"{opts.outfile}: a Chrome trace shows the timeline of calls or "
-                              f"the memory curve: add --timeline (or --memory)")
-    opts.memory_sample_bytes = 0
-    if opts.memory_sample is not None:
-        opts.memory = True
-        opts.memory_sample_bytes = _byte_count(opts.memory_sample, "--memory-sample")
-    if opts.memory_stacks:
-        opts.memory = True
-    if opts.functions and not opts.memory:
-        raise PyprofError("--functions goes with --memory (function mode is the default "
-                          "without it)")
-    if opts.functions and (opts.sample or opts.lines or opts.lines_of or opts.lines_all):
-        raise PyprofError("--functions combines --memory with function tracing, not with "
-                          "--sample or line tracing")
-    _check_timeline(opts)
-    if not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.native or opts.signal
-                            or opts.dump_every):
-        raise PyprofError("--rate, --cpu, --wall, --native, --signal and --dump-every go with "
-                          "--sample")
-    if opts.sample:
-        if opts.rate is not None and not 0 < opts.rate <= 100000:
-            raise PyprofError(f"--rate must be in (0, 100000] Hz, not {opts.rate:g}")
-        if opts.lines or opts.lines_of or opts.lines_all or opts.include:
-            raise PyprofError("--sample and line tracing (-l, --lines-of, --lines-all) do not "
-                              "combine: sampling already reports lines")
-        if opts.native and "libunwind" not in _cprof.FEATURES:
-            raise PyprofError("--native needs libunwind, which this build of pyprof lacks "
-                              "(install libunwind-dev, then reinstall pyprof)")
-        if opts.signal:
-            _signal_number(opts.signal)
-        if opts.dump_every < 0:
-            raise PyprofError("--dump-every must be >= 0")
 
 
 # ------------------------------------------------------------------ convert
@@ -647,7 +382,7 @@ def cmd_convert(argv) -> int:
         from .analysis.timeline import duration_ns
         min_ns = duration_ns(opts.min_duration, "--min-duration")
     session = Session.load(opts.input)
-    _check_writable(opts.output)
+    check_writable(opts.output)
     if fmt == "chrome":
         from .export import chrome
         chrome.write(session, opts.output, min_ns, report=sys.stderr)
@@ -711,8 +446,10 @@ def view_options(opts):
 
 def _seconds(text) -> float:
     """'1.5' (seconds), '250ms', '10us', '100ns' -> seconds."""
+    import re
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", text)
     if not m:
+        import argparse
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 1ms, 250us, 0.5)")
     scale = {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
     return float(m.group(1)) * scale
@@ -720,8 +457,9 @@ def _seconds(text) -> float:
 
 def _bytes_arg(text) -> int:
     try:
-        return _byte_count(text, "--min-bytes") if text != "0" else 0
+        return byte_count(text, "--min-bytes") if text != "0" else 0
     except PyprofError as e:
+        import argparse
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
@@ -749,9 +487,9 @@ def cmd_view(argv) -> int:
     vopts = view_options(opts)
     views.check_options(vopts)
     if opts.output:
-        _check_writable(opts.output)
+        check_writable(opts.output)
     session = Session.load(opts.input)
-    if opts.view or opts.view_format != "table" or _view_filters_given(opts):
+    if opts.view or opts.view_format != "table" or view_filters_given(opts):
         text = views.render(session, opts.view or "code", opts.view_format, vopts,
                             color=None if not opts.output else False)
         if opts.output:
@@ -791,13 +529,13 @@ def cmd_stats(argv) -> int:
     p.add_argument("--no-lines", action="store_true", help="functions only")
     opts = p.parse_args(argv)
     if opts.csv and opts.csv != "-":
-        _check_writable(opts.csv)
+        check_writable(opts.csv)
     select = [c.strip() for arg in opts.select for c in arg.split(",") if c.strip()]
     from .render import statstable
     return statstable.run(opts.inputs, opts.by, select or None, opts.csv, not opts.no_lines)
 
 
-def _view_filters_given(opts) -> bool:
+def view_filters_given(opts) -> bool:
     return bool(opts.select or opts.order_by or opts.min_time or opts.min_calls
                 or opts.min_bytes or opts.min_samples or opts.max_depth or opts.start
                 or opts.trim or opts.show or opts.hide or opts.account_displayed_only
@@ -842,7 +580,7 @@ def cmd_merge(argv) -> int:
     if format_for_path(opts.output) != "cprof":
         raise PyprofError(f"{opts.output}: the output of merge is a capture: name it *.cprof "
                           f"(then 'pyprof convert' it to other formats)")
-    _check_writable(opts.output)
+    check_writable(opts.output)
     merge_files(paths, force=opts.force).save(opts.output)
     return 0
 
@@ -885,7 +623,7 @@ def cmd_diff(argv) -> int:
         fmt = {".csv": "csv", ".json": "json"}.get(suffix, "table")
     for path in (opts.output, opts.flamegraph):
         if path:
-            _check_writable(path)
+            check_writable(path)
     from .model.session import Session
     before, after = Session.load(opts.before), Session.load(opts.after)
     result = diff.diff(before, after, by=opts.by, columns=opts.select,
@@ -909,8 +647,9 @@ def cmd_diff(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from . import control
-    control.uninstall()                         # this process's profiling is the CLI's
+    control = sys.modules.get("pyprof.control")
+    if control is not None:
+        control.uninstall()                     # this process's profiling is the CLI's
     try:
         if argv and argv[0] == "convert":
             return cmd_convert(argv[1:])

@@ -18,20 +18,6 @@ import threading
 _state = {"prof": None, "n": 0, "signum": None, "previous": None}
 
 
-def signal_number(name):
-    """The number of signal `name` (USR2, SIGUSR2, 12), or None if pyprof
-    cannot use it (KILL, STOP and PROF, which the sampler itself uses)."""
-    text = str(name).strip().upper()
-    if text.isdigit():
-        num = int(text)
-        text = signal.Signals(num).name if num in signal.Signals._value2member_map_ else ""
-    text = text if text.startswith("SIG") else "SIG" + text
-    num = getattr(signal, text, None)
-    if not isinstance(num, int) or text in ("SIGKILL", "SIGSTOP", "SIGPROF"):
-        return None
-    return num
-
-
 def _toggle(signum, frame):
     from .errors import PyprofError
     from .profiler import Profile
@@ -64,7 +50,8 @@ def install_from_environment():
     name = os.environ.get("PYPROF_SIGNAL")
     if not name or _state["signum"] is not None:
         return
-    num = signal_number(name)
+    from .options import usable_signal
+    num = usable_signal(name)
     if num is None:
         print(f"pyprof: PYPROF_SIGNAL={name!r} is not a signal pyprof can use "
               "(e.g. USR1, USR2); ignored", file=sys.stderr)

@@ -8,5 +8,10 @@ class PyprofError(Exception):
     """
 
 
+class OptionError(PyprofError, ValueError):
+    """A run option that is out of range or does not combine (options.py).
+    A ValueError too, as the C core's checks of the same options were."""
+
+
 REPLACED = ("the program replaced pyprof's SIGPROF handler or profiling timer while it was "
             "sampled: samples after that moment are missing")

@@ -1,8 +1,8 @@
-"""Line targets: what line mode traces, and the ``@profile`` decorator.
+"""Line targets: what line mode traces (the ``@profile`` decorator is decorator.py).
 
 A line target is a code object whose lines are timed. Targets come from:
 
-- ``@pyprof.profile`` (or ``Profile.add_function``): the decorated function's code,
+- ``@pyprof.profile`` (decorator.py; or ``Profile.add_function``): the decorated function's code,
   with the generator expressions, comprehensions and lambdas written inside it;
 - patterns (``--lines-of``): ``module``, ``module:function``, ``module:Class.method``,
   or a file glob;
@@ -15,14 +15,11 @@ decorated code is also pushed to running line profilers directly.
 """
 from __future__ import annotations
 
-import atexit
-import fnmatch
 import functools
 import os
 import sys
 import types
 
-from .errors import PyprofError
 
 # Code objects nested in a function whose lines are the function's own text.
 _ANONYMOUS = ("<genexpr>", "<listcomp>", "<setcomp>", "<dictcomp>", "<lambda>")
@@ -63,33 +60,15 @@ def _with_nested(code) -> list:
     return out
 
 
-def profile(func=None):
-    """Time every line of `func` (a function, method, classmethod, staticmethod,
-    property, generator, coroutine or async generator); returns `func` unchanged.
+_fnmatch = None
 
-    Under ``python -m pyprof -l`` the results go with the run's. In a plain
-    ``python script.py`` run, the first decorated function starts pyprof, and the
-    line tables are printed at exit (or written to the file named by the
-    ``PYPROF_OUTPUT`` environment variable: ``.cprof``, ``.prof``, ``.txt``,
-    ``.callgrind``). Decorating twice, or stacking with functools.wraps or
-    functools.lru_cache, works.
-    """
-    if func is None:
-        return profile
-    codes = code_objects(func)
-    if not codes:
-        raise TypeError(f"pyprof.profile: cannot line-profile a {type(func).__name__!s} "
-                        f"object ({func!r:.60}); decorate a function or method")
-    from . import _cprof
-    running = _cprof.active()
-    for code in codes:
-        DECORATED.add(code)
-        for prof in {running, _auto} - {None}:
-            if prof.lines:
-                prof._add_line_target(code)     # it may have met this code already
-    if running is None:
-        _start_at_exit_reporting()
-    return func
+
+def _load_fnmatch():
+    """fnmatch imports re (~7 ms): loaded only when there are globs to match."""
+    global _fnmatch
+    if _fnmatch is None:
+        from fnmatch import fnmatch
+        _fnmatch = fnmatch
 
 
 class Targets:
@@ -102,6 +81,8 @@ class Targets:
         self.include = list(include)
         self.exclude = list(exclude)
         self._skip = _library_dirs()
+        if self.patterns or self.include or self.exclude:
+            _load_fnmatch()             # now, not in the filter while the program runs
 
     def __call__(self, code) -> bool:
         if self.decorated and code in DECORATED:
@@ -116,9 +97,9 @@ class Targets:
             return True
         if self.all_dir is None and not self.include:
             return False
-        if any(fnmatch.fnmatch(file, g) for g in self.exclude):
+        if any(_fnmatch(file, g) for g in self.exclude):
             return False
-        if any(fnmatch.fnmatch(file, g) for g in self.include):
+        if any(_fnmatch(file, g) for g in self.include):
             return True
         if self.all_dir is None or not file.startswith(self.all_dir + os.sep):
             return False
@@ -155,7 +136,7 @@ class _Pattern:
 
     def matches(self, code) -> bool:
         if self.glob is not None:
-            return fnmatch.fnmatch(code.co_filename, self.glob)
+            return _fnmatch(code.co_filename, self.glob)
         if code.co_filename != self.file:
             return False
         if self.qualname is None:
@@ -183,46 +164,3 @@ def _library_dirs():
     paths = sysconfig.get_paths()
     dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return tuple(os.path.abspath(d) + os.sep for d in dirs if d)
-
-
-# ------------------------------------------------------------------ plain runs
-_auto = None
-_auto_tried = False
-
-
-def _start_at_exit_reporting():
-    """A plain ``python script.py`` run: start a line profiler at the first
-    decoration and report at exit. (Under ``python -m pyprof`` the CLI's profiler
-    is already running; with -l it takes the decorated code.)"""
-    global _auto, _auto_tried
-    if _auto_tried:
-        return
-    _auto_tried = True
-    from .profiler import Profile
-    _auto = Profile(lines=True)
-    _auto._set_background(True)         # explicit profilers take precedence
-    try:
-        _auto.enable()
-    except (ValueError, RuntimeError) as e:   # another tool holds the hooks
-        print(f"pyprof: @profile cannot start: {e}", file=sys.stderr)
-        _auto = None
-        return
-    atexit.register(_report_at_exit)
-
-
-def _report_at_exit():
-    global _auto
-    prof, _auto = _auto, None
-    if prof is None:
-        return
-    prof.disable()
-    out = os.environ.get("PYPROF_OUTPUT")
-    try:
-        if out:
-            prof.dump(out)
-        else:
-            from .render import linetable
-            linetable.write_text(prof.session(), sys.stdout)
-    except PyprofError as e:
-        print(f"pyprof: error: {e}", file=sys.stderr)
-

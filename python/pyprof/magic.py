@@ -29,8 +29,8 @@ _NOT_FOR_CELLS = ("module", "code", "signal", "dump_every", "version", "strict")
 
 def _parser():
     from . import cli
-    p = cli._run_parser()
-    p.prog = "%%cprof"
+    from .options import run_parser
+    p = run_parser(prog="%%cprof")
     p.usage = USAGE
     p.description = ("Profile a notebook cell (%%cprof) or one statement (%cprof) with "
                      "pyprof; the options are the command line's (docs/cli.md).")
@@ -41,11 +41,13 @@ def _parser():
 
 
 def parse(line: str, cell: str | None):
-    """(options, code to run). Raises PyprofError with the reason."""
-    from . import cli
+    """(options, code to run): the parsed arguments, with the run options
+    checked in ``options.run`` (a RunOptions). Raises PyprofError with the reason."""
+    from .options import RunOptions, split_argv
+    parser = _parser()
     if cell is None:                            # %cprof [options] statement
         tokens = [m for m in re.finditer(r"\S+", line)]
-        mine, _ = cli._split_argv([m.group() for m in tokens])
+        mine, _ = split_argv(parser, [m.group() for m in tokens])
         code = line[tokens[len(mine)].start():] if len(mine) < len(tokens) else ""
         args = mine
     else:
@@ -55,13 +57,13 @@ def parse(line: str, cell: str | None):
             raise PyprofError(f"cannot read the options: {e}") from None
         code = cell
     try:
-        opts = _parser().parse_args(args)
+        opts = parser.parse_args(args)
     except SystemExit:                          # --help printed its text
         return None, None
     given = [o for o in _NOT_FOR_CELLS if getattr(opts, o, None)]
     if given:
         raise PyprofError(f"--{given[0].replace('_', '-')} is not for %%cprof")
-    cli.check_run_options(opts)
+    opts.run = RunOptions.from_args(opts).check()
     return opts, code
 
 
@@ -96,11 +98,11 @@ class CprofResult:
 
 def _tables(session, prof, opts) -> str:
     from . import cli, views
-    if opts.view or cli._view_filters_given(opts) or opts.view_format != "table":
+    if opts.view or cli.view_filters_given(opts) or opts.view_format != "table":
         return views.render(session, opts.view or "code", opts.view_format,
                             cli.view_options(opts), color=False)
     buf = io.StringIO()
-    cli.write_tables(prof, opts, buf, session)
+    cli.write_tables(prof, opts.run, buf, session)
     return buf.getvalue()
 
 
@@ -123,12 +125,15 @@ def _line_targets(shell, patterns):
 
 
 def run(shell, opts, code) -> CprofResult:
-    from . import cli
     from .profiler import Profile
-    functions, opts.lines_of = _line_targets(shell, opts.lines_of)
-    if functions:
-        opts.lines = True
-    prof = Profile(_warn=False, **cli.profile_options(opts, os.getcwd()))
+    run_opts = opts.run
+    functions, patterns = _line_targets(shell, run_opts.lines_of)
+    # the notebook's functions are given to the profiler itself
+    run_opts = run_opts.copy(lines_of=patterns, lines=run_opts.lines or bool(functions))
+    if run_opts.lines_all is True:              # the notebook's directory
+        run_opts.lines_all = os.getcwd()
+    opts.run = run_opts
+    prof = Profile(options=run_opts, _warn=False)
     for fn in functions:
         prof.add_function(fn)
     original = shell.run_code
@@ -169,8 +174,8 @@ def run(shell, opts, code) -> CprofResult:
                                                                None)
     session = prof.session()
     session.drop_threads([i for i, t in session.threads.items() if t.ident in kernel_threads])
-    if opts.outfile:
-        prof.dump(opts.outfile)
+    if run_opts.outfile:
+        prof.dump(run_opts.outfile)
     return CprofResult(prof, session, opts, error)
 
 

@@ -6,27 +6,30 @@ writes a .cprof capture (or pstats, by file suffix).
 """
 from __future__ import annotations
 
-import functools
-import json
 import os
-import threading
-from collections import namedtuple
+import sys
 
 from . import _cprof
-from . import lines as lines_mod
-from ._meta import process_meta
+from ._meta import json_text, process_meta
 from .errors import PyprofError
-from .export import export, format_for_path
-from .export import pstats as pstats_export
-from .model.session import Session
-from .steps import StepRecorder
-from .analysis.timeline import DEFAULT_MAX_EVENTS, duration_ns
+from .options import DEFAULT_MAX_EVENTS, RunOptions
 
-# The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry).
-profiler_entry = namedtuple(
-    "profiler_entry", "code callcount reccallcount totaltime inlinetime calls")
-profiler_subentry = namedtuple(
-    "profiler_subentry", "code callcount reccallcount totaltime inlinetime")
+# Imported where used, so that a run writing a .cprof capture loads neither the
+# data model nor the exporters (start-up: docs/cli.md): lines, session, steps,
+# export, threading, json.
+
+_SHAPES = []
+
+
+def _entry_shapes():
+    """The shapes cProfile's getstats() returns (_lsprof.profiler_entry/subentry)."""
+    if not _SHAPES:
+        from collections import namedtuple
+        _SHAPES.append(namedtuple(
+            "profiler_entry", "code callcount reccallcount totaltime inlinetime calls"))
+        _SHAPES.append(namedtuple(
+            "profiler_subentry", "code callcount reccallcount totaltime inlinetime"))
+    return _SHAPES
 
 
 class Profile(_cprof.Profiler):
@@ -61,6 +64,11 @@ class Profile(_cprof.Profiler):
     ``"10us"``; default 0: all) as (thread, function, start, duration), at most
     ``timeline_max_events`` of them over all threads (24 bytes each); the calls
     left out are counted. ``dump("x.trace.json")`` writes a Chrome/Perfetto trace.
+
+    ``options``: a :class:`pyprof.options.RunOptions` instead of the keywords
+    (the command line's and %%cprof's); ``run_options`` is the one in use.
+    Options out of range or that do not combine raise OptionError (a
+    PyprofError and a ValueError), with one message each (options.py).
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
@@ -69,47 +77,59 @@ class Profile(_cprof.Profiler):
                  mode="trace", rate=None, wall=False, native=False, memory=False,
                  memory_sample=0, memory_stacks=None, paths=True, timeline=False,
                  timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
-                 _warn=True):
-        super().__init__(timer, timeunit, subcalls, builtins, exact_builtins=exact_builtins,
-                         mode=mode, rate=float(rate or 0.0), wall=wall, native=native,
-                         memory=memory, memory_sample=int(memory_sample or 0),
-                         memory_stacks=-1 if memory_stacks is None else int(bool(memory_stacks)),
-                         paths=paths)
+                 options=None, _warn=True):
+        # one RunOptions, checked once (options.py); what the C core, the line
+        # targets, the timeline and the children get comes from it. `options`:
+        # a RunOptions given instead of the keywords (the command line, %%cprof).
+        opts = options if options is not None else RunOptions.from_profile(
+            builtins=builtins, exact_builtins=exact_builtins, lines=lines, lines_of=lines_of,
+            lines_all=lines_all, include=include, exclude=exclude, mode=mode, rate=rate,
+            wall=wall, native=native, memory=memory, memory_sample=memory_sample,
+            memory_stacks=memory_stacks, paths=paths, timeline=timeline,
+            timeline_min_duration=timeline_min_duration,
+            timeline_max_events=timeline_max_events, children=children,
+            flush_interval=flush_interval)
+        opts.check()
+        kw = opts.profile_kwargs()
+        super().__init__(timer, timeunit, subcalls, kw["builtins"],
+                         exact_builtins=kw["exact_builtins"], mode=kw["mode"],
+                         rate=float(kw["rate"] or 0.0), wall=kw["wall"], native=kw["native"],
+                         memory=kw["memory"], memory_sample=kw["memory_sample"],
+                         memory_stacks=-1 if kw["memory_stacks"] is None
+                         else int(bool(kw["memory_stacks"])),
+                         paths=kw["paths"])
+        self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes
         # from the first enable (docs/children.md); they get these arguments.
         self._children_opt = children
         self._children = None
-        self._child_kwargs = dict(
-            builtins=builtins, exact_builtins=exact_builtins, lines=lines,
-            lines_of=list(lines_of), lines_all=lines_all, include=list(include),
-            exclude=list(exclude), mode=mode, rate=rate, wall=wall, native=native,
-            memory=memory, memory_sample=memory_sample, memory_stacks=memory_stacks,
-            paths=paths, timeline=timeline, timeline_min_duration=timeline_min_duration,
-            timeline_max_events=timeline_max_events)
+        self._child_kwargs = kw
         self._child_flush = float(flush_interval or 0.0)
-        self._step_recorder = StepRecorder(self)    # pyprof.step() (steps.py)
+        self._steps = None              # pyprof.step()'s recorder, made at the first step
         self._objects_at_steps = False
         self._objects_steps = []
         self._thread_names = {}
         self.meta = {}
         self.stats = {}
         self.line_targets = None
-        if lines or lines_of or lines_all or include:
-            self.line_targets = lines_mod.Targets(lines_of, lines_all, include, exclude)
+        if opts.line_mode:
+            from . import lines as lines_mod
+            self.line_targets = lines_mod.Targets(kw["lines_of"], kw["lines_all"],
+                                                  kw["include"], kw["exclude"])
             self._set_lines(self.line_targets)
-        if timeline:
-            if self.line_targets is not None or mode != "trace":
-                raise PyprofError("timeline=True records function calls: it goes with function "
-                                  "mode (also with memory=True), not line mode, mode='sample' "
-                                  "or mode='memory'")
-            max_events = int(timeline_max_events)
-            if not 0 <= max_events <= 0xFFFFFFFF:
-                raise PyprofError(f"timeline_max_events must be in [0, 2**32), not {max_events}")
-            self._set_timeline(duration_ns(timeline_min_duration), max_events)
+        if opts.timeline:
+            self._set_timeline(opts.timeline_min_duration, opts.timeline_max_events)
         if flush_to is not None:
             self._refresh_meta()
             self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
+
+    @property
+    def _step_recorder(self):
+        if self._steps is None:
+            from .steps import StepRecorder
+            self._steps = StepRecorder(self)
+        return self._steps
 
     def enable(self, *args, **kw):
         if self.memory:
@@ -131,6 +151,7 @@ class Profile(_cprof.Profiler):
 
     def dump_stats(self, file):
         """Write pstats (marshal) to `file`, as cProfile does."""
+        from .export import pstats as pstats_export
         self.create_stats()
         pstats_export.write_dict(self.stats, file)
 
@@ -139,10 +160,12 @@ class Profile(_cprof.Profiler):
         self.snapshot_stats()
 
     def snapshot_stats(self):
+        from .export import pstats as pstats_export
         self.stats = pstats_export.to_dict(self.session())
 
     def getstats(self):
         """Entries shaped like cProfile's: code is a code object, or a name for C functions."""
+        profiler_entry, profiler_subentry = _entry_shapes()
         session = self._session(include_open=False)
         objs = self._function_objects()
         sec = session.seconds
@@ -178,6 +201,8 @@ class Profile(_cprof.Profiler):
     def __call__(self, func):
         """As a decorator: every call of `func` runs profiled (calls made while
         the profiler is already enabled just run)."""
+        import functools
+
         @functools.wraps(func)
         def profiled(*args, **kw):
             if self.enabled:
@@ -187,7 +212,8 @@ class Profile(_cprof.Profiler):
 
     def clear(self):
         super().clear()
-        self._step_recorder.clear()
+        if self._steps is not None:
+            self._steps.clear()
 
     def __enter__(self):
         self.enable()
@@ -195,13 +221,15 @@ class Profile(_cprof.Profiler):
 
     def __exit__(self, *exc_info):
         self.disable()
-        self._step_recorder.close()     # a step open when profiling stops ends there
+        if self._steps is not None:
+            self._steps.close()         # a step open when profiling stops ends there
 
     # -------------------------------------------------------- pyprof API
     def add_function(self, func):
         """Line mode: time every line of `func` (as ``@pyprof.profile``)."""
         if not self.lines:
             raise PyprofError("add_function needs line mode: Profile(lines=True)")
+        from . import lines as lines_mod
         codes = lines_mod.code_objects(func)
         if not codes:
             raise TypeError(f"cannot line-profile a {type(func).__name__} object")
@@ -209,7 +237,7 @@ class Profile(_cprof.Profiler):
             self._add_line_target(code)
         return func
 
-    def session(self) -> Session:
+    def session(self):
         """Everything collected so far as a Session (calls still open count as ending now).
         With ``children``: merged with the captures the children have written."""
         session = self._session(include_open=True)
@@ -222,12 +250,14 @@ class Profile(_cprof.Profiler):
         """Disable, then write `path` in the format its name asks for: a .cprof
         capture, callgrind (``callgrind.out.*``, ``.callgrind``), line tables
         (``.txt``), else pstats."""
+        from .export import export, format_for_path
         self.disable()
-        self._step_recorder.close()
+        if self._steps is not None:
+            self._steps.close()
         fmt = format_for_path(path)
         if self._children is not None and os.getpid() == self._children["root_pid"]:
             export(self.session(), fmt, path)       # merged with the children's
-        elif fmt == "cprof" and self.sampling:
+        elif fmt == "cprof" and self.sampling and self.run_options.native:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
             self._refresh_meta()
@@ -242,9 +272,11 @@ class Profile(_cprof.Profiler):
 
     # -------------------------------------------------------- internals
     def _session(self, include_open):
+        from .model.session import Session
         self._refresh_meta()
         session = Session.from_blob(self.snapshot(include_open))
-        running = self._step_recorder.running()     # the step running now, up to now
+        # the step running now, up to now
+        running = self._steps.running() if self._steps is not None else None
         if running is not None:
             running.data.adopt(session)
             session.steps.append(running)
@@ -253,7 +285,8 @@ class Profile(_cprof.Profiler):
         return session
 
     def _refresh_meta(self):
-        for t in threading.enumerate():
+        threading = sys.modules.get("threading")   # no threads of its making without it
+        for t in threading.enumerate() if threading is not None else ():
             if t.ident is not None:
                 self._thread_names[str(t.ident)] = t.name
         modes = (["sample"] if self.sampling else
@@ -263,16 +296,16 @@ class Profile(_cprof.Profiler):
         if self.memory:
             from . import _numpy
             meta["numpy_buffers"] = _numpy.status()
-        if self._step_recorder.markers:
-            meta["steps"] = list(self._step_recorder.markers)
-        if self._step_recorder.dropped:
-            meta["steps_dropped"] = self._step_recorder.dropped
+        if self._steps is not None and self._steps.markers:
+            meta["steps"] = list(self._steps.markers)
+        if self._steps is not None and self._steps.dropped:
+            meta["steps_dropped"] = self._steps.dropped
         if self._objects_steps:
             meta["objects_steps"] = list(self._objects_steps)
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)
-        self.set_meta(json.dumps(meta, default=str).encode())
+        self.set_meta(json_text(meta).encode())     # json.dumps(meta, default=str)
 
 
 def _name_native_frames(session):

@@ -19,8 +19,9 @@ from __future__ import annotations
 import time
 
 from . import _cprof
-from .model import codec
-from .model.session import Session, Step
+
+# The data model (session) is imported at the first mark, not here: pyprof.step
+# resolves at the program's first use (pyprof/__init__.py), inside its run.
 
 
 # The counters of every step are held in memory until the capture is written:
@@ -79,6 +80,7 @@ class StepRecorder:
             self._record(self.prof._step_counters(), _now(self.prof))
 
     def _record(self, counters: bytes, t) -> None:
+        from .model import codec
         index, name, start = self.open
         self.open = None
         rec = codec.step_record(index, name, start, t, counters)
@@ -92,6 +94,7 @@ class StepRecorder:
         """The open step as a Step up to now (for a live Session), or None."""
         if self.open is None:
             return None
+        from .model.session import Session, Step
         index, name, start = self.open
         data = Session.from_blob(self.prof._step_counters(peek=True))
         return Step(index, name, start, _now(self.prof), data)

@@ -46,13 +46,19 @@ def _load_children():
     return sys.modules["pyprof.children"]
 
 
+def _full_profile(kwargs):
+    """The modes a lean child profiler does not cover: the package's Profile."""
+    from pyprof.profiler import Profile
+    return Profile(_warn=False, **kwargs)
+
+
 if os.environ.get("PYPROF_CHILDREN"):
     try:
         _children = _load_children()
     except ImportError:             # another interpreter, without pyprof: run unprofiled
         _children = None
     if _children is not None:
-        _children.start_from_environment()
+        _children.start_from_environment(_full_profile)
 
 # The program's own sitecustomize, found further on the path. This module
 # stays in sys.modules under the name if there is none (importlib expects it).

@@ -2,11 +2,8 @@
 (docs/timeline.md): durations with units, and thinning events by duration."""
 from __future__ import annotations
 
-import re
-
 from ..errors import PyprofError
 
-DEFAULT_MAX_EVENTS = 1_000_000          # 24 bytes each: about 24 MB
 _UNITS = {"ns": 1, "us": 1_000, "\u00b5s": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
@@ -18,6 +15,7 @@ def duration_ns(value, option="timeline_min_duration") -> int:
     if isinstance(value, int):
         ns = value
     else:
+        import re                       # not at import: the run's start-up (options.py)
         text = str(value).strip()
         m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|\u00b5s|ms|s)?", text)
         if m is None or (m.group(2) is None and float(m.group(1)) != 0):
