@@ -291,10 +291,10 @@ def test_import_pyprof_is_light():
     before = _loaded(show, "-")
     after = _loaded("import pyprof\n" + show, "-")
     assert not (after - before) & set(HEAVY), sorted((after - before) & set(HEAVY))
-    assert "pyprof.session" not in after and "pyprof.profiler" not in after
+    assert "pyprof.model.session" not in after and "pyprof.profiler" not in after
     # the names still resolve, on first use
     after = _loaded("import pyprof\npyprof.Profile, pyprof.Session, pyprof.load\n" + show, "-")
-    assert "pyprof.session" in after and "pyprof.profiler" in after
+    assert "pyprof.model.session" in after and "pyprof.profiler" in after
 
 
 @pytest.mark.parametrize("mode", [[], ["--sample"]])
@@ -309,7 +309,7 @@ def test_writing_a_capture_loads_no_data_model(tmp_path, mode):
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     loaded = set(r.stdout.split())
-    assert "pyprof.session" not in loaded and "pyprof.export.pstats" not in loaded
+    assert "pyprof.model.session" not in loaded and "pyprof.export.pstats" not in loaded
     assert not loaded & {"dataclasses", "inspect", "pstats", "json", "tempfile"}, loaded
     s = pyprof.Session.load(tmp_path / "x.cprof")
     assert s.meta["modes"] == (["sample"] if mode else ["function"])
