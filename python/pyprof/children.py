@@ -150,7 +150,7 @@ def start_from_environment(full_profile):
         cprof = sys.modules.get("pyprof._cprof")
         if cprof is None:
             from . import _cprof as cprof
-        if config.get("ns_per_tick"):   # the parent's TSC calibration: no 20 ms wait at exit
+        if config.get("ns_per_tick"):   # the parent's TSC calibration: no wait at exit
             cprof._set_ns_per_tick(float(config["ns_per_tick"]))
         prof = _lean_profiler(config["profile"])
         if prof is None:

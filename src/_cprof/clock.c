@@ -51,6 +51,24 @@ static int kernel_trusts_tsc(void)
 #endif
 }
 
+/* The two clocks read at one instant: the monotonic clock between two tick
+ * reads, the tightest of a few tries (a preemption between the reads of a pair
+ * would otherwise shift the calibration by the time it lasted). */
+static void read_pair(int64_t *ns, int64_t *tick)
+{
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        int64_t a = pp_clock_now();
+        int64_t n = pp_clock_monotonic_ns();
+        int64_t b = pp_clock_now();
+        if (b - a < best) {
+            best = b - a;
+            *ns = n;
+            *tick = a + (b - a) / 2;
+        }
+    }
+}
+
 void pp_clock_init(void)
 {
     if (initialised)
@@ -62,8 +80,7 @@ void pp_clock_init(void)
     else
         pp_clock_kind = kernel_trusts_tsc() ? PP_CLOCK_TSC : PP_CLOCK_MONOTONIC;
 
-    cal_ns0 = pp_clock_monotonic_ns();
-    cal_tick0 = pp_clock_now();
+    read_pair(&cal_ns0, &cal_tick0);
 
     /* Cost of one read: best of 5 batches of 2000 back-to-back reads. */
     double best = 1e9;
@@ -92,7 +109,7 @@ double pp_clock_read_cost_ns(void)
 
 /* A calibration given by another process of the same host (a child of a
  * profiled parent: the TSC is the same counter), used instead of waiting for
- * 20 ms of this process's own span. 0: none. */
+ * 2 ms of this process's own span. 0: none. */
 static double given_ns_per_tick;
 
 void pp_clock_set_ns_per_tick(double ns_per_tick)
@@ -106,15 +123,16 @@ double pp_clock_ns_per_tick(void)
         return 1.0;
     if (given_ns_per_tick > 0)
         return given_ns_per_tick;
+    /* Both ends are read as tight pairs (tens of ns apart), so 2 ms of span
+     * puts the ratio within ~1e-4; a short run waits for at most that. */
     int64_t ns = pp_clock_monotonic_ns() - cal_ns0;
-    const int64_t min_span = 20 * 1000 * 1000;
+    const int64_t min_span = 2 * 1000 * 1000;
     if (ns < min_span) {
         struct timespec req = {0, (long)(min_span - ns)};
         nanosleep(&req, NULL);
     }
-    /* Read the pair tightly so the two clocks see the same instant. */
-    int64_t ns1 = pp_clock_monotonic_ns();
-    int64_t t1 = pp_clock_now();
+    int64_t ns1, t1;
+    read_pair(&ns1, &t1);
     int64_t dt = t1 - cal_tick0;
     if (dt <= 0)
         return 1.0;

@@ -22,7 +22,7 @@ extern int pp_clock_kind;               /* chosen once by pp_clock_init() */
 
 void pp_clock_init(void);               /* idempotent; GIL held */
 const char *pp_clock_name(void);
-double pp_clock_ns_per_tick(void);      /* calibrated; may sleep <=20 ms the first time */
+double pp_clock_ns_per_tick(void);      /* calibrated; may sleep <=2 ms the first time */
 /* Use this calibration (from the parent process, same host) from now on. */
 void pp_clock_set_ns_per_tick(double ns_per_tick);
 double pp_clock_read_cost_ns(void);     /* measured at init */
