@@ -7,7 +7,6 @@ AddressSanitizer + UBSan (used by `make asan`).
 import os
 import sys
 from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
 
 
 def header_exists(name):
@@ -39,12 +38,6 @@ if os.environ.get("PYPROF_WERROR") == "1":
     extra_compile_args.append("-Werror")
 
 
-class BuildExt(build_ext):
-    def build_extensions(self):
-        # distutils adds -g -O3 -Wall from Python's own build; keep ours last.
-        super().build_extensions()
-
-
 if not os.path.exists(os.path.join("src", "_cprof", "module.c")):
     sys.exit("pyprof: run setup.py from the repository root")
 
@@ -59,5 +52,4 @@ setup(
         extra_compile_args=extra_compile_args,
         extra_link_args=extra_link_args,
     )],
-    cmdclass={"build_ext": BuildExt},
 )

@@ -794,11 +794,6 @@ static void atfork_child(void)
     atomic_store(&S.paused, 0);
 }
 
-int pp_sampler_active(void)
-{
-    return atomic_load(&S.active);
-}
-
 int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
 {
     static int atfork_done;

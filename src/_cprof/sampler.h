@@ -88,7 +88,6 @@ void pp_sampler_get_info(pp_sampler_info *out);
 #define PP_REPLACED_MESSAGE \
     "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
     "sampled: samples after that moment are missing"
-int pp_sampler_active(void);
 
 int pp_samples_init(pp_samples *s);
 void pp_samples_free(pp_samples *s);

@@ -2,7 +2,7 @@
  *
  * Owns: the Profiler object's state, the per-thread records (tables + shadow
  * stack) and the interpreter hooks: sys.monitoring callbacks on 3.12+ and the
- * legacy C profile hook on 3.11 (see DESIGN.md section 3). The registry maps a
+ * legacy C profile hook on 3.11 (docs/architecture.md: hooks per version). The registry maps a
  * key (code object or PyMethodDef pointer) to a profile-wide function id and
  * holds a strong reference to what names it.
  * Never: Python-level code on the event path (the user timer excepted, as in
