@@ -17,8 +17,10 @@ def header_exists(name):
 
 
 sources = [os.path.join("src", "_cprof", f) for f in (
-    "module.c", "clock.c", "table.c", "stack.c", "tracer.c",
-    "capture.c", "unwind.c", "frames.c", "sampler.c", "memory.c", "termguard.c")]
+    "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "termguard.c",
+    "threads.c", "registry.c",
+    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "sampler.c", "memory.c",
+    "capture.c", "profiler.c", "module.c")]
 
 define_macros = []
 libraries = ["z", "m"]

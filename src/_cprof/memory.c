@@ -37,7 +37,6 @@ static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
 static int installed;
 static _Atomic int recording;
-__thread int pp_mem_self __attribute__((tls_model("initial-exec")));
 
 /* ---------------------------------------------------------------- lock */
 
@@ -388,7 +387,7 @@ static void note_alloc(void *ptr, size_t size)
     }
     else
         attached = pp_frames_current(&code, &offset);
-    if (attached && pp_tracer_self_paused())
+    if (attached && pp_threads_self_paused())
         return;                     /* the CLI runner's own work (waiting for threads) */
     if (attached)
         kind = PP_MEM_LINE;
@@ -429,7 +428,7 @@ static void note_alloc(void *ptr, size_t size)
     }
     unlock_tables();
     if (kind == PP_MEM_LINE)
-        pp_tracer_mem_delta((int64_t)size);
+        pp_threads_mem_delta((int64_t)size);
 }
 
 /* Takes the block out of the table; 1 if it was there (*b filled). */
@@ -473,7 +472,7 @@ static void charge_free(const block *b)
     lock_tables();
     charge_locked(b);
     unlock_tables();
-    pp_tracer_mem_delta(-(int64_t)b->size);
+    pp_threads_mem_delta(-(int64_t)b->size);
 }
 
 /* A block freed (taken out and charged under one lock). */
@@ -491,7 +490,7 @@ static void release_block(void *ptr)
         totals.unknown_frees++;
     unlock_tables();
     if (had)
-        pp_tracer_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size);
 }
 
 static void put_back(void *ptr, const block *b)
@@ -519,7 +518,7 @@ void pp_memory_forget(PyObject *obj)
     }
     unlock_tables();
     if (had)
-        pp_tracer_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size);
 }
 
 /* ---------------------------------------------------------------- hooks */
@@ -952,7 +951,7 @@ static pp_mempoint *resolve_curve(const pp_memrow *rows, uint32_t nrows, uint32_
     return out;
 }
 
-pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n)
+pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n)
 {
     pp_memrow *rows;
     uint32_t nrows;
@@ -966,7 +965,7 @@ pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n)
 
 /* ------------------------------------------------------------ control */
 
-int pp_memory_start(pp_profiler *p)
+int pp_memory_start(pp_memstate *p)
 {
     if (!installed)
         install();                 /* once: allocators found later are above ours */
@@ -982,9 +981,10 @@ int pp_memory_start(pp_profiler *p)
             PyMem_SetAllocator(domain_id[d], &ours[d]);
         }
     }
+    pp_mem_forget_hook = pp_memory_forget;
     pp_memory_clear();
-    sample_every = p->memory_sample;
-    with_stacks = p->memory_stacks;
+    sample_every = p->sample;
+    with_stacks = p->stacks;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     curve_start();
@@ -1029,7 +1029,7 @@ static void keep_curve(struct pp_memdata *m, const pp_memrow *rows, uint32_t n)
 
 /* This run's stacks after the earlier runs'; its rows are made to point there
  * (or to none, out of memory). */
-static void keep_stacks(pp_profiler *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
+static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
 {
     pp_memstacks st, *ms = &m->stacks;
     int ok = pp_memory_stacks(p, &st) == 0;
@@ -1064,7 +1064,7 @@ static void keep_stacks(pp_profiler *p, struct pp_memdata *m, pp_memrow *rows, u
     }
 }
 
-int pp_memory_stop(pp_profiler *p)
+int pp_memory_stop(pp_memstate *p)
 {
     curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
@@ -1078,10 +1078,10 @@ int pp_memory_stop(pp_profiler *p)
     int rc = pp_memory_rows(p, &rows, &n, &info);
     if (rc == 0) {
         /* kept with the profiler, added to its earlier runs */
-        struct pp_memdata *m = p->mem ? p->mem : calloc(1, sizeof *m);
+        struct pp_memdata *m = p->data ? p->data : calloc(1, sizeof *m);
         pp_memrow *all = m ? realloc(m->rows, ((size_t)m->nrows + n + 1) * sizeof *all) : NULL;
         if (all == NULL) {
-            if (m != p->mem)
+            if (m != p->data)
                 free(m);
             free(rows);
             PyErr_NoMemory();
@@ -1095,7 +1095,7 @@ int pp_memory_stop(pp_profiler *p)
             m->rows = all;
             m->nrows += n;
             pp_meminfo_add(&m->info, &info);
-            p->mem = m;
+            p->data = m;
         }
     }
     pp_memory_clear();                  /* drops the code objects: p's registry keeps them */
@@ -1107,7 +1107,7 @@ int pp_memory_recording(void)
     return atomic_load(&recording);
 }
 
-int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *info)
+int pp_memory_rows(pp_memstate *p, pp_memrow **out, uint32_t *nout, pp_meminfo *info)
 {
     uint32_t n;
     pp_memsite *s = pp_memory_sites(&n, info);
@@ -1122,7 +1122,7 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
         uint32_t fid = PP_NONE, line = 0;
         if (s[i].code) {
             PyObject *code = (PyObject *)s[i].code;
-            fid = pp_tracer_register_code(p, code);
+            fid = pp_registry_code(p->reg, code);
             int l = s[i].offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
@@ -1146,7 +1146,7 @@ void pp_memstacks_free(pp_memstacks *s)
     memset(s, 0, sizeof *s);
 }
 
-int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
+int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
 {
     memset(out, 0, sizeof *out);
     lock_tables();
@@ -1176,7 +1176,7 @@ int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
         for (uint32_t i = 0; i < ents[k].depth; i++) {
             const sframe *f = &copy[ents[k].start + ents[k].depth - 1 - i];
             PyObject *code = (PyObject *)f->code;
-            uint32_t fid = pp_tracer_register_code(p, code);
+            uint32_t fid = pp_registry_code(p->reg, code);
             int l = f->offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
             out->frames[ents[k].start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
@@ -1189,14 +1189,14 @@ int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
     return 0;
 }
 
-void pp_memory_free(pp_profiler *p)
+void pp_memory_free(pp_memstate *p)
 {
-    if (p->mem) {
-        pp_memstacks_free(&p->mem->stacks);
-        free(p->mem->curve);
-        free(p->mem->rows);
-        free(p->mem);
-        p->mem = NULL;
+    if (p->data) {
+        pp_memstacks_free(&p->data->stacks);
+        free(p->data->curve);
+        free(p->data->rows);
+        free(p->data);
+        p->data = NULL;
     }
 }
 
