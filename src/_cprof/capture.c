@@ -168,7 +168,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             "\"throttled\":%llu,"
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
             "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s}",
-            p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu", p->sm.opts.native ? "true" : "false",
+            p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu",
+            p->sm.opts.native ? "true" : "false",
             p->sm.opts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
             (unsigned long long)si.recorded, (unsigned long long)si.dropped,
             (unsigned long long)si.throttled,

@@ -762,8 +762,7 @@ PyMODINIT_FUNC PyInit__cprof(void)
     if (PyModule_AddObject(m, "FORMAT_VERSION",
                            Py_BuildValue("(ii)", PP_FORMAT_MAJOR, PP_FORMAT_MINOR)) < 0)
         goto fail;
-    if (PyModule_AddStringConstant(m, "HOOK", PP_USE_MONITORING ? "sys.monitoring"
-                                                                 : "PyEval_SetProfile") < 0)
+    if (PyModule_AddStringConstant(m, "HOOK", pp_tracer_default_hook) < 0)
         goto fail;
     return m;
 fail:

@@ -365,12 +365,6 @@ void pp_tracer_end_calls(pp_tracer *p)
         pp_tracer_stop_all(&ts->t, &ts->st, now, p->lines);
 }
 
-const char *pp_tracer_hook_name(const pp_tracer *p)
-{
-    return PP_USE_MONITORING ? "sys.monitoring"
-                             : p->eval_mode ? "PEP 523 frame evaluation" : "PyEval_SetProfile";
-}
-
 double pp_tracer_ticks_per_ns(const pp_tracer *p)
 {
     if (p->timer == NULL)

@@ -386,6 +386,13 @@ int pp_tracer_remove_hooks(pp_tracer *p)
 }
 
 
+const char pp_tracer_default_hook[] = "PyEval_SetProfile";
+
+const char *pp_tracer_hook_name(const pp_tracer *p)
+{
+    return p->eval_mode ? "PEP 523 frame evaluation" : pp_tracer_default_hook;
+}
+
 int pp_tracer_backend_init(void)
 {
     return 0;

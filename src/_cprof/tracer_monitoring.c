@@ -396,6 +396,14 @@ int pp_tracer_remove_hooks(pp_tracer *p)
     return unregister_monitoring(p, mon);
 }
 
+const char pp_tracer_default_hook[] = "sys.monitoring";
+
+const char *pp_tracer_hook_name(const pp_tracer *p)
+{
+    (void)p;
+    return pp_tracer_default_hook;
+}
+
 int pp_tracer_backend_init(void)
 {
     return PyType_Ready(&pp_callback_type);
