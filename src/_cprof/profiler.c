@@ -154,8 +154,8 @@ int pp_profiler_disable(pp_profiler *p)
         rc = -1;
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     pp_tracer_end_calls(&r->tr);
-    if (rc == 0 && r->tr.oom) {
-        r->tr.oom = 0;
+    if (rc == 0 && (r->tr.oom || r->threads.oom)) {
+        r->tr.oom = r->threads.oom = 0;
         PyErr_SetString(PyExc_MemoryError, "pyprof: out of memory while profiling");
         rc = -1;
     }
@@ -217,7 +217,7 @@ int pp_profiler_after_fork(pp_profiler *p)
     r->enable_count = 0;            /* the next enable sets the start times anew */
     r->enabled_ns = 0;
     r->tr.cstack_asides = 0;
-    r->tr.oom = 0;
+    r->tr.oom = r->threads.oom = 0;
     p->flush_failed = 0;
     p->owner_pid = (long)getpid();
     return 0;

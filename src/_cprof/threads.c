@@ -49,8 +49,10 @@ static pp_thread *attach_impl(pp_threadset *s)
             break;
     if (ts == NULL) {
         ts = new_record(s, ident, PyThread_get_thread_native_id());
-        if (ts == NULL)
+        if (ts == NULL) {
+            s->oom = 1;
             return NULL;
+        }
         /* Headroom kept free below the eval hook: 256 KiB, or a quarter of a
          * smaller stack; 0 (no guard) when the platform cannot tell. */
         uintptr_t low = pp_cstack_low(), here = (uintptr_t)&low;

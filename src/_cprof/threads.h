@@ -39,6 +39,7 @@ typedef struct pp_threadset {
     uint32_t n;
     uint64_t gen;               /* fresh per enable; matches pp_tls.gen */
     int timeline;               /* new records keep a timeline */
+    int oom;                    /* a record could not be made */
     pp_index native;            /* sampled threads: kernel thread id + 1 -> index */
 } pp_threadset;
 
