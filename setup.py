@@ -29,8 +29,11 @@ if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1"
     define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
     libraries.append("unwind")
 
+# hidden: calls between the core's files are direct (no PLT) and inlinable, as
+# they were when one file held them; only PyInit__cprof is exported.
 extra_compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
-                      "-Wno-cast-function-type", "-O2", "-fno-strict-aliasing"]
+                      "-Wno-cast-function-type", "-O2", "-fno-strict-aliasing",
+                      "-fvisibility=hidden"]
 extra_link_args = []
 if os.environ.get("PYPROF_SANITIZE") == "1":
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
