@@ -17,8 +17,11 @@ def header_exists(name):
 
 
 sources = [os.path.join("src", "_cprof", f) for f in (
-    "module.c", "clock.c", "table.c", "stack.c", "tracer.c",
-    "capture.c", "unwind.c", "frames.c", "sampler.c", "memory.c", "termguard.c")]
+    "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "termguard.c",
+    "threads.c", "registry.c",
+    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "sampler.c",
+    "memory.c", "memory_numpy.c",
+    "capture.c", "profiler.c", "module.c")]
 
 define_macros = []
 libraries = ["z", "m"]
@@ -26,8 +29,11 @@ if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1"
     define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
     libraries.append("unwind")
 
+# hidden: calls between the core's files are direct (no PLT) and inlinable, as
+# they were when one file held them; only PyInit__cprof is exported.
 extra_compile_args = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
-                      "-Wno-cast-function-type", "-O2", "-fno-strict-aliasing"]
+                      "-Wno-cast-function-type", "-O2", "-fno-strict-aliasing",
+                      "-fvisibility=hidden"]
 extra_link_args = []
 if os.environ.get("PYPROF_SANITIZE") == "1":
     flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",

@@ -7,7 +7,6 @@
  * complete file or the new one, never a half-written one.
  */
 #include "capture.h"
-#include "memory.h"
 
 #include "clock.h"
 
@@ -106,12 +105,12 @@ static inline int64_t conv(const tconv *c, int64_t ticks)
 }
 
 /* Timeline: ticks of the profiler's clock to ns (a user timer's unit too). */
-static inline int64_t tl_ns(const pp_profiler *p, const tconv *c, int64_t ticks)
+static inline int64_t tl_ns(const pp_run *p, const tconv *c, int64_t ticks)
 {
     if (c->scale)
         return conv(c, ticks);
-    if (p->timeunit > 0.0)
-        return (int64_t)llround((double)ticks * p->timeunit * 1e9);
+    if (p->tr.timeunit > 0.0)
+        return (int64_t)llround((double)ticks * p->tr.timeunit * 1e9);
     return ticks;
 }
 
@@ -119,7 +118,18 @@ typedef struct {
     uint64_t events, dropped_short, dropped_full, open;
 } tlcounts;
 
-static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_unit,
+/* The interpreter mechanism in use (or last used). */
+static const char *hook_name(const pp_run *p)
+{
+    if (p->memory_only)
+        return "PyMem_SetAllocator";
+    if (p->sampling)
+        return p->sm.opts.mode == PP_SAMPLE_WALL ? "SIGPROF (wall-clock timer thread)"
+                                                 : "SIGPROF (ITIMER_PROF, process CPU time)";
+    return pp_tracer_hook_name(&p->tr);
+}
+
+static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
                           uint64_t events, int include_open, const pp_meminfo *live,
                           const tlcounts *tl, uint64_t paths_dropped)
 {
@@ -133,18 +143,18 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
         "\"events\":%llu,\"subcalls\":%s,\"builtins\":%s,\"exact_builtins\":%s,\"enabled\":%s,"
         "\"open_calls_counted\":%s,\"python\":\"%d.%d.%d\",\"hook\":\"%s\",\"tool_id\":%d,"
         "\"cstack_asides\":%llu,\"lines\":%s,\"paths\":%s,\"paths_dropped\":%llu",
-        PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->timer ? "user" : pp_clock_name(), time_unit,
-        tc->ns_per_tick, p->timer ? 0.0 : pp_clock_read_cost_ns(),
-        p->timer ? "true" : "false", p->timeunit,
+        PP_FORMAT_MAJOR, PP_FORMAT_MINOR, p->tr.timer ? "user" : pp_clock_name(), time_unit,
+        tc->ns_per_tick, p->tr.timer ? 0.0 : pp_clock_read_cost_ns(),
+        p->tr.timer ? "true" : "false", p->tr.timeunit,
         (long long)p->start_wall_ns, (long long)now_wall, (long long)dur,
-        (unsigned long long)events, p->subcalls ? "true" : "false",
-        p->builtins ? "true" : "false", p->exact_builtins ? "true" : "false",
+        (unsigned long long)events, p->tr.subcalls ? "true" : "false",
+        p->tr.builtins ? "true" : "false", p->tr.exact_builtins ? "true" : "false",
         p->enabled ? "true" : "false",
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
-        pp_tracer_hook_name(p), p->tool_id, (unsigned long long)p->cstack_asides,
-        p->lines ? "true" : "false",
-        p->paths && !p->sampling && !p->memory_only ? "true" : "false",
+        hook_name(p), p->tr.tool_id, (unsigned long long)p->tr.cstack_asides,
+        p->tr.lines ? "true" : "false",
+        p->tr.paths && !p->sampling && !p->memory_only ? "true" : "false",
         (unsigned long long)paths_dropped);
     if (n > 0 && (size_t)n < sizeof s && p->sampling) {
         pp_sampler_info si;
@@ -158,27 +168,28 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             "\"throttled\":%llu,"
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
             "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s}",
-            p->sopts.mode == PP_SAMPLE_WALL ? "wall" : "cpu", p->sopts.native ? "true" : "false",
-            p->sopts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
+            p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu",
+            p->sm.opts.native ? "true" : "false",
+            p->sm.opts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
             (unsigned long long)si.recorded, (unsigned long long)si.dropped,
             (unsigned long long)si.throttled,
-            (unsigned long long)si.foreign, (unsigned long long)p->samples.drained,
-            (unsigned long long)p->samples.truncated, elapsed, (double)si.cpu_ns / 1e9,
+            (unsigned long long)si.foreign, (unsigned long long)p->sm.samples.drained,
+            (unsigned long long)p->sm.samples.truncated, elapsed, (double)si.cpu_ns / 1e9,
             /* the CPU timer ticks per CPU second used; the wall one per second */
-            p->sopts.mode == PP_SAMPLE_CPU
+            p->sm.opts.mode == PP_SAMPLE_CPU
                 ? (si.cpu_ns > 0 ? (double)si.signals / ((double)si.cpu_ns / 1e9) : 0.0)
                 : (elapsed > 0 ? (double)si.signals / elapsed : 0.0),
             si.replaced ? "true" : "false");
     }
-    if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem || live)) {
+    if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */
         pp_meminfo all = {0};
         all.linked = 1;
         uint64_t rss_end = 0, rss_peak = 0;
-        if (p->mem) {
-            all = p->mem->info;
-            rss_end = p->mem->rss_end;
-            rss_peak = p->mem->rss_peak;
+        if (p->mem.data) {
+            all = p->mem.data->info;
+            rss_end = p->mem.data->rss_end;
+            rss_peak = p->mem.data->rss_peak;
         }
         if (live) {
             pp_meminfo_add(&all, live);
@@ -191,21 +202,21 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
             "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
             "\"hooks_linked\":%s,\"rss_peak_bytes\":%llu,\"rss_end_bytes\":%llu,"
             "\"dropped_blocks\":%llu}",
-            p->memory_sample ? "sampled" : "exact", (long long)p->memory_sample,
+            p->mem.sample ? "sampled" : "exact", (long long)p->mem.sample,
             (unsigned long long)mi->peak, (unsigned long long)mi->current,
             (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
             (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false",
             (unsigned long long)rss_peak, (unsigned long long)rss_end,
             (unsigned long long)mi->dropped);
     }
-    if (n > 0 && (size_t)n < sizeof s && p->timeline) {
+    if (n > 0 && (size_t)n < sizeof s && p->tr.timeline) {
         n += snprintf(s + n, sizeof s - (size_t)n,
             ",\"timeline\":true,\"timeline_events\":%llu,\"timeline_dropped_short\":%llu,"
             "\"timeline_dropped_full\":%llu,\"timeline_open\":%llu,"
             "\"timeline_min_duration_ns\":%lld,\"timeline_max_events\":%llu",
             (unsigned long long)tl->events, (unsigned long long)tl->dropped_short,
             (unsigned long long)tl->dropped_full, (unsigned long long)tl->open,
-            (long long)p->tl_min_ns, (unsigned long long)p->tl_max);
+            (long long)p->tr.tl_min_ns, (unsigned long long)p->tr.tl_max);
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
@@ -219,7 +230,7 @@ static void put_json_info(buf *b, pp_profiler *p, const tconv *tc, double time_u
 }
 
 /* STRINGS, FUNCTIONS and THREADS: the records that share the string table. */
-static int put_names(buf *b, pp_profiler *p)
+static int put_names(buf *b, pp_run *p)
 {
     strtab st = {PyDict_New(), PyList_New(0)};
     int rc = -1;
@@ -235,18 +246,18 @@ static int put_names(buf *b, pp_profiler *p)
         goto done;
 
     buf fb = {0};
-    put_u32(&fb, p->nfun);
-    for (uint32_t fid = 0; fid < p->nfun; fid++) {
-        uint32_t file, line, name, qual, kind = p->fkind[fid];
+    put_u32(&fb, p->reg.nfun);
+    for (uint32_t fid = 0; fid < p->reg.nfun; fid++) {
+        uint32_t file, line, name, qual, kind = p->reg.fkind[fid];
         if (kind == PP_KIND_PYTHON) {
-            PyCodeObject *co = (PyCodeObject *)p->fobj[fid];
+            PyCodeObject *co = (PyCodeObject *)p->reg.fobj[fid];
             file = intern_str(&st, co->co_filename);
             name = intern_str(&st, co->co_name);
             qual = intern_str(&st, co->co_qualname);
             line = (uint32_t)co->co_firstlineno;
         }
         else if (kind == PP_KIND_GHOST) {           /* (filename, name, qualname, line) */
-            PyObject *t = p->fobj[fid];
+            PyObject *t = p->reg.fobj[fid];
             file = intern_str(&st, PyTuple_GET_ITEM(t, 0));
             name = intern_str(&st, PyTuple_GET_ITEM(t, 1));
             qual = intern_str(&st, PyTuple_GET_ITEM(t, 2));
@@ -256,7 +267,7 @@ static int put_names(buf *b, pp_profiler *p)
         else {
             file = tl;
             line = 0;
-            name = qual = intern_str(&st, p->fobj[fid]);
+            name = qual = intern_str(&st, p->reg.fobj[fid]);
         }
         if (file == UINT32_MAX || name == UINT32_MAX || qual == UINT32_MAX) {
             free(fb.p);
@@ -266,8 +277,8 @@ static int put_names(buf *b, pp_profiler *p)
         put(&fb, row, sizeof row);
     }
     buf th = {0};
-    put_u32(&th, p->nthreads);
-    for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+    put_u32(&th, p->threads.n);
+    for (pp_thread *ts = p->threads.head; ts; ts = ts->next) {
         uint32_t name = intern_str(&st, ts->name);
         if (name == UINT32_MAX) {
             free(fb.p);
@@ -419,13 +430,13 @@ static void put_points(buf *b, const pp_mempoint *pts, uint32_t n, int64_t t0)
     }
 }
 
-static void put_curve(buf *b, pp_profiler *p, const pp_mempoint *live, uint32_t nlive)
+static void put_curve(buf *b, pp_run *p, const pp_mempoint *live, uint32_t nlive)
 {
-    uint32_t nold = p->mem ? p->mem->npoints : 0;
+    uint32_t nold = p->mem.data ? p->mem.data->npoints : 0;
     size_t r = record_begin(b, PP_REC_MEMCURVE);
     put_u32(b, nold + nlive);
     if (nold)
-        put_points(b, p->mem->curve, nold, p->start_mono_ns);
+        put_points(b, p->mem.data->curve, nold, p->start_mono_ns);
     put_points(b, live, nlive, p->start_mono_ns);
     record_end(b, r);
 }
@@ -441,23 +452,23 @@ static void put_stacklist(buf *b, const pp_memstacks *s)
 
 /* MEMORY rows, then MEMSTACKS: the finished runs', then the live ones (whose
  * stack ids come after the finished runs' stacks). */
-static void put_memory(buf *b, pp_profiler *p, pp_memrow *live, uint32_t nlive,
+static void put_memory(buf *b, pp_run *p, pp_memrow *live, uint32_t nlive,
                        const pp_memstacks *live_stacks)
 {
-    uint32_t nold = p->mem ? p->mem->nrows : 0;
-    uint32_t old_stacks = p->mem ? p->mem->stacks.n : 0;
+    uint32_t nold = p->mem.data ? p->mem.data->nrows : 0;
+    uint32_t old_stacks = p->mem.data ? p->mem.data->stacks.n : 0;
     for (uint32_t i = 0; i < nlive; i++)
         if (live[i].stack != PP_NONE)
             live[i].stack = live_stacks ? live[i].stack + old_stacks : PP_NONE;
     size_t r = record_begin(b, PP_REC_MEMORY);
     put_u32(b, nold + nlive);
     if (nold)
-        put_memrows(b, p->mem->rows, nold);
+        put_memrows(b, p->mem.data->rows, nold);
     put_memrows(b, live, nlive);
     record_end(b, r);
     r = record_begin(b, PP_REC_MEMSTACKS);
     put_u32(b, old_stacks + (live_stacks ? live_stacks->n : 0));
-    put_stacklist(b, p->mem ? &p->mem->stacks : NULL);
+    put_stacklist(b, p->mem.data ? &p->mem.data->stacks : NULL);
     put_stacklist(b, live_stacks);
     record_end(b, r);
 }
@@ -493,7 +504,7 @@ static void put_samples(buf *b, const pp_samples *s)
 /* TIMELINE rows of one thread: its ended calls, then (include_open, while
  * enabled) the calls still open, clipped to `now` (they nest: each contains
  * the ones above it, and all end together). */
-static void put_timeline(buf *b, pp_profiler *p, const tconv *tc, const pp_thread *ts,
+static void put_timeline(buf *b, pp_run *p, const tconv *tc, const pp_thread *ts,
                          int include_open, int64_t now, tlcounts *c)
 {
     const pp_timeline *tl = &ts->t.tl;
@@ -516,7 +527,7 @@ static void put_timeline(buf *b, pp_profiler *p, const tconv *tc, const pp_threa
     int64_t end = tl_ns(p, tc, now - p->start_ticks);
     for (uint32_t d = 0; d < ts->st.depth; d++) {
         const pp_frame *f = &ts->st.f[d];
-        if (now - f->t0 < p->tl_min_ticks || f->fslot >= ts->t.nf)
+        if (now - f->t0 < p->tr.tl_min_ticks || f->fslot >= ts->t.nf)
             continue;
         int64_t start = tl_ns(p, tc, f->t0 - p->start_ticks);
         put_u32(b, ts->index);
@@ -542,7 +553,7 @@ static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
 /* A thread's tables as if the calls still open (with include_open) ended at
  * `now`: a copy then (*copied set; the caller frees it), leaving the live
  * state untouched, else the live tables. NULL when memory runs out. */
-static const pp_tables *tables_at(pp_profiler *p, pp_thread *ts, int include_open, int64_t now,
+static const pp_tables *tables_at(pp_run *p, pp_thread *ts, int include_open, int64_t now,
                                   pp_tables *copy, int *copied)
 {
     *copied = 0;
@@ -561,7 +572,7 @@ static const pp_tables *tables_at(pp_profiler *p, pp_thread *ts, int include_ope
     st.mem_cur = ts->st.mem_cur;
     st.mem_pending = ts->st.mem_pending;
     st.mem_pending_base = ts->st.mem_pending_base;
-    pp_tracer_stop_all(ts, copy, &st, now, p->lines);
+    pp_tracer_stop_all(copy, &st, now, p->tr.lines);
     pp_stack_free(&st);
     *copied = 1;
     return copy;
@@ -608,7 +619,7 @@ typedef struct {
 typedef struct {
     const pp_tables *t;
     const pp_thread *ts;
-    const pp_profiler *p;
+    const pp_run *p;
     const tconv *tc;
     const pp_memrow *live;      /* memory: rows of the recording under way */
     uint32_t nold, old_stacks;  /* memory: finished rows, and their stacks */
@@ -725,13 +736,13 @@ static void put_callrow(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
 
 static pp_cnt4 get_sample(const stepctx *c, uint32_t i)
 {
-    const pp_sampleent *x = &c->p->samples.samples[i];
+    const pp_sampleent *x = &c->p->sm.samples.samples[i];
     return (pp_cnt4){x->count, 0, x->weight_ns, 0};
 }
 
 static void put_sample(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
 {
-    const pp_sampleent *x = &c->p->samples.samples[i];
+    const pp_sampleent *x = &c->p->sm.samples.samples[i];
     put_u32(b, x->thread);
     put_u32(b, x->stack);
     put_u32(b, x->state);
@@ -745,7 +756,7 @@ static void put_sample(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *d)
  * ones, so a site keeps its index from mark to mark. */
 static const pp_memrow *mem_row(const stepctx *c, uint32_t i)
 {
-    return i < c->nold ? &c->p->mem->rows[i] : &c->live[i - c->nold];
+    return i < c->nold ? &c->p->mem.data->rows[i] : &c->live[i - c->nold];
 }
 
 static pp_cnt4 get_memory(const stepctx *c, uint32_t i)
@@ -760,7 +771,7 @@ static void put_memory_row(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *
     const pp_memrow *r = mem_row(c, i);
     uint32_t stack = r->stack;
     if (i >= c->nold)                       /* numbered as in the capture */
-        stack = stack == PP_NONE || !c->p->memory_stacks ? PP_NONE : stack + c->old_stacks;
+        stack = stack == PP_NONE || !c->p->mem.stacks ? PP_NONE : stack + c->old_stacks;
     put_u32(b, r->fid);
     put_u32(b, r->line);
     put_u32(b, r->kind);
@@ -789,22 +800,22 @@ static int step_thread(stepbufs *sb, pp_thread *ts, const pp_tables *t, const tc
     return 0;
 }
 
-static int step_samples(stepbufs *sb, pp_profiler *p, int peek)
+static int step_samples(stepbufs *sb, pp_run *p, int peek)
 {
     stepctx c = {NULL, NULL, p, NULL, NULL, 0, 0};
-    return step_table(&sb->ss, &sb->nss, &p->step_samples, p->samples.nsamples, &c,
+    return step_table(&sb->ss, &sb->nss, &p->step_samples, p->sm.samples.nsamples, &c,
                       get_sample, put_sample, peek);
 }
 
-static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
+static int step_memory(stepbufs *sb, pp_run *p, int peek)
 {
     pp_memrow *live = NULL;
     uint32_t nlive = 0;
     pp_meminfo info;
-    if (p->enabled && pp_memory_recording() && pp_memory_rows(p, &live, &nlive, &info) < 0)
+    if (p->enabled && pp_memory_recording() && pp_memory_rows(&p->mem, &live, &nlive, &info) < 0)
         return -1;
-    stepctx c = {NULL, NULL, p, NULL, live, p->mem ? p->mem->nrows : 0,
-                 p->mem ? p->mem->stacks.n : 0};
+    stepctx c = {NULL, NULL, p, NULL, live, p->mem.data ? p->mem.data->nrows : 0,
+                 p->mem.data ? p->mem.data->stacks.n : 0};
     int rc = step_table(&sb->ms, &sb->nms, &p->step_memory, c.nold + nlive, &c, get_memory,
                         put_memory_row, peek);
     free(live);
@@ -813,20 +824,20 @@ static int step_memory(stepbufs *sb, pp_profiler *p, int peek)
     return rc;
 }
 
-static PyObject *step_counters(pp_profiler *p, int peek)
+static PyObject *step_counters(pp_run *p, int peek)
 {
     tconv tc = {0, 1.0};
-    if (p->timer == NULL) {
+    if (p->tr.timer == NULL) {
         tc.scale = 1;
         tc.ns_per_tick = pp_clock_ns_per_tick();
     }
-    int64_t now = pp_tracer_now(p);
+    int64_t now = pp_tracer_now(&p->tr);
     if (p->sampling)
-        pp_sampler_drain(p);
+        pp_sampler_drain(&p->sm);
     stepbufs sb = {0};
     buf b = {0};
     int oom = 0;
-    for (pp_thread *ts = p->threads; ts && !oom; ts = ts->next) {
+    for (pp_thread *ts = p->threads.head; ts && !oom; ts = ts->next) {
         pp_tables copy;
         int copied;
         const pp_tables *t = tables_at(p, ts, 1, now, &copy, &copied);
@@ -845,9 +856,9 @@ static PyObject *step_counters(pp_profiler *p, int peek)
     }
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
-    if (p->paths && !p->sampling && !p->memory_only)
+    if (p->tr.paths && !p->sampling && !p->memory_only)
         put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
-    if (p->lines) {
+    if (p->tr.lines) {
         put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
         put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
     }
@@ -867,7 +878,7 @@ static PyObject *step_counters(pp_profiler *p, int peek)
     return result;
 }
 
-PyObject *pp_capture_step_counters(pp_profiler *p, int peek)
+PyObject *pp_capture_step_counters(pp_run *p, int peek)
 {
     int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
     PyObject *r = step_counters(p, peek);
@@ -875,22 +886,22 @@ PyObject *pp_capture_step_counters(pp_profiler *p, int peek)
     return r;
 }
 
-static PyObject *capture_snapshot(pp_profiler *p, int flags)
+static PyObject *capture_snapshot(pp_run *p, int flags)
 {
     int include_open = flags & PP_SNAP_OPEN;
     tconv tc = {0, 1.0};
     double time_unit = 1e-9;
-    if (p->timer == NULL) {
+    if (p->tr.timer == NULL) {
         tc.scale = 1;
         /* steps compare snapshots: one calibration for all of them */
         tc.ns_per_tick = p->snap_ns_per_tick > 0 ? p->snap_ns_per_tick : pp_clock_ns_per_tick();
     }
-    else if (p->timeunit > 0.0) {
-        time_unit = p->timeunit;
+    else if (p->tr.timeunit > 0.0) {
+        time_unit = p->tr.timeunit;
     }
-    int64_t now = include_open ? pp_tracer_now(p) : 0;
+    int64_t now = include_open ? pp_tracer_now(&p->tr) : 0;
     if (p->sampling)
-        pp_sampler_drain(p);
+        pp_sampler_drain(&p->sm);
 
     buf b = {0};
     statbufs sb = {0};
@@ -904,15 +915,15 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
     pp_memstacks live_stacks;
     int have_live_stacks = 0;
     if (p->memory && p->enabled && pp_memory_recording()) {
-        if (pp_memory_rows(p, &live, &nlive, &live_info) < 0)
+        if (pp_memory_rows(&p->mem, &live, &nlive, &live_info) < 0)
             return NULL;
-        live_curve = pp_memory_curve(p, &nlive_curve);
-        if (pp_memory_stacks(p, &live_stacks) == 0)
+        live_curve = pp_memory_curve(&p->mem, &nlive_curve);
+        if (pp_memory_stacks(&p->mem, &live_stacks) == 0)
             have_live_stacks = 1;
         else
             PyErr_Clear();
     }
-    for (pp_thread *ts = p->threads; ts; ts = ts->next) {
+    for (pp_thread *ts = p->threads.head; ts; ts = ts->next) {
         events += ts->events;
         pp_tables copy;
         int copied;
@@ -929,9 +940,9 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
     /* timeline rows first: INFO reports their counts */
     buf tlb = {0};
     tlcounts tlc = {0};
-    if (p->timeline && !(flags & PP_SNAP_COUNTERS)) {
-        int64_t tnow = include_open && p->enabled ? (now ? now : pp_tracer_now(p)) : 0;
-        for (pp_thread *ts = p->threads; ts; ts = ts->next)
+    if (p->tr.timeline && !(flags & PP_SNAP_COUNTERS)) {
+        int64_t tnow = include_open && p->enabled ? (now ? now : pp_tracer_now(&p->tr)) : 0;
+        for (pp_thread *ts = p->threads.head; ts; ts = ts->next)
             put_timeline(&tlb, p, &tc, ts, include_open, tnow, &tlc);
     }
     put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL, &tlc,
@@ -946,21 +957,21 @@ static PyObject *capture_snapshot(pp_profiler *p, int flags)
         goto done;
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
-    if (p->paths && !p->sampling && !p->memory_only)
+    if (p->tr.paths && !p->sampling && !p->memory_only)
         put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
-    if (p->lines) {
+    if (p->tr.lines) {
         put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
         put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
     }
     if (p->sampling)
-        put_samples(&b, &p->samples);
+        put_samples(&b, &p->sm.samples);
     if (p->memory) {
         put_memory(&b, p, live, nlive, have_live_stacks ? &live_stacks : NULL);
         put_curve(&b, p, live_curve, nlive_curve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
     }
-    if (p->timeline && !(flags & PP_SNAP_COUNTERS)) {
+    if (p->tr.timeline && !(flags & PP_SNAP_COUNTERS)) {
         size_t r = record_begin(&b, PP_REC_TIMELINE);
         put_u32(&b, (uint32_t)tlc.events);
         put(&b, tlb.p, tlb.n);
@@ -997,7 +1008,7 @@ done:
     return result;
 }
 
-PyObject *pp_capture_snapshot(pp_profiler *p, int flags)
+PyObject *pp_capture_snapshot(pp_run *p, int flags)
 {
     int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
     PyObject *r = capture_snapshot(p, flags);
@@ -1089,7 +1100,7 @@ int pp_capture_write_blob(const char *path, const void *blob, size_t n, int fina
     return ok ? 0 : -1;
 }
 
-int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen)
+int pp_capture_write(pp_run *p, const char *path, int final, char *err, size_t errlen)
 {
     PyObject *blob = pp_capture_snapshot(p, PP_SNAP_OPEN);
     if (blob == NULL) {

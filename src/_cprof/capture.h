@@ -1,4 +1,5 @@
-/* capture.h — the .cprof capture format, written by the C core.
+/* capture.h — the .cprof capture format, written by the C core, and pp_run:
+ * one profiler's engines and run state, which the capture reads.
  *
  * File  = header (28 bytes) + one zlib stream of the blob.
  * Header: magic "\x89CPROF\r\n", u16 major, u16 minor, u32 flags (bit 0: final
@@ -8,10 +9,13 @@
  *         and require the END record (so a truncated blob is detected).
  * All integers little-endian. Times are integers in INFO.time_unit seconds.
  * Record layouts are documented in docs/capture-format.md.
+ * Never: starts or stops an engine, or decides which engines run (profiler.c).
  */
 #ifndef PP_CAPTURE_H
 #define PP_CAPTURE_H
 
+#include "memory.h"
+#include "sampler.h"
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
@@ -47,18 +51,44 @@ enum {
     PP_REC_END = 0xFFFF,
 };
 
+/* One profiler's state below the Python object: its engines' states (each
+ * owned by its engine), which of them run, and the run's clock origins and
+ * records. Held by the profiler; read here. */
+typedef struct pp_run {
+    int enabled;
+    int sampling;               /* the sampler runs instead of the tracer */
+    int memory;                 /* the allocation hooks record while enabled */
+    int memory_only;            /* mode "memory": no call or sampling hooks */
+    pp_registry reg;
+    pp_threadset threads;
+    pp_tracer tr;
+    pp_sampling sm;
+    pp_memstate mem;
+    int64_t start_wall_ns;
+    int64_t start_mono_ns;
+    int64_t start_ticks;        /* the clock at start_mono_ns: origin of the timeline */
+    int64_t enabled_ns;         /* time spent enabled, over all enable/disable pairs */
+    int64_t enabled_since_ns;
+    uint64_t enable_count;
+    PyObject *meta;             /* bytes: JSON written with every capture */
+    PyObject *records;          /* list of bytes: whole records written before END */
+    double snap_ns_per_tick;    /* > 0: the next snapshot converts ticks with this */
+    pp_cntbase step_samples;    /* steps: sample counters at the last mark, by entry */
+    pp_cntbase step_memory;     /* steps: live allocation sites at the last mark, by site */
+} pp_run;
+
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as
  * ending now when include_open is set (periodic flushes). GIL held. */
 #define PP_SNAP_OPEN 1           /* calls still open count as ending now */
 #define PP_SNAP_COUNTERS 2       /* counters only: no timeline, no records of the Python side */
-PyObject *pp_capture_snapshot(pp_profiler *p, int flags);
+PyObject *pp_capture_snapshot(pp_run *p, int flags);
 /* pyprof.step(): what every counter table gained since the previous call, as a
  * record stream (FSTATS, EDGES, PATHS, LINES, CALLROWS, SAMPLES, MEMORY as the
  * modes have them, then END), calls still open counting up to now. With peek,
  * the previous call stays the reference. */
-PyObject *pp_capture_step_counters(pp_profiler *p, int peek);
+PyObject *pp_capture_step_counters(pp_run *p, int peek);
 /* Snapshot and write atomically (temporary file + rename). -1 with err set. */
-int pp_capture_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);
+int pp_capture_write(pp_run *p, const char *path, int final, char *err, size_t errlen);
 /* Write a blob to a file atomically. -1 with err set. No Python API used. */
 int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,
                           char *err, size_t errlen);

@@ -257,3 +257,48 @@ int pp_frames_current(uintptr_t *code, uint32_t *offset)
 {
     return pp_frames_stack(code, offset, 1);
 }
+
+static void (*code_destroyed)(PyObject *code);
+
+#if PY_VERSION_HEX >= 0x030C0000
+static int code_watcher = -1;
+
+static int on_code_event(PyCodeEvent event, PyCodeObject *co)
+{
+    if (event == PY_CODE_EVENT_DESTROY && code_destroyed)
+        code_destroyed((PyObject *)co);
+    return 0;
+}
+
+int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on)
+{
+    code_destroyed = on_destroy;
+    if (on && code_watcher < 0) {
+        code_watcher = PyCode_AddWatcher(on_code_event);
+        return code_watcher < 0 ? -1 : 0;
+    }
+    return 0;                           /* kept: the callback does nothing when idle */
+}
+#else
+static destructor code_dealloc;
+
+static void pp_code_dealloc(PyObject *co)
+{
+    code_destroyed(co);
+    code_dealloc(co);
+}
+
+int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on)
+{
+    code_destroyed = on_destroy;
+    if (on && code_dealloc == NULL) {
+        code_dealloc = PyCode_Type.tp_dealloc;
+        PyCode_Type.tp_dealloc = pp_code_dealloc;
+    }
+    else if (!on && code_dealloc != NULL && PyCode_Type.tp_dealloc == pp_code_dealloc) {
+        PyCode_Type.tp_dealloc = code_dealloc;
+        code_dealloc = NULL;
+    }
+    return 0;
+}
+#endif

@@ -41,6 +41,25 @@ void pp_frames_init(void);
 /* A code object is being freed (GIL held): forget that it was one. */
 void pp_frames_forget_code(PyObject *code);
 
+/* Call on_destroy(code) before any code object is destroyed (GIL held): a
+ * code watcher on 3.12+, a tp_dealloc shim on 3.11. Off: the 3.11 shim goes,
+ * the 3.12 watcher stays (the callback does nothing when idle). */
+int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on);
+
+/* A thread state 3.11 filled with its creator's thread ids until the new
+ * thread runs (a state sharing its kernel thread id with an older one). */
+static inline int pp_tstate_prealloc(PyInterpreterState *interp, PyThreadState *ts)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    for (PyThreadState *o = PyInterpreterState_ThreadHead(interp); o; o = PyThreadState_Next(o))
+        if (o != ts && o->native_thread_id == ts->native_thread_id && o->id < ts->id)
+            return 1;
+#else
+    (void)interp; (void)ts;
+#endif
+    return 0;
+}
+
 /* Borrowed code object of a frame given to a legacy profile hook. */
 static inline PyCodeObject *pp_frame_code_borrowed(PyFrameObject *frame)
 {

@@ -9,7 +9,7 @@
  * while it is still listed.
  */
 #define _GNU_SOURCE 1
-#include "memory.h"
+#include "memory_hooks.h"
 
 #include <pthread.h>
 #include <math.h>
@@ -37,7 +37,6 @@ static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
 static int installed;
 static _Atomic int recording;
-__thread int pp_mem_self __attribute__((tls_model("initial-exec")));
 
 /* ---------------------------------------------------------------- lock */
 
@@ -72,7 +71,7 @@ static inline uint64_t mix(uint64_t x)
 
 /* Live blocks: open addressing, linear probing, backward-shift deletion. */
 /* size and count: what the block stands for (sampled mode: an estimate) */
-typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } block;
+typedef pp_memblock block;
 static block *blocks;
 static size_t nblocks_cap, nblocks;        /* capacity is a power of two */
 
@@ -388,7 +387,7 @@ static void note_alloc(void *ptr, size_t size)
     }
     else
         attached = pp_frames_current(&code, &offset);
-    if (attached && pp_tracer_self_paused())
+    if (attached && pp_threads_self_paused())
         return;                     /* the CLI runner's own work (waiting for threads) */
     if (attached)
         kind = PP_MEM_LINE;
@@ -429,7 +428,7 @@ static void note_alloc(void *ptr, size_t size)
     }
     unlock_tables();
     if (kind == PP_MEM_LINE)
-        pp_tracer_mem_delta((int64_t)size);
+        pp_threads_mem_delta((int64_t)size);
 }
 
 /* Takes the block out of the table; 1 if it was there (*b filled). */
@@ -473,7 +472,7 @@ static void charge_free(const block *b)
     lock_tables();
     charge_locked(b);
     unlock_tables();
-    pp_tracer_mem_delta(-(int64_t)b->size);
+    pp_threads_mem_delta(-(int64_t)b->size);
 }
 
 /* A block freed (taken out and charged under one lock). */
@@ -491,7 +490,7 @@ static void release_block(void *ptr)
         totals.unknown_frees++;
     unlock_tables();
     if (had)
-        pp_tracer_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size);
 }
 
 static void put_back(void *ptr, const block *b)
@@ -519,7 +518,7 @@ void pp_memory_forget(PyObject *obj)
     }
     unlock_tables();
     if (had)
-        pp_tracer_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size);
 }
 
 /* ---------------------------------------------------------------- hooks */
@@ -641,116 +640,15 @@ static int reached_domains(void)
     return probe_hit;
 }
 
-/* -------------------------------------------------------------- NumPy */
-
-/* NumPy (>= 1.22, NEP 49) allocates array data through a handler held in a
- * capsule named "mem_handler"; every array keeps the capsule it was made with
- * and frees through it. pyprof points NumPy's default capsule at a copy of
- * the handler whose functions record the block and call the original ones:
- * arrays made in any thread or context with the default handler are seen,
- * including those made before (their frees are unknown blocks). The structs
- * are NumPy's public, versioned ones (version 1), declared here so that
- * pyprof builds without NumPy. */
-typedef struct {
-    void *ctx;
-    void *(*malloc)(void *ctx, size_t size);
-    void *(*calloc)(void *ctx, size_t nelem, size_t elsize);
-    void *(*realloc)(void *ctx, void *ptr, size_t new_size);
-    void (*free)(void *ctx, void *ptr, size_t size);
-} np_allocator;
-
-typedef struct {
-    char name[127];
-    uint8_t version;
-    np_allocator allocator;
-} np_handler;
-
-static np_handler np_orig, np_wrap;
-static PyObject *np_capsule;            /* NumPy's default handler capsule, patched */
-
-static void *np_malloc(void *ctx, size_t size)
+/* For the NumPy handler (memory_numpy.c): the hooks' steps, out of line. */
+int pp_memory_pass_through(int d) { return pass_through(d); }
+void pp_memory_note_alloc(void *ptr, size_t size) { note_alloc(ptr, size); }
+int pp_memory_take_block(void *ptr, pp_memblock *b) { return take_block(ptr, b); }
+void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock *b)
 {
-    (void)ctx;
-    if (pass_through(-1))
-        return np_orig.allocator.malloc(np_orig.allocator.ctx, size);
-    pp_mem_self = 1;
-    void *ptr = np_orig.allocator.malloc(np_orig.allocator.ctx, size);
-    if (ptr)
-        note_alloc(ptr, size);
-    pp_mem_self = 0;
-    return ptr;
+    realloc_done(old, ptr, size, b);
 }
-
-static void *np_calloc(void *ctx, size_t nelem, size_t elsize)
-{
-    (void)ctx;
-    if (pass_through(-1))
-        return np_orig.allocator.calloc(np_orig.allocator.ctx, nelem, elsize);
-    pp_mem_self = 1;
-    void *ptr = np_orig.allocator.calloc(np_orig.allocator.ctx, nelem, elsize);
-    if (ptr)
-        note_alloc(ptr, nelem * elsize);
-    pp_mem_self = 0;
-    return ptr;
-}
-
-static void *np_realloc(void *ctx, void *old, size_t size)
-{
-    (void)ctx;
-    if (pass_through(-1))
-        return np_orig.allocator.realloc(np_orig.allocator.ctx, old, size);
-    pp_mem_self = 1;
-    block b;
-    int had = old != NULL && take_block(old, &b);
-    void *ptr = np_orig.allocator.realloc(np_orig.allocator.ctx, old, size);
-    realloc_done(old, ptr, size, had ? &b : NULL);
-    pp_mem_self = 0;
-    return ptr;
-}
-
-static void np_free(void *ctx, void *ptr, size_t size)
-{
-    (void)ctx;
-    if (ptr != NULL && !pass_through(-1)) {
-        pp_mem_self = 1;
-        release_block(ptr);
-        pp_mem_self = 0;
-    }
-    np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
-}
-
-/* api: NumPy's C-API table capsule (_multiarray_umath._ARRAY_API). 1 if
- * patched (now or before), 0 if this NumPy has no handlers, -1 on error. */
-int pp_memory_patch_numpy(PyObject *api)
-{
-    if (np_capsule != NULL)
-        return 1;
-    void **table = PyCapsule_GetPointer(api, NULL);
-    if (table == NULL)
-        return -1;
-    unsigned int feature = ((unsigned int (*)(void))table[211])();
-    if (feature < 0x0000000f)           /* NPY_1_22_API_VERSION: no NEP 49 */
-        return 0;
-    PyObject *cap = ((PyObject *(*)(void))table[305])();   /* PyDataMem_GetHandler */
-    if (cap == NULL)
-        return -1;
-    np_handler *h = PyCapsule_GetPointer(cap, "mem_handler");
-    if (h == NULL || h->version != 1) {
-        Py_DECREF(cap);
-        if (h == NULL)
-            return -1;
-        return 0;                       /* a handler layout this code does not know */
-    }
-    np_orig = *h;
-    np_wrap = *h;                       /* same name: code may compare handler names */
-    np_wrap.allocator = (np_allocator){NULL, np_malloc, np_calloc, np_realloc, np_free};
-    if (PyCapsule_SetPointer(cap, &np_wrap) < 0) {
-        Py_DECREF(cap);
-        return -1;
-    }
-    np_capsule = cap;                   /* kept: patched for the life of the process */
-    return 1;
-}
+void pp_memory_release_block(void *ptr) { release_block(ptr); }
 
 /* -------------------------------------------------------------- curve */
 
@@ -952,7 +850,7 @@ static pp_mempoint *resolve_curve(const pp_memrow *rows, uint32_t nrows, uint32_
     return out;
 }
 
-pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n)
+pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n)
 {
     pp_memrow *rows;
     uint32_t nrows;
@@ -966,7 +864,7 @@ pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n)
 
 /* ------------------------------------------------------------ control */
 
-int pp_memory_start(pp_profiler *p)
+int pp_memory_start(pp_memstate *p)
 {
     if (!installed)
         install();                 /* once: allocators found later are above ours */
@@ -982,9 +880,10 @@ int pp_memory_start(pp_profiler *p)
             PyMem_SetAllocator(domain_id[d], &ours[d]);
         }
     }
+    pp_mem_forget_hook = pp_memory_forget;
     pp_memory_clear();
-    sample_every = p->memory_sample;
-    with_stacks = p->memory_stacks;
+    sample_every = p->sample;
+    with_stacks = p->stacks;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     curve_start();
@@ -1029,7 +928,7 @@ static void keep_curve(struct pp_memdata *m, const pp_memrow *rows, uint32_t n)
 
 /* This run's stacks after the earlier runs'; its rows are made to point there
  * (or to none, out of memory). */
-static void keep_stacks(pp_profiler *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
+static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
 {
     pp_memstacks st, *ms = &m->stacks;
     int ok = pp_memory_stacks(p, &st) == 0;
@@ -1064,7 +963,7 @@ static void keep_stacks(pp_profiler *p, struct pp_memdata *m, pp_memrow *rows, u
     }
 }
 
-int pp_memory_stop(pp_profiler *p)
+int pp_memory_stop(pp_memstate *p)
 {
     curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
@@ -1078,10 +977,10 @@ int pp_memory_stop(pp_profiler *p)
     int rc = pp_memory_rows(p, &rows, &n, &info);
     if (rc == 0) {
         /* kept with the profiler, added to its earlier runs */
-        struct pp_memdata *m = p->mem ? p->mem : calloc(1, sizeof *m);
+        struct pp_memdata *m = p->data ? p->data : calloc(1, sizeof *m);
         pp_memrow *all = m ? realloc(m->rows, ((size_t)m->nrows + n + 1) * sizeof *all) : NULL;
         if (all == NULL) {
-            if (m != p->mem)
+            if (m != p->data)
                 free(m);
             free(rows);
             PyErr_NoMemory();
@@ -1095,7 +994,7 @@ int pp_memory_stop(pp_profiler *p)
             m->rows = all;
             m->nrows += n;
             pp_meminfo_add(&m->info, &info);
-            p->mem = m;
+            p->data = m;
         }
     }
     pp_memory_clear();                  /* drops the code objects: p's registry keeps them */
@@ -1107,7 +1006,7 @@ int pp_memory_recording(void)
     return atomic_load(&recording);
 }
 
-int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *info)
+int pp_memory_rows(pp_memstate *p, pp_memrow **out, uint32_t *nout, pp_meminfo *info)
 {
     uint32_t n;
     pp_memsite *s = pp_memory_sites(&n, info);
@@ -1122,7 +1021,7 @@ int pp_memory_rows(pp_profiler *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
         uint32_t fid = PP_NONE, line = 0;
         if (s[i].code) {
             PyObject *code = (PyObject *)s[i].code;
-            fid = pp_tracer_register_code(p, code);
+            fid = pp_registry_code(p->reg, code);
             int l = s[i].offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
@@ -1146,7 +1045,7 @@ void pp_memstacks_free(pp_memstacks *s)
     memset(s, 0, sizeof *s);
 }
 
-int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
+int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
 {
     memset(out, 0, sizeof *out);
     lock_tables();
@@ -1176,7 +1075,7 @@ int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
         for (uint32_t i = 0; i < ents[k].depth; i++) {
             const sframe *f = &copy[ents[k].start + ents[k].depth - 1 - i];
             PyObject *code = (PyObject *)f->code;
-            uint32_t fid = pp_tracer_register_code(p, code);
+            uint32_t fid = pp_registry_code(p->reg, code);
             int l = f->offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
             out->frames[ents[k].start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
@@ -1189,14 +1088,14 @@ int pp_memory_stacks(pp_profiler *p, pp_memstacks *out)
     return 0;
 }
 
-void pp_memory_free(pp_profiler *p)
+void pp_memory_free(pp_memstate *p)
 {
-    if (p->mem) {
-        pp_memstacks_free(&p->mem->stacks);
-        free(p->mem->curve);
-        free(p->mem->rows);
-        free(p->mem);
-        p->mem = NULL;
+    if (p->data) {
+        pp_memstacks_free(&p->data->stacks);
+        free(p->data->curve);
+        free(p->data->rows);
+        free(p->data);
+        p->data = NULL;
     }
 }
 

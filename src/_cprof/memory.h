@@ -9,7 +9,7 @@
 #ifndef PP_MEMORY_H
 #define PP_MEMORY_H
 
-#include "tracer.h"
+#include "registry.h"
 
 /* A site: where blocks were allocated. code == 0: no Python frame (kind says
  * why). Counters in bytes and blocks; net = allocated - freed. */
@@ -71,12 +71,21 @@ struct pp_memdata {
     uint64_t rss_end;                   /* resident set size when recording stopped */
 };
 
+/* One profiler's memory state: its options and what its finished runs
+ * recorded. (Which engines run is the profiler's business.) */
+typedef struct pp_memstate {
+    pp_registry *reg;                   /* the owner's function ids */
+    int64_t sample;                     /* 0: every allocation; else mean bytes between picks */
+    int stacks;                         /* record each allocation's Python stack */
+    struct pp_memdata *data;            /* what finished runs recorded, resolved to lines */
+} pp_memstate;
+
 /* What is being recorded now, resolved to rows (GIL held; malloc'd, the
- * caller frees *rows). Rows of finished runs are in p->mem. */
-int pp_memory_rows(pp_profiler *p, pp_memrow **rows, uint32_t *n, pp_meminfo *info);
+ * caller frees *rows). Rows of finished runs are in p->data. */
+int pp_memory_rows(pp_memstate *p, pp_memrow **rows, uint32_t *n, pp_meminfo *info);
 /* The allocation stacks recorded so far, resolved (GIL held; free with
  * pp_memstacks_free). Row stack ids index them. */
-int pp_memory_stacks(pp_profiler *p, pp_memstacks *out);
+int pp_memory_stacks(pp_memstate *p, pp_memstacks *out);
 void pp_memstacks_free(pp_memstacks *s);
 int pp_memory_recording(void);
 /* Totals of one run added to those of earlier ones (peak: the larger). */
@@ -84,21 +93,10 @@ void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run);
 /* NumPy's C-API table capsule: patch its default data handler (GIL held). */
 int pp_memory_patch_numpy(PyObject *api);
 /* The curve recorded so far, resolved (malloc'd copy; GIL held). */
-pp_mempoint *pp_memory_curve(pp_profiler *p, uint32_t *n);
+pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n);
 /* Resident set size and its high-water mark now, in bytes (0 if unknown). */
 void pp_memory_rss(uint64_t *rss, uint64_t *peak);
-void pp_memory_free(pp_profiler *p);
-
-/* Set while pyprof itself runs (hooks, registration, captures): allocations
- * made then are pyprof's, not the program's, and pass through unrecorded. */
-extern __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
-static inline int pp_memory_self_begin(void)
-{
-    int was = pp_mem_self;
-    pp_mem_self = 1;
-    return was;
-}
-static inline void pp_memory_self_end(int was) { pp_mem_self = was; }
+void pp_memory_free(pp_memstate *p);
 
 /* A block pyprof's own hook made CPython allocate (3.11's frame objects for the
  * profile hook): as if never allocated. GIL held. */
@@ -106,8 +104,8 @@ void pp_memory_forget(PyObject *obj);
 
 /* Start/stop recording (GIL held). The hooks are installed on first use and
  * stay, forwarding only, when stopped. */
-int pp_memory_start(pp_profiler *p);
-int pp_memory_stop(pp_profiler *p);
+int pp_memory_start(pp_memstate *p);
+int pp_memory_stop(pp_memstate *p);
 /* A copy of the sites (malloc'd, *n entries; the caller frees it) and the totals. */
 pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info);
 /* Forget everything recorded (GIL held, not recording). */

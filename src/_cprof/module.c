@@ -1,15 +1,17 @@
 /* module.c — pyprof._cprof: the Python-visible Profiler type and module
- * functions. Argument parsing and object lifetime only: the engines live in
- * tracer.c (events), capture.c (snapshots, files), clock.c and unwind.c.
+ * functions. Argument parsing and object lifetime only: which engines run is
+ * profiler.c's; the engines are tracer.c (function events, with its back-ends
+ * tracer_monitoring.c and tracer_legacy.c), sampler.c (timer samples) and
+ * memory.c (allocations), over registry.c (function ids) and threads.c (per
+ * thread records); capture.c writes snapshots and files; clock.c, unwind.c
+ * and termguard.c serve the module functions. See docs/architecture.md.
  * Never touches interpreter internals (frames.h does).
  */
-#include "capture.h"
+#include "profiler.h"
+
 #include "clock.h"
-#include "frames.h"
-#include "memory.h"
 #include <structmember.h>
 #include "termguard.h"
-#include "tracer.h"
 #include "unwind.h"
 
 #include <signal.h>
@@ -40,36 +42,36 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
                      mode ? mode : "None");
         return -1;
     }
-    if (self->enabled) {
+    if (self->run.enabled) {
         PyErr_SetString(PyExc_RuntimeError, "cannot re-initialise an enabled profiler");
         return -1;
     }
     if (timer == Py_None)
         timer = NULL;
     Py_XINCREF(timer);
-    Py_XSETREF(self->timer, timer);
-    self->timeunit = timeunit;
-    self->subcalls = subcalls;
-    self->paths = paths;
-    self->builtins = builtins;
-    self->exact_builtins = exact_builtins;
-    self->sampling = strcmp(mode, "sample") == 0;
+    Py_XSETREF(self->run.tr.timer, timer);
+    self->run.tr.timeunit = timeunit;
+    self->run.tr.subcalls = subcalls;
+    self->run.tr.paths = paths;
+    self->run.tr.builtins = builtins;
+    self->run.tr.exact_builtins = exact_builtins;
+    self->run.sampling = strcmp(mode, "sample") == 0;
     if (memory_sample < 0 || memory_sample > ((long long)1 << 40)) {
         PyErr_Format(PyExc_ValueError,
                      "memory_sample must be a number of bytes in (0, 2**40], not %lld",
                      memory_sample);
         return -1;
     }
-    self->memory_only = strcmp(mode, "memory") == 0;
-    self->memory = memory || self->memory_only || memory_sample > 0;
-    self->memory_sample = memory_sample;
+    self->run.memory_only = strcmp(mode, "memory") == 0;
+    self->run.memory = memory || self->run.memory_only || memory_sample > 0;
+    self->run.mem.sample = memory_sample;
     /* stacks cost a frame walk per recorded block: by default only when few
      * blocks are recorded (sampled mode) */
-    self->memory_stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
-    self->sopts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
-    self->sopts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
-    self->sopts.native = native;
-    if (self->sampling && (rate < 0 || self->sopts.rate_hz > 100000)) {
+    self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
+    self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
+    self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
+    self->run.sm.opts.native = native;
+    if (self->run.sampling && (rate < 0 || self->run.sm.opts.rate_hz > 100000)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);
         PyErr_SetString(PyExc_ValueError, msg);
@@ -84,14 +86,9 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pp_profiler *self = (pp_profiler *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
-    self->subcalls = self->builtins = self->paths = 1;
-    self->warn_replaced = 1;
-    self->tool_id = -1;
-    self->threads_tail = &self->threads;
-    if (pp_index_init(&self->reg, 1024) < 0 || pp_index_init(&self->sites, 1024) < 0
-        || pp_index_init(&self->native_threads, 64) < 0 || pp_samples_init(&self->samples) < 0) {
+    if (pp_profiler_init(self) < 0) {
         Py_DECREF(self);
-        return PyErr_NoMemory();
+        return NULL;
     }
     return (PyObject *)self;
 }
@@ -99,40 +96,40 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static void profiler_dealloc(pp_profiler *self)
 {
     PyObject_GC_UnTrack(self);
-    if (self->enabled) {
+    if (self->run.enabled) {
         /* Unreachable while hooks hold it on 3.12+; on 3.11 the hook holds a
          * borrowed pointer, so remove it before the memory goes away. */
-        if (pp_tracer_disable(self) < 0)
+        if (pp_profiler_disable(self) < 0)
             PyErr_WriteUnraisable((PyObject *)self);
     }
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
-    Py_CLEAR(self->timer);
-    pp_tracer_free(self);
+    Py_CLEAR(self->run.tr.timer);
+    pp_profiler_free(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int profiler_traverse(pp_profiler *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->timer);
-    Py_VISIT(self->records);
-    Py_VISIT(self->prev_thread_hook);
-    Py_VISIT(self->prev_trace_hook);
-    Py_VISIT(self->line_filter);
-    Py_VISIT(self->sample_root);
-    Py_VISIT(self->sample_program);
+    Py_VISIT(self->run.tr.timer);
+    Py_VISIT(self->run.records);
+    Py_VISIT(self->run.tr.prev_thread_hook);
+    Py_VISIT(self->run.tr.prev_trace_hook);
+    Py_VISIT(self->run.reg.line_filter);
+    Py_VISIT(self->run.sm.root);
+    Py_VISIT(self->run.sm.program);
     return 0;
 }
 
 static int profiler_clear_refs(pp_profiler *self)
 {
-    Py_CLEAR(self->timer);
-    Py_CLEAR(self->prev_thread_hook);
-    Py_CLEAR(self->prev_trace_hook);
-    Py_CLEAR(self->line_filter);
-    Py_CLEAR(self->sample_root);
-    Py_CLEAR(self->sample_program);
-    Py_CLEAR(self->records);
+    Py_CLEAR(self->run.tr.timer);
+    Py_CLEAR(self->run.tr.prev_thread_hook);
+    Py_CLEAR(self->run.tr.prev_trace_hook);
+    Py_CLEAR(self->run.reg.line_filter);
+    Py_CLEAR(self->run.sm.root);
+    Py_CLEAR(self->run.sm.program);
+    Py_CLEAR(self->run.records);
     return 0;
 }
 
@@ -142,13 +139,13 @@ static PyObject *profiler_enable(pp_profiler *self, PyObject *args, PyObject *kw
     int subcalls = -1, builtins = -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|pp:enable", kwlist, &subcalls, &builtins))
         return NULL;
-    if (!self->enabled) {
+    if (!self->run.enabled) {
         if (subcalls >= 0)
-            self->subcalls = subcalls;
+            self->run.tr.subcalls = subcalls;
         if (builtins >= 0)
-            self->builtins = builtins;
+            self->run.tr.builtins = builtins;
     }
-    if (pp_tracer_enable(self) < 0)
+    if (pp_profiler_enable(self) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -156,13 +153,13 @@ static PyObject *profiler_enable(pp_profiler *self, PyObject *args, PyObject *kw
 static PyObject *profiler_disable(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    if (pp_tracer_disable(self) < 0)
+    if (pp_profiler_disable(self) < 0)
         return NULL;
-    if (self->sampling && self->warn_replaced) {
+    if (self->run.sampling && self->run.sm.warn_replaced) {
         pp_sampler_info si;
         pp_sampler_get_info(&si);
         if (si.replaced) {
-            self->warn_replaced = 0;
+            self->run.sm.warn_replaced = 0;
             if (PyErr_WarnEx(PyExc_RuntimeWarning, PP_REPLACED_MESSAGE, 1) < 0)
                 return NULL;
         }
@@ -173,14 +170,14 @@ static PyObject *profiler_disable(pp_profiler *self, PyObject *unused)
 static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    pp_tracer_clear(self);
+    pp_profiler_clear(self);
     Py_RETURN_NONE;
 }
 
 static PyObject *profiler_hook_threading(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    if (pp_tracer_hook_threading(self) < 0)
+    if (pp_tracer_hook_threading(&self->run.tr) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -188,7 +185,7 @@ static PyObject *profiler_hook_threading(pp_profiler *self, PyObject *unused)
 static PyObject *profiler_after_fork(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    if (pp_tracer_after_fork(self) < 0)
+    if (pp_profiler_after_fork(self) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -201,10 +198,10 @@ static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppd:snapshot", kwlist, &include_open, &counters_only,
                                      &ns_per_tick))
         return NULL;
-    self->snap_ns_per_tick = ns_per_tick;
-    PyObject *r = pp_capture_snapshot(self, (include_open ? PP_SNAP_OPEN : 0)
+    self->run.snap_ns_per_tick = ns_per_tick;
+    PyObject *r = pp_capture_snapshot(&self->run, (include_open ? PP_SNAP_OPEN : 0)
                                             | (counters_only ? PP_SNAP_COUNTERS : 0));
-    self->snap_ns_per_tick = 0.0;
+    self->run.snap_ns_per_tick = 0.0;
     return r;
 }
 
@@ -214,17 +211,17 @@ static PyObject *profiler_step_counters(pp_profiler *self, PyObject *args, PyObj
     int peek = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:_step_counters", kwlist, &peek))
         return NULL;
-    return pp_capture_step_counters(self, peek);
+    return pp_capture_step_counters(&self->run, peek);
 }
 
 static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    PyObject *l = PyList_New(self->nfun);
+    PyObject *l = PyList_New(self->run.reg.nfun);
     if (l == NULL)
         return NULL;
-    for (uint32_t i = 0; i < self->nfun; i++)
-        PyList_SET_ITEM(l, i, Py_NewRef(self->fobj[i]));
+    for (uint32_t i = 0; i < self->run.reg.nfun; i++)
+        PyList_SET_ITEM(l, i, Py_NewRef(self->run.reg.fobj[i]));
     return l;
 }
 
@@ -234,7 +231,7 @@ static PyObject *profiler_set_meta(pp_profiler *self, PyObject *meta)
         PyErr_SetString(PyExc_TypeError, "meta must be bytes (JSON) or None");
         return NULL;
     }
-    Py_XSETREF(self->meta, meta == Py_None ? NULL : Py_NewRef(meta));
+    Py_XSETREF(self->run.meta, meta == Py_None ? NULL : Py_NewRef(meta));
     Py_RETURN_NONE;
 }
 
@@ -244,7 +241,7 @@ static PyObject *profiler_set_records(pp_profiler *self, PyObject *records)
         PyErr_SetString(PyExc_TypeError, "records must be a list of bytes or None");
         return NULL;
     }
-    Py_XSETREF(self->records, records == Py_None ? NULL : Py_NewRef(records));
+    Py_XSETREF(self->run.records, records == Py_None ? NULL : Py_NewRef(records));
     Py_RETURN_NONE;
 }
 
@@ -276,6 +273,7 @@ static PyObject *profiler_set_flush(pp_profiler *self, PyObject *args, PyObject 
     self->owner_pid = getpid();
     if (self->flush_interval_ns)
         self->next_flush_ns = pp_clock_monotonic_ns() + self->flush_interval_ns;
+    pp_profiler_flush_changed(self);
     Py_RETURN_NONE;
 }
 
@@ -288,7 +286,7 @@ static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObj
                                      PyUnicode_FSConverter, &path, &final))
         return NULL;
     char err[256];
-    int rc = pp_capture_write(self, PyBytes_AS_STRING(path), final, err, sizeof err);
+    int rc = pp_capture_write(&self->run, PyBytes_AS_STRING(path), final, err, sizeof err);
     if (rc < 0 && !PyErr_Occurred())
         PyErr_Format(PyExc_OSError, "cannot write %s: %s", PyBytes_AS_STRING(path), err);
     Py_DECREF(path);
@@ -303,7 +301,7 @@ static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObj
 static PyObject *profiler_get_thread_paused(pp_profiler *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(pp_tracer_thread_paused(self));
+    return PyBool_FromLong(pp_profiler_thread_paused(self));
 }
 
 static int profiler_set_thread_paused(pp_profiler *self, PyObject *value, void *closure)
@@ -312,7 +310,7 @@ static int profiler_set_thread_paused(pp_profiler *self, PyObject *value, void *
     int paused = value ? PyObject_IsTrue(value) : 0;
     if (paused < 0)
         return -1;
-    pp_tracer_pause_thread(self, paused);
+    pp_profiler_pause_thread(self, paused);
     return 0;
 }
 
@@ -322,7 +320,7 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
     PyObject *filter = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O:_set_lines", kwlist, &filter))
         return NULL;
-    if (self->enabled) {
+    if (self->run.enabled) {
         PyErr_SetString(PyExc_RuntimeError, "line mode cannot change while the profiler is enabled");
         return NULL;
     }
@@ -330,8 +328,8 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
         PyErr_SetString(PyExc_TypeError, "filter must be callable or None");
         return NULL;
     }
-    self->lines = 1;
-    Py_XSETREF(self->line_filter, filter == Py_None ? NULL : Py_NewRef(filter));
+    self->run.tr.lines = 1;
+    Py_XSETREF(self->run.reg.line_filter, filter == Py_None ? NULL : Py_NewRef(filter));
     Py_RETURN_NONE;
 }
 
@@ -342,12 +340,12 @@ static PyObject *profiler_set_timeline(pp_profiler *self, PyObject *args, PyObje
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|LL:_set_timeline", kwlist, &min_ns,
                                      &max_events))
         return NULL;
-    if (self->enabled) {
+    if (self->run.enabled) {
         PyErr_SetString(PyExc_RuntimeError,
                         "the timeline cannot change while the profiler is enabled");
         return NULL;
     }
-    if (self->sampling || self->memory_only) {
+    if (self->run.sampling || self->run.memory_only) {
         PyErr_SetString(PyExc_ValueError,
                         "the timeline records function calls: it needs function tracing "
                         "(not mode='sample' or mode='memory')");
@@ -362,21 +360,21 @@ static PyObject *profiler_set_timeline(pp_profiler *self, PyObject *args, PyObje
                      (unsigned long long)UINT32_MAX, max_events);
         return NULL;
     }
-    if (self->enable_count && !self->timeline && self->timer != NULL) {
+    if (self->run.enable_count && !self->run.tr.timeline && self->run.tr.timer != NULL) {
         PyErr_SetString(PyExc_RuntimeError,
                         "with a user timer, the timeline must be set before the first enable()");
         return NULL;
     }
-    self->timeline = 1;
-    self->tl_min_ns = min_ns;
-    self->tl_max = (uint64_t)max_events;
+    self->run.tr.timeline = 1;
+    self->run.tr.tl_min_ns = min_ns;
+    self->run.tr.tl_max = (uint64_t)max_events;
     Py_RETURN_NONE;
 }
 
 static PyObject *profiler_get_timeline(pp_profiler *self, void *closure)
 {
     (void)closure;
-    return PyBool_FromLong(self->timeline);
+    return PyBool_FromLong(self->run.tr.timeline);
 }
 
 static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *args)
@@ -388,8 +386,8 @@ static PyObject *profiler_set_sample_root(pp_profiler *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "_set_sample_root(code or None, program code or None)");
         return NULL;
     }
-    Py_XSETREF(self->sample_root, root == Py_None ? NULL : Py_NewRef(root));
-    Py_XSETREF(self->sample_program, program == Py_None ? NULL : Py_NewRef(program));
+    Py_XSETREF(self->run.sm.root, root == Py_None ? NULL : Py_NewRef(root));
+    Py_XSETREF(self->run.sm.program, program == Py_None ? NULL : Py_NewRef(program));
     Py_RETURN_NONE;
 }
 
@@ -398,13 +396,13 @@ static PyObject *profiler_set_background(pp_profiler *self, PyObject *arg)
     int on = PyObject_IsTrue(arg);
     if (on < 0)
         return NULL;
-    self->background = on;
+    self->run.tr.background = on;
     Py_RETURN_NONE;
 }
 
 static PyObject *profiler_add_line_target(pp_profiler *self, PyObject *code)
 {
-    uint32_t fid = pp_tracer_add_line_target(self, code);
+    uint32_t fid = pp_registry_add_line_target(&self->run.reg, code);
     return fid == PP_NONE ? NULL : PyLong_FromUnsignedLong(fid);
 }
 
@@ -412,8 +410,8 @@ static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
     PyObject *l = PyList_New(0);
-    for (uint32_t fid = 0; l && fid < self->nfun; fid++) {
-        if (!self->ftarget[fid])
+    for (uint32_t fid = 0; l && fid < self->run.reg.nfun; fid++) {
+        if (!self->run.reg.ftarget[fid])
             continue;
         PyObject *i = PyLong_FromUnsignedLong(fid);
         if (i == NULL || PyList_Append(l, i) < 0)
@@ -426,19 +424,19 @@ static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
 static PyObject *profiler_get_memory(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->memory);
+    return PyBool_FromLong(self->run.memory);
 }
 
 static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->sampling);
+    return PyBool_FromLong(self->run.sampling);
 }
 
 static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
 {
     (void)c;
-    if (!self->sampling)
+    if (!self->run.sampling)
         Py_RETURN_FALSE;
     pp_sampler_info si;
     pp_sampler_get_info(&si);
@@ -448,25 +446,25 @@ static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->lines);
+    return PyBool_FromLong(self->run.tr.lines);
 }
 
 static PyObject *profiler_get_enabled(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->enabled);
+    return PyBool_FromLong(self->run.enabled);
 }
 
 static PyObject *profiler_get_exact(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyBool_FromLong(self->exact_builtins);
+    return PyBool_FromLong(self->run.tr.exact_builtins);
 }
 
 static PyObject *profiler_get_tool_id(pp_profiler *self, void *c)
 {
     (void)c;
-    return PyLong_FromLong(self->tool_id);
+    return PyLong_FromLong(self->run.tr.tool_id);
 }
 
 static PyMethodDef profiler_methods[] = {
@@ -547,12 +545,12 @@ static PyGetSetDef profiler_getset[] = {
 };
 
 static PyMemberDef profiler_members[] = {
-    {"_lazy_threading", T_BOOL, offsetof(pp_profiler, lazy_threading), 0,
+    {"_lazy_threading", T_BOOL, offsetof(pp_profiler, run.tr.lazy_threading), 0,
      "3.11 profile hook: when threading is not imported at enable(), leave it (an import "
      "costs ~1.5 ms in a fresh child) until _hook_threading() is called after its import."},
-    {"_warn_replaced", T_BOOL, offsetof(pp_profiler, warn_replaced), 0,
+    {"_warn_replaced", T_BOOL, offsetof(pp_profiler, run.sm.warn_replaced), 0,
      "Sampling: disable() warns (RuntimeWarning) when the program took SIGPROF back."},
-    {"_start_mono_ns", T_LONGLONG, offsetof(pp_profiler, start_mono_ns), READONLY,
+    {"_start_mono_ns", T_LONGLONG, offsetof(pp_profiler, run.start_mono_ns), READONLY,
      "CLOCK_MONOTONIC ns of the first enable(): the origin of the capture's times."},
     {NULL},
 };
@@ -621,7 +619,7 @@ static PyObject *mod_write_blob(PyObject *m, PyObject *args, PyObject *kw)
 static PyObject *mod_active(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
-    pp_profiler *p = pp_tracer_active();
+    pp_profiler *p = pp_profiler_active();
     return Py_NewRef(p ? (PyObject *)p : Py_None);
 }
 
@@ -748,7 +746,7 @@ PyMODINIT_FUNC PyInit__cprof(void)
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
-    if (pp_tracer_module_init(m) < 0)
+    if (pp_profiler_module_init() < 0)
         goto fail;
     if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0)
         goto fail;
@@ -764,8 +762,7 @@ PyMODINIT_FUNC PyInit__cprof(void)
     if (PyModule_AddObject(m, "FORMAT_VERSION",
                            Py_BuildValue("(ii)", PP_FORMAT_MAJOR, PP_FORMAT_MINOR)) < 0)
         goto fail;
-    if (PyModule_AddStringConstant(m, "HOOK", PP_USE_MONITORING ? "sys.monitoring"
-                                                                 : "PyEval_SetProfile") < 0)
+    if (PyModule_AddStringConstant(m, "HOOK", pp_tracer_default_hook) < 0)
         goto fail;
     return m;
 fail:

@@ -27,10 +27,8 @@
  */
 #define _GNU_SOURCE
 #include "sampler.h"
-#include "memory.h"
 
 #include "clock.h"
-#include "tracer.h"
 #include "unwind.h"
 
 #include <dirent.h>
@@ -94,7 +92,8 @@ static struct {
      * directly (touched with the GIL held: start, the helper's refresh, stop) */
     struct wall_timer { uint64_t ts_id; pid_t tid; timer_t timer; int alive; } *timers;
     uint32_t ntimers, cap_timers;
-    struct pp_profiler *prof;       /* strong while sampling */
+    pp_sampling *prof;              /* the sampling state (its owner kept alive) */
+    PyObject *owner;                /* strong while sampling */
     int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
     double rate_hz;
     int draining;
@@ -359,15 +358,15 @@ static uint32_t dying_fid;
 
 /* Function id of a sampled code object: registered (and so kept alive), or,
  * for the one being destroyed, a ghost entry that only keeps its names. */
-static uint32_t code_fid(struct pp_profiler *p, PyObject *code)
+static uint32_t code_fid(pp_sampling *p, PyObject *code)
 {
     uint64_t key = (uint64_t)(uintptr_t)code;
     if (code == dying_code) {
         if (dying_fid == PP_NONE)
-            dying_fid = pp_tracer_register_ghost(p, code);
+            dying_fid = pp_registry_ghost(p->reg, code);
         return dying_fid;
     }
-    uint32_t fid = pp_index_get(&p->reg, key);
+    uint32_t fid = pp_registry_get(p->reg, key);
     if (fid != PP_NONE)
         return fid;
     /* Checked again: a pointer read from a half-linked frame may name a code
@@ -375,11 +374,10 @@ static uint32_t code_fid(struct pp_profiler *p, PyObject *code)
      * since (its drain can run before the record is published). */
     if (!pp_frames_code_alive((uintptr_t)code))
         return PP_NONE;
-    return pp_tracer_register_code(p, code);
+    return pp_registry_code(p->reg, code);
 }
 
-static uint32_t frame_line(pp_samples *s, struct pp_profiler *p, uint32_t fid, PyObject *code,
-                           uint32_t offset)
+static uint32_t frame_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
 {
     uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
     uint32_t line = pp_index_get(&s->linecache, key);
@@ -390,11 +388,20 @@ static uint32_t frame_line(pp_samples *s, struct pp_profiler *p, uint32_t fid, P
     line = l < 0 ? 0 : (uint32_t)l;
     if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
         pp_index_put(&s->linecache, key, line);
-    (void)p;
     return line;
 }
 
-static void drain_locked(struct pp_profiler *p)
+/* A sampled thread's index (its record made when new). */
+static uint32_t sample_thread(pp_sampling *p, uint32_t tid, uint64_t ident)
+{
+    pp_thread *ts = pp_threads_sampled(p->threads, tid, ident);
+    if (ts == NULL)
+        return PP_NONE;
+    ts->events++;
+    return ts->index;
+}
+
+static void drain_locked(pp_sampling *p)
 {
     pp_samples *s = &p->samples;
     uint64_t fr[MAX_FRAMES];
@@ -418,12 +425,12 @@ static void drain_locked(struct pp_profiler *p)
         /* Frames from the root up to the runner's (the CLI's frame running
          * the program) are pyprof's, not the program's. */
         int runner_only = 0;
-        for (uint32_t i = 0; p->sample_root && i < n; i++) {
-            if (raw[i].code == (uintptr_t)p->sample_root) {
+        for (uint32_t i = 0; p->root && i < n; i++) {
+            if (raw[i].code == (uintptr_t)p->root) {
                 /* In the runner's own work (waiting for threads...), not the
                  * program's: its frame calls something else than the program. */
-                runner_only = i == 0 || (p->sample_program
-                                         && raw[i - 1].code != (uintptr_t)p->sample_program);
+                runner_only = i == 0 || (p->program
+                                         && raw[i - 1].code != (uintptr_t)p->program);
                 n = i;
                 break;
             }
@@ -434,13 +441,13 @@ static void drain_locked(struct pp_profiler *p)
             uint32_t fid = code_fid(p, code);
             if (fid == PP_NONE)
                 continue;
-            uint32_t line = frame_line(s, p, fid, code, raw[i].offset);
+            uint32_t line = frame_line(s, fid, code, raw[i].offset);
             if (S.native && (raw[i].flags & PP_RAW_ENTRY))
                 line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
             fr[kept++] = (uint64_t)fid << 32 | line;
         }
         n = kept;
-        uint32_t thread = runner_only ? PP_NONE : pp_tracer_sample_thread(p, r->tid, r->ident);
+        uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
         uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
         if (st != PP_NONE)
             add_sample(s, thread, st, r->state, S.interval_ns);
@@ -456,7 +463,7 @@ static void drain_locked(struct pp_profiler *p)
         PyGC_Enable();
 }
 
-void pp_sampler_drain(struct pp_profiler *p)
+void pp_sampler_drain(pp_sampling *p)
 {
     if (S.buf == NULL || p != S.prof || S.draining)
         return;
@@ -488,46 +495,6 @@ static void drain_for_dying(PyObject *code)
     pp_err_restore(&es);
 }
 
-#if PY_VERSION_HEX >= 0x030C0000
-static int code_watcher = -1;
-
-static int on_code_event(PyCodeEvent event, PyCodeObject *co)
-{
-    if (event == PY_CODE_EVENT_DESTROY)
-        drain_for_dying((PyObject *)co);
-    return 0;
-}
-
-static int watch_code(int on)
-{
-    if (on && code_watcher < 0) {
-        code_watcher = PyCode_AddWatcher(on_code_event);
-        return code_watcher < 0 ? -1 : 0;
-    }
-    return 0;                           /* kept: the callback does nothing when idle */
-}
-#else
-static destructor code_dealloc;
-
-static void pp_code_dealloc(PyObject *co)
-{
-    drain_for_dying(co);
-    code_dealloc(co);
-}
-
-static int watch_code(int on)
-{
-    if (on && code_dealloc == NULL) {
-        code_dealloc = PyCode_Type.tp_dealloc;
-        PyCode_Type.tp_dealloc = pp_code_dealloc;
-    }
-    else if (!on && code_dealloc != NULL && PyCode_Type.tp_dealloc == pp_code_dealloc) {
-        PyCode_Type.tp_dealloc = code_dealloc;
-        code_dealloc = NULL;
-    }
-    return 0;
-}
-#endif
 
 /* ---------------------------------------------------------- helper thread */
 
@@ -541,17 +508,6 @@ static int watch_code(int on)
  * program computes and on time while it sleeps, which biases wall shares
  * toward sleeping code. Timers of threads that are gone are deleted (GIL
  * held: the thread list cannot change under us). */
-#if PY_VERSION_HEX < 0x030C0000
-/* 3.11 fills a new thread's state with its creator's thread ids until the new
- * thread runs: a state sharing its kernel thread id with an older one is that. */
-static int prealloc_state(PyInterpreterState *interp, PyThreadState *ts)
-{
-    for (PyThreadState *o = PyInterpreterState_ThreadHead(interp); o; o = PyThreadState_Next(o))
-        if (o != ts && o->native_thread_id == ts->native_thread_id && o->id < ts->id)
-            return 1;
-    return 0;
-}
-#endif
 
 static void refresh_timers(void)
 {
@@ -566,14 +522,12 @@ static void refresh_timers(void)
             unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
             continue;
-#if PY_VERSION_HEX < 0x030C0000
-        if (prealloc_state(interp, ts)) {
+        if (pp_tstate_prealloc(interp, ts)) {
             unbound = 1;
             continue;
         }
-#endif
         if (S.prof)
-            pp_tracer_note_thread(S.prof, (uint32_t)tid, (uint64_t)ts->thread_id);
+            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)ts->thread_id);
         uint32_t i = 0;
         while (i < S.ntimers && !(S.timers[i].ts_id == ts->id && S.timers[i].tid == tid))
             i++;
@@ -746,7 +700,8 @@ static void *sampler_main(void *arg)
                 pp_sampler_drain(S.prof);
                 if (S.mode == PP_SAMPLE_WALL)
                     refresh_timers();
-                pp_tracer_maybe_flush(S.prof);      /* --dump-every */
+                if (S.prof->periodic)
+                    S.prof->periodic(S.prof->periodic_arg);    /* --dump-every */
             }
             PyGILState_Release(g);
         }
@@ -794,13 +749,9 @@ static void atfork_child(void)
     atomic_store(&S.paused, 0);
 }
 
-int pp_sampler_active(void)
+int pp_sampler_start(pp_sampling *p)
 {
-    return atomic_load(&S.active);
-}
-
-int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
-{
+    const pp_sample_opts *o = &p->opts;
     static int atfork_done;
     if (atomic_load(&S.active) || S.have_thread) {
         PyErr_SetString(PyExc_RuntimeError, "pyprof: a sampler is already running in this process");
@@ -846,7 +797,7 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
         return -1;
     }
-    if (watch_code(1) < 0)
+    if (pp_frames_watch_code(drain_for_dying, 1) < 0)
         return -1;
     if (!atfork_done && pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0)
         atfork_done = 1;
@@ -868,7 +819,8 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     atomic_store(&S.paused, 0);
     S.corrupt = 0;
     memset(S.buf, 0, RING_BYTES + RING_SLACK);
-    S.prof = (struct pp_profiler *)Py_NewRef((PyObject *)p);
+    S.prof = p;
+    S.owner = Py_NewRef(p->owner);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -877,7 +829,8 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGPROF, &sa, NULL) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
-        Py_CLEAR(S.prof);
+        S.prof = NULL;
+        Py_CLEAR(S.owner);
         return -1;
     }
     S.started_ns = mono_ns();
@@ -887,7 +840,8 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
         refresh_timers();
     if (pthread_create(&S.thread, NULL, sampler_main, NULL) != 0) {
         atomic_store(&S.active, 0);
-        Py_CLEAR(S.prof);
+        S.prof = NULL;
+        Py_CLEAR(S.owner);
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
         return -1;
     }
@@ -900,7 +854,7 @@ int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o)
     return 0;
 }
 
-int pp_sampler_stop(struct pp_profiler *p)
+int pp_sampler_stop(pp_sampling *p)
 {
     if (p != S.prof)
         return 0;
@@ -932,10 +886,11 @@ int pp_sampler_stop(struct pp_profiler *p)
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     pp_sampler_drain(p);
-    watch_code(0);
-    struct pp_profiler *prof = S.prof;
+    pp_frames_watch_code(drain_for_dying, 0);
+    PyObject *owner = S.owner;
     S.prof = NULL;
-    Py_XDECREF((PyObject *)prof);
+    S.owner = NULL;
+    Py_XDECREF(owner);
     return 0;
 }
 
@@ -954,4 +909,19 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
     out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
+}
+
+int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threadset *threads)
+{
+    p->owner = owner;
+    p->reg = reg;
+    p->threads = threads;
+    return pp_samples_init(&p->samples);
+}
+
+void pp_sampling_free(pp_sampling *p)
+{
+    pp_samples_free(&p->samples);
+    Py_CLEAR(p->root);
+    Py_CLEAR(p->program);
 }

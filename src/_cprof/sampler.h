@@ -11,8 +11,7 @@
 #ifndef PP_SAMPLER_H
 #define PP_SAMPLER_H
 
-#include "frames.h"
-#include "table.h"
+#include "registry.h"
 
 enum { PP_SAMPLE_CPU = 0, PP_SAMPLE_WALL = 1 };
 /* With native stacks, a stack frame's line carries this bit when the frame is
@@ -62,19 +61,36 @@ typedef struct pp_samples {
     uint64_t drained, truncated, foreign;
 } pp_samples;
 
-struct pp_profiler;
-
 typedef struct {
     int mode;                   /* PP_SAMPLE_CPU / PP_SAMPLE_WALL */
     double rate_hz;             /* requested */
     int native;                 /* unwind native frames too (libunwind) */
 } pp_sample_opts;
 
-/* Start / stop sampling for profiler p (GIL held). One sampler per process. */
-int pp_sampler_start(struct pp_profiler *p, const pp_sample_opts *o);
-int pp_sampler_stop(struct pp_profiler *p);
+/* One profiler's sampling state: the options, the stack table the samples
+ * end up in, where the program's frames begin. */
+typedef struct pp_sampling {
+    PyObject *owner;            /* the object holding this state (borrowed; the
+                                 * sampler keeps it alive while it samples) */
+    pp_registry *reg;           /* the owner's function ids */
+    pp_threadset *threads;      /* the owner's thread records */
+    pp_sample_opts opts;
+    pp_samples samples;
+    PyObject *root;             /* code of the runner's frame: stacks are cut below it */
+    PyObject *program;          /* the program's code the runner runs (else: runner's work) */
+    char warn_replaced;         /* warn once if the program takes SIGPROF back */
+    /* periodic work of the owner (a flush), from the helper with the GIL */
+    void (*periodic)(void *arg);
+    void *periodic_arg;
+} pp_sampling;
+
+int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threadset *threads);
+void pp_sampling_free(pp_sampling *p);
+/* Start / stop sampling with p's options (GIL held). One sampler per process. */
+int pp_sampler_start(pp_sampling *p);
+int pp_sampler_stop(pp_sampling *p);
 /* Move what the handler recorded into p's stack table (GIL held). */
-void pp_sampler_drain(struct pp_profiler *p);
+void pp_sampler_drain(pp_sampling *p);
 /* Counters of the running or last sampler, for the capture's INFO. */
 typedef struct {
     int mode, native;
@@ -88,7 +104,6 @@ void pp_sampler_get_info(pp_sampler_info *out);
 #define PP_REPLACED_MESSAGE \
     "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
     "sampled: samples after that moment are missing"
-int pp_sampler_active(void);
 
 int pp_samples_init(pp_samples *s);
 void pp_samples_free(pp_samples *s);

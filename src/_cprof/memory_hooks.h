@@ -1,0 +1,26 @@
+/* memory_hooks.h — the allocation hooks' steps, private to memory.c and
+ * memory_numpy.c (a second allocator family routed into the same tables).
+ * Never: included outside the memory engine.
+ */
+#ifndef PP_MEMORY_HOOKS_H
+#define PP_MEMORY_HOOKS_H
+
+#include "memory.h"
+
+#define PP_MEM_HIDDEN __attribute__((visibility("hidden")))
+
+/* size and count: what the block stands for (sampled mode: an estimate) */
+typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
+
+/* 1: let this allocation of domain d (-1: none) through unrecorded. */
+PP_MEM_HIDDEN int pp_memory_pass_through(int d);
+PP_MEM_HIDDEN void pp_memory_note_alloc(void *ptr, size_t size);
+/* Take a block out of the live table (1 if it was there). */
+PP_MEM_HIDDEN int pp_memory_take_block(void *ptr, pp_memblock *b);
+/* After a realloc below (b: the old block taken out before, or NULL). */
+PP_MEM_HIDDEN void pp_memory_realloc_done(void *old, void *ptr, size_t size,
+                                          const pp_memblock *b);
+/* A block freed. */
+PP_MEM_HIDDEN void pp_memory_release_block(void *ptr);
+
+#endif

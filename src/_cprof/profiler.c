@@ -1,0 +1,241 @@
+/* profiler.c — which engines run and when (see profiler.h). GIL held.
+ *
+ * Enable: a new generation of thread records, the run's clock origins, then
+ * the tracer (or the sampler, or neither in memory mode), then the memory
+ * hooks. Disable: the reverse, then the calls still open end now. A
+ * background profiler (@profile's, in a plain run) steps aside while an
+ * explicit one runs, and resumes after it.
+ * Never: per-event work; formats (capture.c writes).
+ */
+#include "profiler.h"
+
+#include "clock.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static uint64_t pp_gen_counter;
+static pp_profiler *pp_active;      /* at most one enabled profiler per process */
+static pp_profiler *pp_suspended;   /* the background one under it (strong) */
+
+int pp_profiler_module_init(void)
+{
+    return pp_tracer_module_init(offsetof(pp_profiler, run.tr));
+}
+
+int pp_profiler_init(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    PyObject *self = (PyObject *)p;
+    pp_threads_init(&r->threads);
+    pp_tracer_init(&r->tr, self, &r->reg, &r->threads);
+    r->tr.subcalls = r->tr.builtins = r->tr.paths = 1;
+    r->sm.warn_replaced = 1;
+    r->mem.reg = &r->reg;
+    if (pp_index_init(&r->reg.idx, 1024) < 0 || pp_index_init(&r->tr.sites, 1024) < 0
+        || pp_index_init(&r->threads.native, 64) < 0
+        || pp_sampling_init(&r->sm, self, &r->reg, &r->threads) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------ periodic flush */
+
+static void flush_impl(pp_profiler *p)
+{
+    int64_t mono = pp_clock_monotonic_ns();
+    if (mono < p->next_flush_ns || (long)getpid() != p->owner_pid)
+        return;
+    p->next_flush_ns = mono + p->flush_interval_ns;
+    char err[256];
+    pp_err_state es;
+    pp_err_save(&es);
+    pp_tls.busy++;              /* a finalizer run by the GC here is not the program's call */
+    if (pp_capture_write(&p->run, p->flush_path, 0, err, sizeof err) < 0 && !p->flush_failed) {
+        p->flush_failed = 1;
+        fprintf(stderr, "pyprof: periodic flush to %s failed: %s\n", p->flush_path, err);
+    }
+    pp_tls.busy--;
+    PyErr_Clear();
+    pp_err_restore(&es);
+}
+
+/* The engines' periodic work: write the capture if one is due. */
+static void maybe_flush(void *arg)
+{
+    int was = pp_memory_self_begin();
+    flush_impl((pp_profiler *)arg);
+    pp_memory_self_end(was);
+}
+
+void pp_profiler_flush_changed(pp_profiler *p)
+{
+    void (*fn)(void *) = p->flush_interval_ns ? maybe_flush : NULL;
+    p->run.tr.periodic = p->run.sm.periodic = fn;
+    p->run.tr.periodic_arg = p->run.sm.periodic_arg = p;
+}
+
+/* ------------------------------------------------------ enable / disable */
+
+int pp_profiler_enable(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    if (r->enabled)
+        return 0;
+    if (pp_active != NULL && pp_active->run.tr.background && pp_suspended == NULL
+        && !r->tr.background) {
+        pp_profiler *bg = pp_active;
+        if (pp_profiler_disable(bg) < 0)
+            return -1;
+        pp_suspended = (pp_profiler *)Py_NewRef((PyObject *)bg);
+    }
+    if (pp_active != NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "Another profiling tool is already active: a pyprof profiler is enabled; "
+                        "disable it first");
+        return -1;
+    }
+    int tracing = !r->memory_only && !r->sampling;
+    r->threads.gen = ++pp_gen_counter;
+    r->threads.timeline = r->tr.timeline;
+    r->tr.memory = r->memory && tracing;        /* peaks per activation: call tracing only */
+    pp_threads_mem_frames(0);
+    if (r->enable_count++ == 0) {
+        r->start_wall_ns = pp_clock_realtime_ns();
+        r->start_mono_ns = pp_clock_monotonic_ns();
+        /* the timeline's origin, the same instant in the profiler's clock (a
+         * user timer is Python code: asked only when a timeline needs it) */
+        r->start_ticks = r->tr.timer == NULL ? pp_clock_now()
+                         : r->tr.timeline && tracing ? pp_tracer_now(&r->tr) : 0;
+    }
+    r->enabled_since_ns = pp_clock_monotonic_ns();
+    if (p->flush_interval_ns)
+        p->next_flush_ns = r->enabled_since_ns + p->flush_interval_ns;
+    pp_profiler_flush_changed(p);
+    pp_active = p;
+    pp_threads_activate(&r->threads);
+    r->enabled = 1;
+    int rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);
+    if (rc == 0 && r->memory && pp_memory_start(&r->mem) < 0) {
+        if (!r->memory_only)
+            (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
+        rc = -1;
+    }
+    if (rc < 0) {
+        r->enabled = 0;
+        pp_active = NULL;
+        pp_threads_activate(NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int pp_profiler_disable(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    if (r->tr.in_timer) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot disable profiler in external timer");
+        return -1;
+    }
+    if (!r->enabled)
+        return 0;
+    r->enabled = 0;
+    if (pp_active == p) {
+        pp_active = NULL;
+        pp_threads_activate(NULL);
+    }
+    r->enabled_ns += pp_clock_monotonic_ns() - r->enabled_since_ns;
+    int rc = r->memory && pp_memory_stop(&r->mem) < 0 ? -1 : 0;
+    if (!r->memory_only && (r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr)) < 0)
+        rc = -1;
+    /* Calls still open end now, as cProfile's flush_unmatched does. */
+    pp_tracer_end_calls(&r->tr);
+    if (rc == 0 && (r->tr.oom || r->threads.oom)) {
+        r->tr.oom = r->threads.oom = 0;
+        PyErr_SetString(PyExc_MemoryError, "pyprof: out of memory while profiling");
+        rc = -1;
+    }
+    if (pp_suspended != NULL && pp_suspended != p && pp_active == NULL) {
+        pp_profiler *bg = pp_suspended;
+        pp_suspended = NULL;
+        pp_err_state es;
+        pp_err_save(&es);
+        if (pp_profiler_enable(bg) < 0)
+            PyErr_WriteUnraisable((PyObject *)bg);
+        pp_err_restore(&es);
+        Py_DECREF(bg);
+    }
+    return rc;
+}
+
+pp_profiler *pp_profiler_active(void)
+{
+    return pp_active;
+}
+
+void pp_profiler_pause_thread(pp_profiler *p, int paused)
+{
+    if (p->run.enabled)
+        pp_threads_pause(&p->run.threads, paused);
+}
+
+int pp_profiler_thread_paused(pp_profiler *p)
+{
+    return p->run.enabled && pp_threads_paused(&p->run.threads);
+}
+
+/* ------------------------------------------------------ data */
+
+void pp_profiler_clear(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    pp_samples_clear(&r->sm.samples);
+    pp_cntbase_free(&r->step_samples);
+    pp_cntbase_free(&r->step_memory);
+    pp_memory_free(&r->mem);
+    pp_threads_clear(&r->threads);
+}
+
+/* In a forked child, with the profiler disabled (GIL held; the child's only
+ * thread): forget what the parent recorded, its thread records included, so
+ * that the child's capture holds the child's work only and the parent's
+ * counts are not written twice. Function ids stay registered (their counts
+ * are gone). The next enable starts a new generation: this thread re-attaches. */
+int pp_profiler_after_fork(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    if (r->enabled) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: reset after fork needs a disabled profiler");
+        return -1;
+    }
+    pp_profiler_clear(p);
+    pp_threads_after_fork(&r->threads);
+    r->enable_count = 0;            /* the next enable sets the start times anew */
+    r->enabled_ns = 0;
+    r->tr.cstack_asides = 0;
+    r->tr.oom = r->threads.oom = 0;
+    p->flush_failed = 0;
+    p->owner_pid = (long)getpid();
+    return 0;
+}
+
+void pp_profiler_free(pp_profiler *p)
+{
+    pp_run *r = &p->run;
+    pp_memory_free(&r->mem);
+    pp_threads_free(&r->threads);
+    pp_registry_free(&r->reg);
+    pp_tracer_free(&r->tr);
+    pp_index_free(&r->threads.native);
+    pp_sampling_free(&r->sm);
+    pp_cntbase_free(&r->step_samples);
+    pp_cntbase_free(&r->step_memory);
+    Py_CLEAR(r->meta);
+    Py_CLEAR(r->records);
+    free(p->flush_path);
+    p->flush_path = NULL;
+}

@@ -1,0 +1,46 @@
+/* profiler.h — one profiler: which engines run, enable/disable, the active
+ * profiler of the process, periodic flushing, fork handling.
+ *
+ * Owns: pp_profiler (the Python object's state: its pp_run, which holds the
+ * engines' states, and the flush settings), the one enabled profiler of the
+ * process and the background one suspended under it. It is the only unit
+ * that starts and stops engines.
+ * Never: the Python-visible API (module.c); anything per event (the engines).
+ */
+#ifndef PP_PROFILER_H
+#define PP_PROFILER_H
+
+#include "capture.h"
+
+typedef struct pp_profiler {
+    PyObject_HEAD
+    pp_run run;
+    char *flush_path;
+    int64_t flush_interval_ns;  /* 0 = no periodic flush */
+    int64_t next_flush_ns;
+    int flush_failed;
+    long owner_pid;             /* a forked child never flushes over the parent's file */
+    PyObject *weakreflist;
+} pp_profiler;
+
+extern PyTypeObject pp_profiler_type;
+
+int pp_profiler_module_init(void);
+/* A new object's engines (after tp_alloc); -1 with MemoryError set. */
+int pp_profiler_init(pp_profiler *p);
+int pp_profiler_enable(pp_profiler *p);
+int pp_profiler_disable(pp_profiler *p);
+/* Forget every count (function ids stay). */
+void pp_profiler_clear(pp_profiler *p);
+void pp_profiler_free(pp_profiler *p);
+/* Forked child, profiler disabled: drop the parent's data and thread records. */
+int pp_profiler_after_fork(pp_profiler *p);
+/* The flush settings changed: the engines ask for periodic work, or not. */
+void pp_profiler_flush_changed(pp_profiler *p);
+/* Stop or resume recording the calling thread's events (until the next enable). */
+void pp_profiler_pause_thread(pp_profiler *p, int paused);
+int pp_profiler_thread_paused(pp_profiler *p);
+/* The enabled profiler of this process, or NULL. */
+pp_profiler *pp_profiler_active(void);
+
+#endif

@@ -1,0 +1,52 @@
+/* registry.h — one profiler's function ids and what names them.
+ *
+ * Owns: the map key (code object or PyMethodDef pointer; a ghost's own key)
+ * -> profile-wide function id, a strong reference to what names each id (a
+ * code object, a builtin's name as cProfile spells it, or a ghost: the names
+ * of a sampled code object destroyed before its samples were drained), and
+ * the line-mode marks (line targets, the line filter). Every engine registers
+ * here; none asks another engine for an id.
+ * Never: called from a signal handler or an allocation hook (GIL held; it
+ * allocates and may run the line filter, which is Python code).
+ */
+#ifndef PP_REGISTRY_H
+#define PP_REGISTRY_H
+
+#include "threads.h"
+
+enum { PP_KIND_PYTHON = 0, PP_KIND_BUILTIN = 1, PP_KIND_GHOST = 2 };
+
+typedef struct pp_registry {
+    pp_index idx;
+    PyObject **fobj;            /* code object (python), str name (builtin), tuple (ghost) */
+    uint8_t *fkind;
+    uint8_t *ftarget;           /* line mode: 1 for line targets */
+    int32_t *fresume;           /* 3.11 line mode: offset of the first RESUME, -1 unknown */
+    uint32_t nfun, capfun;
+    uint64_t ghosts;
+    PyObject *line_filter;      /* line mode: code -> bool, asked once per new code object */
+    /* line mode, while events are on: a function just became a line target */
+    int (*on_target)(void *arg, PyObject *code);
+    void *target_arg;
+} pp_registry;
+
+static inline uint32_t pp_registry_get(const pp_registry *r, uint64_t key)
+{
+    return pp_index_get(&r->idx, key);
+}
+/* The id of key, registered (naming it after obj) when new; PP_NONE when out
+ * of memory. obj: the code object, or the C callable (self_arg: its bound
+ * self, if a descriptor). */
+uint32_t pp_registry_add(pp_registry *r, uint64_t key, PyObject *obj, PyObject *self_arg,
+                         int kind);
+static inline uint32_t pp_registry_code(pp_registry *r, PyObject *code)
+{
+    return pp_registry_add(r, (uint64_t)(uintptr_t)code, code, NULL, PP_KIND_PYTHON);
+}
+/* A dying code object's names under a new id (its address will be reused). */
+uint32_t pp_registry_ghost(pp_registry *r, PyObject *code);
+/* Line mode: make `code` a line target; its id, or PP_NONE with an exception set. */
+uint32_t pp_registry_add_line_target(pp_registry *r, PyObject *code);
+void pp_registry_free(pp_registry *r);
+
+#endif

@@ -1,0 +1,232 @@
+/* threads.c — per-thread records (see threads.h). GIL held everywhere.
+ *
+ * Thread records outlive their threads (their data is kept); TLS points at a
+ * record only while its generation matches the profiler's.
+ * Never: allocates from a Python allocator (C malloc: never seen by the
+ * memory hooks); runs Python code.
+ */
+#include "threads.h"
+
+#include <stdlib.h>
+
+__thread pp_tls_t pp_tls __attribute__((tls_model("initial-exec")));
+__thread int pp_mem_self __attribute__((tls_model("initial-exec")));
+
+static pp_threadset *pp_active_set;     /* the enabled profiler's records */
+void (*pp_mem_forget_hook)(PyObject *obj);
+static int pp_mem_on;                   /* memory with tracing: peaks per activation */
+
+void pp_threads_init(pp_threadset *s)
+{
+    s->head = NULL;
+    s->tail = &s->head;
+    s->n = 0;
+}
+
+static pp_thread *new_record(pp_threadset *s, unsigned long ident, unsigned long native_id)
+{
+    pp_thread *ts = calloc(1, sizeof *ts);
+    if (ts == NULL || pp_tables_init(&ts->t) < 0) {
+        free(ts);
+        return NULL;
+    }
+    ts->ident = ident;
+    ts->native_id = native_id;
+    ts->index = s->n++;
+    *s->tail = ts;
+    s->tail = &ts->next;
+    return ts;
+}
+
+static pp_thread *attach_impl(pp_threadset *s)
+{
+    unsigned long ident = PyThread_get_thread_ident();
+    pp_thread *ts;
+    /* A record from an earlier enable of this profiler is reused; one made in
+     * this enable belongs to a thread that has ended (its ident reused). */
+    for (ts = s->head; ts; ts = ts->next)
+        if (ts->ident == ident && ts->attach_gen != s->gen)
+            break;
+    if (ts == NULL) {
+        ts = new_record(s, ident, PyThread_get_thread_native_id());
+        if (ts == NULL) {
+            s->oom = 1;
+            return NULL;
+        }
+        /* Headroom kept free below the eval hook: 256 KiB, or a quarter of a
+         * smaller stack; 0 (no guard) when the platform cannot tell. */
+        uintptr_t low = pp_cstack_low(), here = (uintptr_t)&low;
+        if (low && here > low) {
+            uintptr_t room = (here - low) / 4;
+            ts->cstack_guard = low + (room < (256u << 10) ? room : (256u << 10));
+        }
+        ts->name_tries = 64;
+        ts->t.tl.on = s->timeline;
+    }
+    ts->attach_gen = s->gen;
+    pp_tls.gen = s->gen;
+    pp_tls.ts = ts;
+    pp_tls.paused = NULL;
+    return ts;
+}
+
+__attribute__((noinline, cold)) pp_thread *pp_threads_attach(pp_threadset *s)
+{
+    int was = pp_memory_self_begin();
+    pp_thread *ts = attach_impl(s);
+    pp_memory_self_end(was);
+    return ts;
+}
+
+/* Pausing points the calling thread's TLS at no record, which the event
+ * paths already read as "nothing to record": no cost on the hot path. A new
+ * enable (new generation) ends the pause. */
+void pp_threads_pause(pp_threadset *s, int paused)
+{
+    if (paused) {
+        pp_thread *ts = pp_threads_current(s);
+        if (ts) {
+            pp_tls.paused = ts;
+            pp_tls.ts = NULL;
+        }
+    }
+    else if (pp_tls.gen == s->gen && pp_tls.paused) {
+        pp_tls.ts = pp_tls.paused;
+        pp_tls.paused = NULL;
+    }
+}
+
+int pp_threads_paused(const pp_threadset *s)
+{
+    return pp_tls.gen == s->gen && pp_tls.paused != NULL;
+}
+
+void pp_threads_activate(pp_threadset *s)
+{
+    pp_active_set = s;
+}
+
+int pp_threads_self_paused(void)
+{
+    pp_threadset *s = pp_active_set;
+    return s != NULL && pp_threads_paused(s);
+}
+
+/* A thread's name from threading._active (a dict lookup: no Python code
+ * runs). A new thread enters _active only after its first events, so this is
+ * retried on later returns, a bounded number of times (raw _thread threads
+ * never appear there). */
+static void resolve_name_impl(pp_thread *ts)
+{
+    pp_err_state es;
+    pp_err_save(&es);
+    ts->name_tries--;
+    PyObject *mods = PyImport_GetModuleDict();                  /* borrowed */
+    PyObject *mod = mods ? PyDict_GetItemString(mods, "threading") : NULL;
+    PyObject *active = mod && PyModule_Check(mod) ?
+        PyDict_GetItemString(PyModule_GetDict(mod), "_active") : NULL;
+    if (active && PyDict_Check(active)) {
+        PyObject *key = PyLong_FromUnsignedLong(ts->ident);
+        PyObject *thread = key ? PyDict_GetItemWithError(active, key) : NULL;
+        Py_XDECREF(key);
+        PyObject *dict = thread ? PyObject_GenericGetDict(thread, NULL) : NULL;
+        PyObject *name = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "_name") : NULL;
+        if (name && PyUnicode_Check(name)) {
+            ts->name = Py_NewRef(name);
+            ts->name_tries = 0;
+        }
+        Py_XDECREF(dict);
+    }
+    PyErr_Clear();
+    pp_err_restore(&es);
+}
+
+__attribute__((noinline, cold)) void pp_thread_resolve_name(pp_thread *ts)
+{
+    int was = pp_memory_self_begin();
+    resolve_name_impl(ts);
+    pp_memory_self_end(was);
+}
+
+/* The sampler's helper sees every Python thread soon after it starts: its
+ * name is read then, while the thread is alive (a short-lived thread may be
+ * gone by the time its samples are drained). */
+pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident)
+{
+    uint64_t key = (uint64_t)tid + 1;
+    uint32_t index = pp_index_get(&s->native, key);
+    pp_thread *ts;
+    if (index != PP_NONE) {
+        for (ts = s->head; ts && ts->index != index; ts = ts->next)
+            ;
+    }
+    else {
+        ts = new_record(s, (unsigned long)ident, tid);
+        if (ts == NULL)
+            return NULL;
+        ts->name_tries = ident ? 8 : 0;
+        if (pp_index_put(&s->native, key, ts->index) < 0)
+            return NULL;
+    }
+    if (ts && ts->name_tries && ts->name == NULL)
+        pp_thread_resolve_name(ts);
+    return ts;
+}
+
+void pp_threads_clear(pp_threadset *s)
+{
+    for (pp_thread *ts = s->head; ts; ts = ts->next) {
+        pp_tables_clear(&ts->t);
+        pp_stepbase_free(&ts->step);
+        ts->st.depth = 0;
+        ts->events = 0;
+        ts->flush_at = 0;
+    }
+}
+
+void pp_threads_free(pp_threadset *s)
+{
+    pp_thread *ts = s->head;
+    while (ts) {
+        pp_thread *next = ts->next;
+        pp_tables_free(&ts->t);
+        pp_stack_free(&ts->st);
+        pp_stepbase_free(&ts->step);
+        Py_XDECREF(ts->name);
+        free(ts);
+        ts = next;
+    }
+    pp_threads_init(s);
+}
+
+/* The other threads do not exist in a forked child; their TLS went with them. */
+void pp_threads_after_fork(pp_threadset *s)
+{
+    pp_threads_free(s);
+    pp_index_clear(&s->native);
+    pp_tls.gen = 0;
+    pp_tls.ts = NULL;
+    pp_tls.paused = NULL;
+}
+
+void pp_threads_mem_frames(int on)
+{
+    pp_mem_on = on;
+}
+
+void pp_threads_mem_delta(int64_t delta)
+{
+    if (!pp_mem_on)             /* first: memory alone or with the sampler pays nothing more */
+        return;
+    pp_threadset *s = pp_active_set;
+    int attached;
+    if (s == NULL || pp_tls.gen != s->gen || pp_tls.ts == NULL
+        || (delta < 0 && !(pp_signal_tstate(&attached) && attached)))
+        return;                 /* a free without the GIL: its stack is not to be touched */
+    pp_stack *st = &pp_tls.ts->st;
+    if (delta > 0)
+        pp_thread_mem_settle(&pp_tls.ts->t, st);    /* a new allocation: the frame is gone */
+    st->mem_cur += delta;
+    if (delta > 0 && st->depth && st->mem_cur > st->f[st->depth - 1].mem_hw)
+        st->f[st->depth - 1].mem_hw = st->mem_cur;
+}

@@ -1,0 +1,114 @@
+/* threads.h — one profiler's per-thread records, and the calling thread's.
+ *
+ * Owns: the thread records (tables, shadow stack, identity, name, step base)
+ * of a profiler, the TLS pointer of the calling thread to its record, the
+ * flag that marks pyprof's own work on a thread, and the net-bytes
+ * bookkeeping of the calling thread's activations (memory with tracing). The
+ * engines that record per thread (tracer, sampler, memory) share this level
+ * instead of calling each other.
+ * Never: formats; runs Python code (a thread's name is a dict lookup);
+ * touches a record of another thread except with the GIL held.
+ */
+#ifndef PP_THREADS_H
+#define PP_THREADS_H
+
+#include "frames.h"
+#include "stack.h"
+#include "table.h"
+
+typedef struct pp_thread {
+    struct pp_thread *next;
+    uint32_t index;             /* order of first event, 0-based */
+    uint64_t attach_gen;
+    unsigned long ident;        /* threading.get_ident() */
+    unsigned long native_id;    /* kernel thread id */
+    uint64_t events;
+    uint64_t flush_at;          /* periodic flush: look again at this many events */
+    PyObject *name;             /* threading.Thread name, once known (strong) */
+    uintptr_t cstack_guard;     /* 3.11 eval hook steps aside below this address (0: never) */
+    int name_tries;             /* lookups left before giving up (raw threads) */
+    pp_tables t;
+    pp_stack st;
+    pp_stepbase step;           /* counters at the last pyprof.step() mark */
+} pp_thread;
+
+/* The records of one profiler. */
+typedef struct pp_threadset {
+    pp_thread *head;
+    pp_thread **tail;
+    uint32_t n;
+    uint64_t gen;               /* fresh per enable; matches pp_tls.gen */
+    int timeline;               /* new records keep a timeline */
+    int oom;                    /* a record could not be made */
+    pp_index native;            /* sampled threads: kernel thread id + 1 -> index */
+} pp_threadset;
+
+/* The calling thread's record for the enabled profiler. initial-exec: a plain
+ * %fs-relative load on the event path (glibc's static TLS reserve for
+ * dlopen'ed modules) instead of a __tls_get_addr call. */
+typedef struct {
+    uint64_t gen;
+    pp_thread *ts;              /* NULL while the thread is paused */
+    pp_thread *paused;          /* the record to restore when it resumes */
+    int busy;                   /* pyprof's own work may run Python code (3.11 eval hook) */
+} pp_tls_t;
+extern __thread pp_tls_t pp_tls __attribute__((tls_model("initial-exec")));
+
+/* Set while pyprof itself runs (hooks, registration, captures): allocations
+ * made then are pyprof's, not the program's, and pass through unrecorded. */
+extern __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
+static inline int pp_memory_self_begin(void)
+{
+    int was = pp_mem_self;
+    pp_mem_self = 1;
+    return was;
+}
+static inline void pp_memory_self_end(int was) { pp_mem_self = was; }
+
+void pp_threads_init(pp_threadset *s);
+/* The calling thread's record, made (or reused from an earlier enable) when
+ * new; NULL when out of memory. GIL held. */
+pp_thread *pp_threads_attach(pp_threadset *s);
+static inline pp_thread *pp_threads_current(pp_threadset *s)
+{
+    if (__builtin_expect(pp_tls.gen == s->gen, 1))
+        return pp_tls.ts;
+    return pp_threads_attach(s);
+}
+/* Stop or resume recording the calling thread (until the next generation). */
+void pp_threads_pause(pp_threadset *s, int paused);
+int pp_threads_paused(const pp_threadset *s);
+/* The records of the enabled profiler (NULL: none), for the checks below. */
+void pp_threads_activate(pp_threadset *s);
+/* The calling thread is paused by the enabled profiler (GIL held). */
+int pp_threads_self_paused(void);
+/* Look the thread's name up again (bounded retries; GIL held). */
+void pp_thread_resolve_name(pp_thread *ts);
+/* A sampled thread's record by kernel id, made when new (GIL held). */
+pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident);
+/* Forget every count (records stay); free every record; forget the records
+ * and this thread's TLS in a forked child. */
+void pp_threads_clear(pp_threadset *s);
+void pp_threads_free(pp_threadset *s);
+void pp_threads_after_fork(pp_threadset *s);
+
+/* Memory with tracing: the last outermost activation to return is settled
+ * once its frame's locals are gone (at the next allocation or call). */
+static inline void pp_thread_mem_settle(pp_tables *t, pp_stack *st)
+{
+    if (st->mem_pending) {
+        t->f[st->mem_pending - 1].mem_residual += st->mem_cur - st->mem_pending_base;
+        st->mem_pending = 0;
+    }
+}
+/* Set by the memory engine while it records: the tracer's 3.11 hook forgets
+ * a block it made CPython allocate (the frame object given to the profile
+ * hook), as if never allocated. GIL held. */
+extern void (*pp_mem_forget_hook)(PyObject *obj);
+/* On (the tracer records with memory) or off. */
+void pp_threads_mem_frames(int on);
+/* From the allocation hooks, GIL held: the calling thread's net bytes moved by
+ * delta; a new high point for the running activation. */
+void pp_threads_mem_delta(int64_t delta);
+
+#endif

@@ -1,0 +1,203 @@
+/* tracer_hot.h — the tracer's event paths, private to the tracer and its two
+ * hook back-ends (tracer_monitoring.c, tracer_legacy.c), inlined into each
+ * callback.
+ *
+ * Per call: find this thread's record (one TLS compare), find the function
+ * slot (one probe in an open-addressing index), find the edge slot, push a
+ * frame, read the clock last. Per return: read the clock first, pop, account.
+ * Everything runs with the GIL held.
+ * Never: included outside the tracer; allocates or calls out on the fast
+ * paths (anything else is handed to the out-of-line slow paths).
+ */
+#ifndef PP_TRACER_HOT_H
+#define PP_TRACER_HOT_H
+
+#include "tracer.h"
+#include "clock.h"
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* The event paths are inlined into each callback: a call would cost a
+ * prologue/epilogue of callee-saved registers per event (~20 instructions). */
+#define HOT static inline __attribute__((always_inline))
+/* Slow paths stay out of line so the callbacks keep few registers live;
+ * hidden: called directly, not through the PLT. */
+#define COLD static __attribute__((noinline, cold))
+#define PP_HIDDEN __attribute__((visibility("hidden")))
+#define PP_SLOW PP_HIDDEN __attribute__((noinline, cold))
+
+/* Work done when a call ends, beyond cProfile's accounting: one flag word so
+ * the return path tests a single predictable branch whatever is off. Set by
+ * start for the started tracer. */
+enum { PP_POP_MEM = 1, PP_POP_TIMELINE = 2 };
+extern int pp_pop_hooks PP_HIDDEN;
+/* The started tracer (at most one per process), for the 3.11 eval hook. */
+extern pp_tracer *pp_tracer_active PP_HIDDEN;
+/* Where owner objects keep their pp_tracer (the 3.11 hooks get the owner). */
+extern Py_ssize_t pp_tracer_offset PP_HIDDEN;
+
+static inline pp_tracer *pp_tracer_of(PyObject *owner)
+{
+    return (pp_tracer *)((char *)owner + pp_tracer_offset);
+}
+
+PP_SLOW int64_t pp_tracer_user_timer_now(pp_tracer *p);
+PP_SLOW void pp_tracer_enter_slow(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *self_arg,
+                                  int kind);
+PP_SLOW void pp_tracer_leave_slow(pp_tracer *p, uint64_t key, int64_t now);
+PP_HIDDEN __attribute__((noinline)) void pp_tracer_pop_hooks(pp_tables *t, pp_stack *st,
+                                                             const pp_frame *f, int64_t tt);
+/* Line mode: a resumed generator or coroutine that is a line target goes on
+ * with the line it stopped in (no hit: that line already counted one). */
+PP_SLOW void pp_tracer_line_resume_at(pp_tracer *p, PyObject *code, int line, int64_t now);
+/* Back-end (tracer_monitoring.c or tracer_legacy.c). */
+PP_HIDDEN int pp_tracer_backend_init(void);
+PP_HIDDEN int pp_tracer_install_hooks(pp_tracer *p);
+PP_HIDDEN int pp_tracer_remove_hooks(pp_tracer *p);
+/* Line mode: LINE events on one code object (3.12+; 3.11 asks at every call). */
+PP_HIDDEN int pp_tracer_line_events_on(pp_tracer *p, PyObject *code, int on);
+
+static inline int64_t now_ticks(pp_tracer *p)
+{
+    if (LIKELY(p->timer == NULL))
+        return pp_clock_now();
+    return pp_tracer_user_timer_now(p);
+}
+
+/* Fast path: a known thread, function and edge, room on the stack, the TSC.
+ * It makes no calls, so it needs no callee-saved registers; anything else
+ * (checked before any state changes) is handed to enter_slow. */
+HOT void enter(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *self_arg, int kind)
+{
+#ifdef PP_CLOCK_HAVE_TSC
+    pp_thread *ts = pp_tls.ts;
+    if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL || !p->fast))
+        goto slow;
+    pp_stack *st = &ts->st;
+    uint32_t depth = st->depth;
+    if (UNLIKELY(depth == st->cap))
+        goto slow;
+    pp_tables *t = &ts->t;
+    uint32_t fs = pp_index_get(&t->fidx, key);
+    if (UNLIKELY(fs == PP_NONE))
+        goto slow;
+    uint32_t ps = PP_NONE;
+    if (p->paths) {
+        ps = pp_tables_path_find(t, depth ? st->f[depth - 1].pslot : PP_ROOT, fs);
+        if (UNLIKELY(ps == PP_NONE))
+            goto slow;                          /* a new path, or below an unrecorded one */
+    }
+    uint32_t es = PP_NONE;
+    if (p->subcalls && depth) {
+        uint32_t caller = st->f[depth - 1].fslot;
+        pp_fslot *c = &t->f[fs];
+        if (LIKELY(c->last_caller == caller)) {
+            es = c->last_edge;
+        }
+        else {
+            es = pp_index_get(&t->eidx, pp_edge_key(caller, fs));
+            if (UNLIKELY(es == PP_NONE))
+                goto slow;
+            c->last_caller = caller;
+            c->last_edge = es;
+        }
+        t->e[es].rec_level++;
+    }
+    ts->events++;
+    t->f[fs].rec_level++;
+    pp_frame *f = &st->f[depth];
+    st->depth = depth + 1;
+    f->key = key;
+    f->fslot = fs;
+    f->eslot = es;
+    f->pslot = ps;
+    f->subt = 0;
+    f->t0 = (int64_t)__rdtsc();     /* last: our bookkeeping is not the callee's time */
+    return;
+slow:
+#endif
+    pp_tracer_enter_slow(p, key, obj, self_arg, kind);
+}
+
+HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
+{
+    pp_frame *f = &st->f[--st->depth];
+    int64_t tt = now - f->t0;
+    int64_t it = tt - f->subt;
+    if (st->depth)
+        st->f[st->depth - 1].subt += tt;
+    if (UNLIKELY(pp_pop_hooks))
+        pp_tracer_pop_hooks(t, st, f, tt);
+    pp_account_function(&t->f[f->fslot], tt, it);
+    if (f->eslot != PP_NONE)
+        pp_account_edge(&t->e[f->eslot], tt, it);
+    pp_account_path(t, f->pslot, tt, it);
+}
+
+
+/* Line mode: the running line of frame f stops running at `now`. */
+static inline void end_segment(pp_tables *t, pp_frame *f, int64_t now)
+{
+    pp_lslot *l = &t->l[f->lslot];
+    if (--l->open == 0)
+        l->time += now - f->lt0;
+    f->lslot = PP_NONE;
+}
+
+
+/* A line event (hit) or a resumed frame's current line (no hit) of `code`,
+ * which must be the running frame. `now` was read on entry to the hook. */
+HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now)
+{
+    pp_thread *ts = pp_threads_current(p->threads);
+    if (UNLIKELY(ts == NULL || ts->st.depth == 0 || line < 0))
+        return;
+    pp_frame *f = &ts->st.f[ts->st.depth - 1];
+    if (f->key != (uint64_t)(uintptr_t)code)
+        return;                 /* a frame that began before enable() */
+    pp_tables *t = &ts->t;
+    ts->events++;
+    if (f->lslot != PP_NONE)
+        end_segment(t, f, now);
+    uint32_t ls = pp_tables_line_of(t, f->fslot, (uintptr_t)code, (uint32_t)line,
+                                    t->f[f->fslot].fid,
+                                    (uint32_t)((PyCodeObject *)code)->co_firstlineno);
+    if (UNLIKELY(ls == PP_NONE)) {
+        p->oom = 1;
+        return;
+    }
+    t->l[ls].hits += (uint64_t)hit;
+    t->l[ls].open++;
+    f->lslot = ls;
+    f->lt0 = now_ticks(p);      /* last: our bookkeeping is not the line's time */
+}
+
+
+
+/* Fast path: the returning call is on top of a known thread's stack and no
+ * housekeeping (thread name, periodic flush) is due. */
+HOT void leave(pp_tracer *p, uint64_t key)
+{
+#ifdef PP_CLOCK_HAVE_TSC
+    if (LIKELY(p->fast)) {
+        int64_t now = (int64_t)__rdtsc();   /* first: our bookkeeping is not the callee's time */
+        pp_thread *ts = pp_tls.ts;
+        if (UNLIKELY(pp_tls.gen != p->gen || ts == NULL))
+            goto slow;
+        pp_stack *st = &ts->st;
+        uint32_t depth = st->depth;
+        if (UNLIKELY(depth == 0 || st->f[depth - 1].key != key || ts->name_tries
+                     || (p->periodic && ts->events + 1 >= ts->flush_at)))
+            goto slow;
+        ts->events++;
+        stop_top(&ts->t, st, now);
+        return;
+slow:
+        pp_tracer_leave_slow(p, key, now);
+        return;
+    }
+#endif
+    pp_tracer_leave_slow(p, key, now_ticks(p));
+}
+
+#endif
