@@ -14,6 +14,7 @@
 #   PY_VERSIONS   minor versions to look for           (default: 3.11 3.12 3.13)
 #   PYTHONS       explicit interpreter paths, skipping discovery
 #   PYTEST_ARGS   arguments for pytest                 (default: -q)
+#   TESTS         test files or folders to run         (default: tests)
 #   TEST_TIMEOUT  seconds allowed for one pytest run   (default: 1200)
 #   BENCH_ARGS    arguments for benchmarks/run.py or accuracy.py (e.g. --rounds 3 --only richards)
 #
@@ -32,6 +33,7 @@ PY_VERSIONS  ?= 3.11 3.12 3.13
 PYTHONS      ?=
 VENV_DIR     ?= .venv
 PYTEST_ARGS  ?= -q
+TESTS        ?= tests
 TEST_TIMEOUT ?= 1200
 BENCH_ARGS   ?=
 DEMO_LINES   ?= 45
@@ -235,9 +237,9 @@ test: deps
 	  if [ $$rc != 0 ]; then
 	    summary+=("$$minor: FAILED  (venv/build/install, see the errors above)"); failed=1; continue
 	  fi
-	  msg "Python $$minor: python -m pytest $(PYTEST_ARGS) tests"
+	  msg "Python $$minor: python -m pytest $(PYTEST_ARGS) $(TESTS)"
 	  set +e
-	  timeout --kill-after=30 $(TEST_TIMEOUT) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) tests < /dev/null 2>&1 | tee "$$log"
+	  timeout --kill-after=30 $(TEST_TIMEOUT) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) $(TESTS) < /dev/null 2>&1 | tee "$$log"
 	  rc=$${PIPESTATUS[0]}
 	  set -e
 	  last=$$(grep -E '[0-9]+ (passed|failed|errors?|skipped|deselected|xfailed|xpassed)|no tests ran' "$$log" | tail -n 1 | sed -E 's/^=+ //; s/ =+$$//' || true)
@@ -316,9 +318,9 @@ asan: deps
 	    PYPROF_SANITIZE=1 install_pkg "$$dir" "cp$${minor/./}-asan" ) < /dev/null
 	  msg "Python $$minor, ASan+UBSan: import check"
 	  run "$$dir/bin/python" -c 'import pyprof._cprof as m; print("pyprof._cprof loaded from", m.__file__)'
-	  msg "Python $$minor, ASan+UBSan: python -m pytest $(PYTEST_ARGS) tests"
+	  msg "Python $$minor, ASan+UBSan: python -m pytest $(PYTEST_ARGS) $(TESTS)"
 	  set +e
-	  run timeout --kill-after=30 $$(( $(TEST_TIMEOUT) * 3 )) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) tests < /dev/null
+	  run timeout --kill-after=30 $$(( $(TEST_TIMEOUT) * 3 )) "$$dir/bin/python" -m pytest $(PYTEST_ARGS) $(TESTS) < /dev/null
 	  rc=$$?
 	  set -e
 	  case $$rc in 0|5) ;; *) echo "asan: Python $$minor FAILED (pytest exit $$rc)"; failed=1 ;; esac

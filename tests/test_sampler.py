@@ -127,8 +127,10 @@ BLOCKING = textwrap.dedent("""
     import os, queue, select, socket, subprocess, sys, threading, time
     import pyprof
 
-    def check(name, seconds, fn):
+    def check(name, seconds, fn, after=None):
         t0 = time.monotonic()
+        if after is not None:       # the wake-up, timed from t0
+            threading.Timer(seconds, after).start()
         fn()
         took = time.monotonic() - t0
         assert took >= seconds * 0.98, (name, took)
@@ -140,18 +142,15 @@ BLOCKING = textwrap.dedent("""
     check("sleep", 0.3, lambda: time.sleep(0.3))
 
     a, b = socket.socketpair()
-    threading.Timer(0.3, lambda: b.send(b"hi")).start()
-    check("recv", 0.3, lambda: a.recv(2))
+    check("recv", 0.3, lambda: a.recv(2), after=lambda: b.send(b"hi"))
 
     a2, b2 = socket.socketpair()
-    threading.Timer(0.3, lambda: b2.send(b"x")).start()
-    check("select", 0.3, lambda: select.select([a2], [], [], 5))
+    check("select", 0.3, lambda: select.select([a2], [], [], 5), after=lambda: b2.send(b"x"))
 
     check("subprocess", 0.3, lambda: subprocess.run(["sleep", "0.3"], check=True))
 
     q = queue.Queue()
-    threading.Timer(0.3, lambda: q.put(1)).start()
-    check("queue", 0.3, lambda: q.get(timeout=5))
+    check("queue", 0.3, lambda: q.get(timeout=5), after=lambda: q.put(1))
 
     ev = threading.Event()
     check("event-timeout", 0.3, lambda: ev.wait(0.3))
