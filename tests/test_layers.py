@@ -1,8 +1,12 @@
-"""The package's layers (docs/architecture.md): imports point down only, no
-module imports another's private names, no import cycles. Read from the source
-with `ast`: imports at module level and inside functions alike."""
+"""The layers (docs/architecture.md). Python: imports point down only, no
+module imports another's private names, no import cycles, read from the source
+with `ast` (imports at module level and inside functions alike). C: includes
+point down, version knowledge stays in frames and the tracer's back-ends."""
 import ast
 import os
+import re
+
+import pytest
 
 import pyprof
 
@@ -155,3 +159,66 @@ def test_no_cycles():
     assert not cycles, "\n".join(cycles)
 
 
+
+
+# ------------------------------------------------------------------ the C core
+# Bottom to top (docs/architecture.md). A file may include its own unit's
+# headers and those of lower levels; engines (level 3) never include each other.
+C_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "_cprof")
+C_LEVELS = [
+    {"clock": 0, "table": 0, "stack": 0, "frames": 0, "unwind": 0, "termguard": 0},
+    {"threads": 1},
+    {"registry": 2},
+    {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3,
+     "sampler": 3, "memory": 3, "memory_hooks": 3, "memory_numpy": 3},
+    {"capture": 4},
+    {"profiler": 5},
+    {"module": 6},
+]
+C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
+          "memory_hooks": "memory", "memory_numpy": "memory"}
+# CPython's per-version knowledge: only here (how-it-works.md, "Hooks per version").
+C_VERSION_FILES = {"frames.h", "frames.c", "tracer_monitoring.c", "tracer_legacy.c"}
+
+
+def c_files():
+    if not os.path.isdir(C_SRC):
+        pytest.skip("the C sources are not beside the tests (an installed package)")
+    return sorted(f for f in os.listdir(C_SRC) if f.endswith((".c", ".h")))
+
+
+def c_level(stem):
+    for level in C_LEVELS:
+        if stem in level:
+            return level[stem]
+    raise AssertionError(f"src/_cprof/{stem}: not in any layer of tests/test_layers.py "
+                         f"(add it to C_LEVELS and docs/architecture.md)")
+
+
+def test_c_includes_point_down():
+    bad = []
+    for f in c_files():
+        stem = f.rsplit(".", 1)[0]
+        unit = C_UNIT.get(stem, stem)
+        text = open(os.path.join(C_SRC, f), encoding="utf-8").read()
+        for inc in re.findall(r'^#include "([^"]+)\.h"', text, re.M):
+            if inc.startswith("internal/"):
+                continue
+            if C_UNIT.get(inc, inc) == unit:
+                continue
+            if c_level(inc) >= c_level(stem):
+                bad.append(f"{f} includes {inc}.h (level {c_level(inc)} >= {c_level(stem)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_c_version_knowledge_stays_in_frames_and_the_back_ends():
+    bad = [f for f in c_files() if f not in C_VERSION_FILES and re.search(
+        r"PY_VERSION_HEX|PP_USE_MONITORING|Py_BUILD_CORE|internal/pycore",
+        open(os.path.join(C_SRC, f), encoding="utf-8").read())]
+    assert not bad, bad
+
+
+def test_c_files_stay_small():
+    big = [(f, n) for f in c_files()
+           if (n := sum(1 for _ in open(os.path.join(C_SRC, f), encoding="utf-8"))) > 1200]
+    assert not big, big
