@@ -46,6 +46,24 @@ void pp_frames_forget_code(PyObject *code);
  * the 3.12 watcher stays (the callback does nothing when idle). */
 int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on);
 
+/* A thread state's identities: kernel thread id (0 until the thread runs),
+ * threading.get_ident(), and the interpreter's serial number of the state.
+ * Plain field reads: safe in a signal handler for the thread's own state. */
+static inline unsigned long pp_tstate_native_tid(PyThreadState *ts)
+{
+    return ts->native_thread_id;
+}
+
+static inline unsigned long pp_tstate_ident(PyThreadState *ts)
+{
+    return ts->thread_id;
+}
+
+static inline uint64_t pp_tstate_serial(PyThreadState *ts)
+{
+    return ts->id;
+}
+
 /* A thread state 3.11 filled with its creator's thread ids until the new
  * thread runs (a state sharing its kernel thread id with an older one). */
 static inline int pp_tstate_prealloc(PyInterpreterState *interp, PyThreadState *ts)

@@ -202,8 +202,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
         goto done;
     }
-    r->tid = ts ? (uint32_t)ts->native_thread_id : (uint32_t)syscall(SYS_gettid);
-    r->ident = ts ? (uint64_t)ts->thread_id : 0;
+    r->tid = ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid);
+    r->ident = ts ? (uint64_t)pp_tstate_ident(ts) : 0;
     r->t_ns = now;
     r->state = state;
     r->truncated = (uint8_t)truncated;
@@ -517,7 +517,7 @@ static void refresh_timers(void)
     PyInterpreterState *interp = PyInterpreterState_Main();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
-        pid_t tid = (pid_t)ts->native_thread_id;
+        pid_t tid = (pid_t)pp_tstate_native_tid(ts);
         if (tid == 0)
             unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
@@ -527,9 +527,10 @@ static void refresh_timers(void)
             continue;
         }
         if (S.prof)
-            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)ts->thread_id);
+            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
         uint32_t i = 0;
-        while (i < S.ntimers && !(S.timers[i].ts_id == ts->id && S.timers[i].tid == tid))
+        while (i < S.ntimers
+               && !(S.timers[i].ts_id == pp_tstate_serial(ts) && S.timers[i].tid == tid))
             i++;
         if (i < S.ntimers) {
             S.timers[i].alive = 1;
@@ -555,7 +556,7 @@ static void refresh_timers(void)
             timer_delete(t);
             continue;
         }
-        S.timers[S.ntimers++] = (struct wall_timer){ts->id, tid, t, 1};
+        S.timers[S.ntimers++] = (struct wall_timer){pp_tstate_serial(ts), tid, t, 1};
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < S.ntimers; i++) {
