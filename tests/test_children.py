@@ -583,3 +583,88 @@ def test_lean_child_meta_is_the_json_of_json_dumps():
                                             "include": ["a", "é"]}, "mpi": None}
     assert decode_config(encode_config(config)) == config
 
+
+
+# Every mode; pyprof's helper threads (the sampler's, the memory curve's) must
+# not make CPython 3.12+ warn "This process is multi-threaded" at os.fork().
+FORK_MODES = {"sample": ["--sample"], "wall": ["--sample", "--wall"], "memory": ["--memory"],
+              "memory-sample": ["--memory-sample"], "memory-functions": ["--memory", "--functions"],
+              "functions": [], "lines": ["--lines-all"]}
+
+FORK_QUIET = '''
+    import os, sys
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    log = open(sys.argv[1], "w")
+    for i in range(100):
+        before = threads()
+        pid = os.fork()
+        if pid == 0:
+            log.write(f"child {threads()}\\n")
+            log.flush()
+            os._exit(3)
+        print(f"parent {before} {threads()}", file=log, flush=True)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 3
+    pid, fd = os.forkpty()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    log.close()
+    print("forked", i + 1)
+    '''
+
+
+@pytest.mark.parametrize("mode", FORK_MODES)
+def test_fork_prints_what_it_prints_without_pyprof(tmp_path, mode):
+    prog = write(tmp_path / "prog.py", FORK_QUIET)
+    plain = subprocess.run([sys.executable, "-W", "always", str(prog), str(tmp_path / "plain.log")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run([sys.executable, "-W", "always", "-m", "pyprof", *FORK_MODES[mode],
+                        "-o", str(tmp_path / "out.cprof"), str(prog), str(tmp_path / "log")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert (r.stdout, r.stderr) == (plain.stdout, plain.stderr) == ("forked 100\n", "")
+    lines = (tmp_path / "log").read_text().split("\n")[:-1]
+    parents = [line.split() for line in lines if line.startswith("parent")]
+    assert len(parents) == 100
+    # the helpers are back in the parent as soon as os.fork returns ...
+    assert all(before == after for _, before, after in parents), parents
+    helpers = mode not in ("functions", "lines")
+    assert int(parents[0][1]) == 1 + helpers
+    # ... and never run in a child not profiled
+    assert sorted(set(line for line in lines if line.startswith("child"))) == ["child 1"]
+    s = Session.load(tmp_path / "out.cprof")
+    assert s.meta.get("processes", [None]) == [None] or len(s.meta["processes"]) == 1
+
+
+@pytest.mark.parametrize("mode", FORK_MODES)
+def test_fork_100_times_while_threads_allocate(tmp_path, mode):
+    prog = write(tmp_path / "prog.py", '''
+        import os, threading
+
+        stop = False
+
+        def busy():
+            while not stop:
+                x = [bytearray(64) for _ in range(50)]
+                del x
+
+        threads = [threading.Thread(target=busy) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(100):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        stop = True
+        for t in threads:
+            t.join()
+        print("done")
+        ''')
+    r = pyprof([*FORK_MODES[mode], "-o", str(tmp_path / "out.cprof"), str(prog)], tmp_path)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
