@@ -16,6 +16,10 @@
 #endif
 
 #define PP_USE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
+/* os.fork counts the process's threads (to warn) after the after_in_parent
+ * hooks: 3.13 (gh-137109 moved it before them again; its 3.13 backport is not
+ * relied on). */
+#define PP_FORK_COUNTS_AFTER_HOOKS (PY_VERSION_HEX >= 0x030D0000)
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */

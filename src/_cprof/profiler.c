@@ -12,6 +12,7 @@
 #include "profiler.h"
 
 #include "clock.h"
+#include "frames.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -29,11 +30,6 @@ static pp_profiler *pp_suspended;   /* the background one under it (strong) */
  * thread. 3.12 counts before the after_in_parent hooks, 3.13 (before
  * gh-137109) after them: there os.fork / os.forkpty are wrapped so that the
  * helpers start again once the original returns. */
-#if PY_VERSION_HEX >= 0x030D0000
-#define COUNT_AFTER_HOOKS 1
-#else
-#define COUNT_AFTER_HOOKS 0
-#endif
 
 static int fork_depth;                      /* forks between before and after */
 static _Thread_local int in_wrapper;        /* this thread is in our os.fork */
@@ -144,7 +140,7 @@ static int install_fork_hooks(void)
     PyObject *args = kw ? PyTuple_New(0) : NULL;
     PyObject *r = args ? PyObject_Call(reg, args, kw) : NULL;
     int rc = r ? 0 : -1;
-    if (rc == 0 && COUNT_AFTER_HOOKS)
+    if (rc == 0 && PP_FORK_COUNTS_AFTER_HOOKS)
         rc = wrap_os(os, &fork_defs[3]) < 0 || wrap_os(os, &fork_defs[4]) < 0 ? -1 : 0;
     Py_XDECREF(r);
     Py_XDECREF(args);
