@@ -336,6 +336,7 @@ def check_file(path, workdir) -> tuple:
     failures = []
 
     def run(what, fn):
+        old = signal.signal(signal.SIGALRM, _alarm)
         signal.setitimer(signal.ITIMER_REAL, OP_SECONDS)
         try:
             fn()
@@ -347,6 +348,7 @@ def check_file(path, workdir) -> tuple:
             failures.append((what, f"{type(e).__name__}: {e}"[:300], "".join(tb[-3:])[-1500:]))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
 
     def cli_run(what, argv):
         out, err = io.StringIO(), io.StringIO()

@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..errors import PyprofError
-from .tables import (KINDS, NO_FUNCTION, TABLES, CallRow, Counters, Function,
+from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
                      LineCounters, MemCounters, MemPoint, PathNode, SampleCounters, Stack,
                      Step, Thread)
 from .validate import RECORD_NAMES, Corrupt, check
@@ -429,6 +429,9 @@ def _parse_stacks(ctx, payload):
         if off + 8 * (nf + nn) > len(raw):
             raise Corrupt(f"STACKS stack {sid} has {nf} + {nn} frames, more than the "
                           f"record holds")
+        if nf > MAX_STACK_FRAMES or nn > MAX_NATIVE_FRAMES:
+            raise Corrupt(f"STACKS stack {sid} has {nf} Python and {nn} native frames (at "
+                          f"most {MAX_STACK_FRAMES} and {MAX_NATIVE_FRAMES})")
         words = struct.unpack_from(f"<{nf}Q", raw, off)
         off += 8 * nf
         native = struct.unpack_from(f"<{nn}Q", raw, off)
@@ -461,6 +464,9 @@ def _parse_memstacks(ctx, payload):
         if off + 8 * depth > len(payload):
             raise Corrupt(f"MEMSTACKS stack {sid} has {depth} frames, more than the record "
                           f"holds")
+        if depth > MAX_STACK_FRAMES:
+            raise Corrupt(f"MEMSTACKS stack {sid} has {depth} frames (at most "
+                          f"{MAX_STACK_FRAMES})")
         words = struct.unpack_from(f"<{depth}Q", payload, off)
         off += 8 * depth
         out[sid] = tuple((w >> 32, w & 0xFFFFFFFF) for w in words)

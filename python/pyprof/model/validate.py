@@ -145,19 +145,95 @@ def _check_names(session):
 
 
 # ------------------------------------------------------------------ INFO and META
-_NUMBERS = ("time_unit", "ns_per_tick", "clock_read_ns", "start_wall_ns", "snapshot_wall_ns",
-            "duration_ns", "events", "paths_dropped", "timeline_events",
-            "timeline_dropped_short", "timeline_dropped_full", "timeline_open",
-            "timeline_min_duration_ns", "timeline_max_events", "cstack_asides", "tool_id",
-            "timeunit")
-_OBJECTS_INFO = ("sampling", "memory")
-_OBJECTS_META = ("thread_names", "line_targets", "sources", "native_symbols",
-                 "thread_process")
-_LISTS_META = ("argv", "modes", "processes", "steps")
+# What the views read of the JSON records, as a schema: "s" a string, "n" a
+# finite number, "?" anything (read for its truth only), [x] a list of x,
+# {key: x, "*": x for the other keys} an object, a tuple: one of. Keys not
+# listed are not read by pyprof and may hold anything.
+_N, _S, _ANY = "n", "s", "?"
+_SAMPLING = {"mode": _S, "native": _ANY, **{k: (_N, None) for k in (
+    "rate_requested", "interval_ns", "signals", "recorded", "dropped", "throttled",
+    "other_threads", "drained", "truncated", "elapsed_s", "cpu_s", "rate_achieved")}}
+_MEMORY = {"mode": _S, "hooks_linked": _ANY, **{k: (_N, None) for k in (
+    "sample_bytes", "peak_bytes", "current_bytes", "allocated_bytes", "live_blocks",
+    "unknown_frees", "rss_peak_bytes", "rss_end_bytes", "dropped_blocks")}}
+_INFO = {
+    "format": [_N], "clock": _S, "time_unit": _N, "ns_per_tick": _N, "clock_read_ns": _N,
+    "timeunit": (_N, None), "start_wall_ns": _N, "snapshot_wall_ns": _N, "duration_ns": _N,
+    "events": _N, "python": _S, "hook": _S, "tool_id": _N, "paths_dropped": _N,
+    "timeline_events": _N, "timeline_dropped_short": _N, "timeline_dropped_full": _N,
+    "timeline_open": _N, "timeline_min_duration_ns": _N, "timeline_max_events": _N,
+    "cstack_asides": _N,
+    "sampling": (_SAMPLING, False, None),
+    "memory": (_MEMORY, False, None),
+}
+_CURVE_ROW = [(_N, None)]
+_PROCESS = {
+    "file": _S, "pid": _N, "host": _S, "argv": [_S], "cwd": _S, "executable": _S,
+    "python": _S, "written_at": _N, "modes": [_S], "numpy_buffers": _S,
+    "start_wall_ns": _N, "snapshot_wall_ns": _N, "duration_ns": _N, "events": _N,
+    "clock": _S, "hook": _S, "time_unit": _N, "sampling": _INFO["sampling"],
+    "memory": _INFO["memory"], "memory_curve": [_CURVE_ROW], "mpi": _ANY,
+}
+_MARKER = {"index": _N, "name": (_S, None), "event": _S, "t": _N}
+_OBJECTS = [{"type": _S, "count": _N, "bytes": _N}]
+_META = {
+    "pyprof_version": _S, "argv": [_S], "executable": _S, "python": _S,
+    "implementation": _S, "pid": _N, "host": _S, "cwd": _S, "modes": [_S],
+    "numpy_buffers": _S, "written_at": _N, "thread_names": {"*": _S},
+    "line_targets": {"*": [_N]}, "sources": {"*": (_S, None)}, "native_symbols": {"*": [_ANY]},
+    "processes": [_PROCESS], "thread_process": {"*": _N}, "steps": [_MARKER],
+    "objects": _OBJECTS, "objects_steps": [{"index": _N, "name": (_S, None), "t": _N,
+                                            "objects": _OBJECTS}],
+}
 
 
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _fits(v, spec) -> bool:
+    if spec is _ANY:
+        return True
+    if spec is None or spec is False:
+        return v is spec
+    if spec == _S:
+        return isinstance(v, str)
+    if spec == _N:
+        return isinstance(v, (int, float)) and (not isinstance(v, float) or math.isfinite(v))
+    if isinstance(spec, tuple):
+        return any(_fits(v, s) for s in spec)
+    return isinstance(v, list if isinstance(spec, list) else dict)
+
+
+def _conform(v, spec, where):
+    """Check `v` against `spec`; Corrupt naming `where` (INFO memory.peak_bytes)."""
+    if isinstance(spec, tuple):
+        for s in spec:
+            if _fits(v, s):
+                spec = s
+                break
+        else:
+            raise Corrupt(f"{where} is {_short(v)}, not {_what(spec)}")
+    elif not _fits(v, spec):
+        raise Corrupt(f"{where} is {_short(v)}, not {_what(spec)}")
+    if isinstance(spec, list):
+        for i, x in enumerate(v):
+            _conform(x, spec[0], f"{where}[{i}]")
+    elif isinstance(spec, dict):
+        for k, x in v.items():
+            if k in spec:
+                _conform(x, spec[k], f"{where}.{k}")
+            elif "*" in spec:
+                _conform(x, spec["*"], f"{where}.{k}")
+
+
+def _what(spec) -> str:
+    if isinstance(spec, tuple):
+        return " or ".join(_what(s) for s in spec)
+    return {_S: "a string", _N: "a number", None: "null", False: "false"}.get(
+        spec if not isinstance(spec, (list, dict)) else "", "a list" if isinstance(
+            spec, list) else "an object")
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_json(session):
@@ -166,43 +242,26 @@ def _check_json(session):
         raise Corrupt("INFO is not a JSON object")
     if not isinstance(meta, dict):
         raise Corrupt("META is not a JSON object")
-    for key in _NUMBERS:
-        if key in info and info[key] is not None and not _number(info[key]):
-            raise Corrupt(f"INFO {key} is {info[key]!r}, not a number")
+    _conform(info, _INFO, "INFO")
+    _conform(meta, _META, "META")
     unit = info.get("time_unit", 1e-9)
-    if not (_number(unit) and unit > 0):
-        raise Corrupt(f"INFO time_unit is {unit!r}, not a positive number")
-    for key in _OBJECTS_INFO:
-        v = info.get(key)
-        if v and not isinstance(v, dict):
-            raise Corrupt(f"INFO {key} is {v!r}, not an object")
-        for k, x in (v or {}).items():
-            if isinstance(x, float) and not math.isfinite(x):
-                raise Corrupt(f"INFO {key}.{k} is {x!r}")
-    for key in _OBJECTS_META:
-        v = meta.get(key)
-        if v is not None and not isinstance(v, dict):
-            raise Corrupt(f"META {key} is {v!r}, not an object")
-    for key in _LISTS_META:
-        v = meta.get(key)
-        if v is not None and not isinstance(v, list):
-            raise Corrupt(f"META {key} is {v!r}, not a list")
-    for k, v in (meta.get("thread_names") or {}).items():
-        if not isinstance(v, str):
-            raise Corrupt(f"META thread_names[{k}] is {v!r}, not a string")
+    if not unit > 0:
+        raise Corrupt(f"INFO.time_unit is {unit!r}, not a positive number")
     for k, v in (meta.get("line_targets") or {}).items():
         if not (k.isdigit() and int(k) in session.functions):
-            raise Corrupt(f"META line_targets names function {k}, which the capture does "
+            raise Corrupt(f"META.line_targets names function {k}, which the capture does "
                           f"not have")
-        if not (isinstance(v, list) and len(v) == 2 and all(
-                isinstance(x, int) and not isinstance(x, bool) for x in v)
-                and 0 <= v[0] <= v[1] < 2**31):
-            raise Corrupt(f"META line_targets[{k}] is {v!r}, not [first line, last line]")
+        if not (len(v) == 2 and all(isinstance(x, int) for x in v) and 0 <= v[0] <= v[1] < 2**31):
+            raise Corrupt(f"META.line_targets.{k} is {v!r}, not [first line, last line]")
+    nproc = len(meta.get("processes") or [None])
     for k, v in (meta.get("thread_process") or {}).items():
-        if not (isinstance(v, int) and not isinstance(v, bool) and
-                0 <= v < len(meta.get("processes") or [None])):
-            raise Corrupt(f"META thread_process[{k}] is {v!r}, not a process index")
+        if not (isinstance(v, int) and 0 <= v < nproc):
+            raise Corrupt(f"META.thread_process.{k} is {v!r}, not a process index")
     for n, p in enumerate(meta.get("processes") or ()):
-        if not isinstance(p, dict):
-            raise Corrupt(f"META processes[{n}] is not an object")
-
+        for i, row in enumerate(p.get("memory_curve") or ()):
+            if len(row) != 6 or (row[4] is not None and row[4] not in session.functions):
+                raise Corrupt(f"META.processes[{n}].memory_curve[{i}] is {_short(row)}, not "
+                              f"[t, rss, heap, heap_max, function id or null, line]")
+    for k, v in (meta.get("native_symbols") or {}).items():
+        if len(v) < 2 or not all(isinstance(x, str) for x in v[:2]):
+            raise Corrupt(f"META.native_symbols.{k} is {_short(v)}, not [name, file]")
