@@ -10,7 +10,8 @@ goes through pyprof.load, every export format and the CLI (`pyprof view` with
 every --view, `pyprof convert`); each must succeed or end in a PyprofError /
 status 2 with one `pyprof: ` line, within a time bound.
 
-    python tests/fuzz_captures.py --n 5000 --seed 1 [--keep DIR] [--atheris]
+    python tests/fuzz_captures.py --n 5000 --seed 1 [--keep DIR]
+    python tests/fuzz_captures.py --atheris --seconds 600     # with atheris installed
 
 Files run in a worker process (memory-limited, watched for hangs); a failing
 file is copied to --keep (default tests/corrupt_cases/new/) with what failed.
@@ -471,25 +472,31 @@ def fuzz(n, seed, keep, workdir, python=sys.executable, batch=50, log=print) -> 
     return len(files), nloaded, failing
 
 
-def atheris_main(seed_files):
-    """Coverage-guided fuzzing of pyprof.load and the exports with atheris."""
+def atheris_main(seed_files, seconds):
+    """Coverage-guided fuzzing with atheris (libFuzzer): its inputs are record
+    streams (the corpus: the captures' decompressed streams), each given a
+    header and checksum, then run through every reader."""
     import atheris
-    with atheris.instrument_imports():
+    with atheris.instrument_imports(include=["pyprof"]):
         import pyprof                       # noqa: F401
-    originals = [open(p, "rb").read() for p in seed_files]
+        from pyprof import cli, export    # noqa: F401
     work = tempfile.mkdtemp(prefix="fuzza")
+    corpus = os.path.join(work, "corpus")
+    os.makedirs(corpus)
+    for i, p in enumerate(seed_files):
+        head, blob = read_blob(open(p, "rb").read())
+        with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
+            f.write(blob)
     path = os.path.join(work, "f.cprof")
 
     def one(data):
-        fdp = atheris.FuzzedDataProvider(data)
-        rng = random.Random(fdp.ConsumeInt(8))
         with open(path, "wb") as f:
-            f.write(mutate(rng, originals[rng.randrange(len(originals))]))
+            f.write(write_file(head, data))
         _, fails = check_file(path, work)
         if fails:
             raise AssertionError(fails)
-    signal.signal(signal.SIGALRM, _alarm)
-    atheris.Setup([sys.argv[0]], one)
+    atheris.Setup([sys.argv[0], corpus, f"-max_total_time={seconds}", "-rss_limit_mb=3072",
+                   f"-timeout={4 * OP_SECONDS}"], one)
     atheris.Fuzz()
 
 
@@ -500,7 +507,9 @@ def main(argv=None):
     ap.add_argument("--keep", default=os.path.join(HERE, "corrupt_cases", "new"),
                     help="where failing files are copied")
     ap.add_argument("--atheris", action="store_true",
-                    help="coverage-guided mutation with atheris (if installed)")
+                    help="coverage-guided mutation of the record streams with atheris "
+                         "(pip install atheris), for --seconds")
+    ap.add_argument("--seconds", type=int, default=600, help="with --atheris (default 600)")
     ap.add_argument("--worker", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
@@ -509,7 +518,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="pyprof-fuzz") as work:
         if args.atheris:
             seeds = make_captures(os.path.join(work, "captures"))
-            atheris_main(list(seeds.values()))
+            atheris_main(list(seeds.values()), args.seconds)
             return 0
         t0 = time.monotonic()
         n, nloaded, failing = fuzz(args.n, args.seed, args.keep, work)

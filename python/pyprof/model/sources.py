@@ -15,6 +15,8 @@ MAX_SPAN = 2000
 def read_source(filename, expected_hash):
     """(lines of the file, note or None), read with the file's own encoding.
     Only a regular file is read (a capture may name /dev/zero or a FIFO)."""
+    if "\0" in filename:
+        return [], f"source not available: {filename!r} is not a file name"
     try:
         with open(filename, "rb") as f:
             st = os.fstat(f.fileno())
