@@ -15,7 +15,8 @@ one fails, so they cost little next to parsing the rows.
 from __future__ import annotations
 
 import math
-from operator import itemgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 
 from .tables import (MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES)
 
@@ -101,7 +102,7 @@ def _check_paths(session, functions, shape):
     paths = session.paths
     if not paths:
         return
-    if not {p.fid for p in paths.values()} <= functions.keys():
+    if not set(map(attrgetter("fid"), paths.values())) <= functions.keys():
         row, (k, p) = next((n, kp) for n, kp in enumerate(paths.items())
                            if kp[1].fid not in functions)
         raise Corrupt(f"PATHS row {row} (thread {k[0]}, path {k[1]}) has function {p.fid}, "
@@ -126,22 +127,35 @@ def _check_paths(session, functions, shape):
 def _check_names(session):
     """Ids inside the name tables: stacks' frames, the memory curve's sites."""
     functions = session.functions
-    for sid, st in session.stacks.items():
-        if not {f for f, _ in st.frames} <= functions.keys():
-            fid = next(f for f, _ in st.frames if f not in functions)
-            raise Corrupt(f"STACKS stack {sid} has a frame of function {fid}, which the "
-                          f"capture does not have")
-    for sid, frames in session.memory_stacks.items():
-        if not {f for f, _ in frames} <= functions.keys():
-            fid = next(f for f, _ in frames if f not in functions)
-            raise Corrupt(f"MEMSTACKS stack {sid} has a frame of function {fid}, which the "
-                          f"capture does not have")
+    first = itemgetter(0)
+    if session.stacks and not set(map(first, chain.from_iterable(
+            map(attrgetter("frames"), session.stacks.values())))) <= functions.keys():
+        _stacks_frames(session.stacks, functions)
+    if session.memory_stacks and not set(map(first, chain.from_iterable(
+            session.memory_stacks.values()))) <= functions.keys():
+        _memstacks_frames(session.memory_stacks, functions)
     for n, pt in enumerate(session.memory_curve):
         if pt.site is not None and pt.site[0] not in functions:
             raise Corrupt(f"MEMCURVE row {n} names function {pt.site[0]}, which the capture "
                           f"does not have")
         if not math.isfinite(pt.t):
             raise Corrupt(f"MEMCURVE row {n} has time {pt.t}")
+
+
+def _stacks_frames(stacks, functions):
+    for sid, st in stacks.items():
+        if not {f for f, _ in st.frames} <= functions.keys():
+            fid = next(f for f, _ in st.frames if f not in functions)
+            raise Corrupt(f"STACKS stack {sid} has a frame of function {fid}, which the "
+                          f"capture does not have")
+
+
+def _memstacks_frames(memory_stacks, functions):
+    for sid, frames in memory_stacks.items():
+        if not {f for f, _ in frames} <= functions.keys():
+            fid = next(f for f, _ in frames if f not in functions)
+            raise Corrupt(f"MEMSTACKS stack {sid} has a frame of function {fid}, which the "
+                          f"capture does not have")
 
 
 # ------------------------------------------------------------------ INFO and META
