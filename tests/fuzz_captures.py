@@ -7,8 +7,8 @@ payloads, counts, lengths, ids out of range, path cycles, records duplicated,
 dropped or reordered, JSON values of the wrong type), then gets a correct
 checksum and zlib stream, so only the record checks can catch it. Each file
 goes through pyprof.load, every export format and the CLI (`pyprof view` with
-every --view, `pyprof convert`); each must succeed or end in a PyprofError /
-status 2 with one `pyprof: ` line, within a time bound.
+every --view, `pyprof convert`, `diff`, `merge`, `stats`); each must succeed or
+end in a PyprofError / status 2 with one `pyprof: ` line, within a time bound.
 
     python tests/fuzz_captures.py --n 5000 --seed 1 [--keep DIR]
     python tests/fuzz_captures.py --atheris --seconds 600     # with atheris installed
@@ -379,6 +379,9 @@ def check_file(path, workdir) -> tuple:
     for v in VIEWS:
         cli_run(f"view --view {v}", ["view", path, "--view", v])
     cli_run("convert", ["convert", path, "-o", os.path.join(workdir, "out.txt")])
+    cli_run("diff", ["diff", path, path, "--flamegraph", os.path.join(workdir, "d.html")])
+    cli_run("merge", ["merge", "--force", "-o", os.path.join(workdir, "m.cprof"), path, path])
+    cli_run("stats", ["stats", "--by", "run", path, path])
     return True, failures
 
 

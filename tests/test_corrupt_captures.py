@@ -334,6 +334,18 @@ def test_deep_call_tree_is_bounded(tmp_path, python_run):
     assert sum(n.own for n in _nodes(s.call_tree())) == total
 
 
+def test_stats_of_captures_without_rows(tmp_path, python_run):
+    """Found by the fuzzer: `pyprof stats` of captures with no row to compare
+    (here sampled ones without a sample) ended in an IndexError."""
+    prog = tmp_path / "e.py"
+    prog.write_text("x = 1\n")
+    out = tmp_path / "e.cprof"
+    assert python_run(["-m", "pyprof", "--sample", "-o", str(out), str(prog)],
+                      cwd=str(tmp_path)).returncode == 0
+    r = python_run(["-m", "pyprof", "stats", "--by", "run", str(out), str(out)])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
 def _nodes(root):
     todo = [root]
     while todo:

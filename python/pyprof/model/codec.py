@@ -116,7 +116,7 @@ def parse_file(data: bytes, name, session):
         raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
     if len(blob) != length or zlib.crc32(blob) != crc:
         raise PyprofError(f"{name} is truncated or corrupt (checksum mismatch)")
-    parse_blob(blob, name, session)
+    parse_blob(blob, name, session, whole=True)
     session.final = bool(flags & 1)
     return session
 
@@ -141,13 +141,20 @@ class _Reading:
         self.rname = ""             # the record being read, for messages
 
 
-def parse_blob(blob: bytes, name, session):
+def parse_blob(blob: bytes, name, session, whole=False):
     """Parse the record stream the C core produces (Profiler.snapshot()) into
     `session`, check that its records agree (model/validate.py), then rebuild
     its derived tables (Session.reindex). PyprofError naming `name` and the
-    record on any problem."""
+    record on any problem. A stream of counters only (a live step's, without
+    FUNCTIONS) has its ids checked where it is added to its capture; a
+    ``whole`` capture (a file) must have its FUNCTIONS."""
     try:
-        _parse_stream(blob, _Reading(session, name), step=False)
+        seen = _parse_stream(blob, _Reading(session, name), step=False)
+        if REC_FUNCTIONS not in seen:
+            if whole:
+                raise Corrupt("it has no FUNCTIONS record")
+            session.reindex()
+            return session
         check(session)
         for st in session.steps:
             try:
@@ -197,6 +204,7 @@ def _parse_stream(blob, ctx, step):
         raise PyprofError(f"{ctx.name} is truncated or corrupt (no end record)")
     if off != len(blob) and step:
         raise Corrupt(f"{len(blob) - off} bytes follow the counters' END record")
+    return seen
 
 
 def pack_blob(session) -> bytes:
