@@ -125,7 +125,12 @@ def write_file(path, session) -> None:
     """Write `session` as a .cprof file, atomically (the C core's writer)."""
     from .. import _cprof
     try:
-        _cprof.write_blob(os.fspath(path), pack_blob(session), session.final)
+        blob = pack_blob(session)
+    except (struct.error, OverflowError) as e:  # counters summed past 64 bits (merge)
+        raise PyprofError(f"cannot write {os.fspath(path)}: a value does not fit the capture "
+                          f"format ({e})") from None
+    try:
+        _cprof.write_blob(os.fspath(path), blob, session.final)
     except OSError as e:
         raise PyprofError(str(e)) from None
 
