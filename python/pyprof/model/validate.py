@@ -8,9 +8,9 @@ calling-context tree has no cycle), the JSON records have the types the views
 use. A violation raises :class:`Corrupt` naming the record and the row; the
 codec turns it into one PyprofError naming the file.
 
-The checks run over the table's keys with C-level iteration (sets of one key
-column, min/max of a counter column) and look for the offending row only when
-one fails, so they cost little next to parsing the rows.
+The checks run over the tables' key columns with C-level iteration (a set of
+one column, its max) and look for the offending row only when one fails, so
+they cost little next to parsing the rows.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 from itertools import chain
 from operator import attrgetter, itemgetter
 
-from .tables import (MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES)
+from .tables import MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES
 
 # Record names of the counter tables, for messages.
 RECORD_NAMES = {t.name: ("MEMORY" if t.name == "memory_rows" else t.name.upper()) for t in TABLES}
@@ -37,7 +37,8 @@ def check(session, whole=None) -> None:
     """Check the tables of `session` against its names (or, for a step's
     counters, against `whole`, the capture it belongs to)."""
     names = whole if whole is not None else session
-    _check_json(names)
+    if whole is None:
+        _check_json(session)
     ids = {
         "thread": names.threads.keys(),
         "function": names.functions.keys(),
