@@ -198,7 +198,7 @@ def mutate_payload(rng, t, payload: bytes) -> bytes:
         _u32(rng, p, rng.randrange(0, max(1, len(p) - 3)) & ~3)
     elif how == 2:                                  # the count
         _u32(rng, p, 0)
-    elif how in (3, 4) and size and len(p) >= 4 + size:     # a key field of a row
+    elif how == 3 and size and len(p) >= 4 + size:          # a key field of a row
         row = rng.randrange((len(p) - 4) // size)
         field = rng.randrange(min(4, size // 4))
         _u32(rng, p, 4 + row * size + 4 * field)
@@ -212,6 +212,12 @@ def mutate_payload(rng, t, payload: bytes) -> bytes:
             del p[rng.randrange(len(p)):]
         else:
             p += bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 50)))
+    elif how == 4 and size and len(p) >= 4 + 2 * size:      # a key from another row: ids
+        n = (len(p) - 4) // size                             # stay valid, rows disagree
+        field = 4 + 4 * rng.randrange(min(4, size // 4))
+        src, dst = rng.randrange(n), rng.randrange(n)
+        p[4 + dst * size + field - 4:4 + dst * size + field] = \
+            p[4 + src * size + field - 4:4 + src * size + field]
     elif how == 7 and size and len(p) >= 4 + 2 * size:      # duplicate a row (count kept right)
         row = rng.randrange((len(p) - 4) // size)
         p += p[4 + row * size:4 + (row + 1) * size]

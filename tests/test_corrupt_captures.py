@@ -248,6 +248,9 @@ def test_json_records(captures, tmp_path):
         "INFO.sampling is [1], not an object or false or null"
     assert corrupt(craft(tmp_path, f, json_edit(2, lambda o: {**o, "thread_names": []}))) == \
         "META.thread_names is [], not an object"
+    # found by the fuzzer: the report's date of a start in the year 39381
+    assert corrupt(craft(tmp_path, f, json_edit(1, lambda o: {**o, "start_wall_ns": 2**70}))) \
+        == f"INFO.start_wall_ns is {2**70}, not a time since the epoch"
     # found by the fuzzer: the pprof export took the basename of a null executable
     assert corrupt(craft(tmp_path, f, json_edit(2, lambda o: {**o, "executable": None}))) == \
         "META.executable is None, not a string"

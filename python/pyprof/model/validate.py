@@ -202,6 +202,9 @@ _META = {
 }
 
 
+_YEAR_10000_NS = 253402300800 * 10**9       # the dates a report can show
+
+
 def _fits(v, spec) -> bool:
     if spec is _ANY:
         return True
@@ -259,6 +262,12 @@ def _check_json(session):
         raise Corrupt("META is not a JSON object")
     _conform(info, _INFO, "INFO")
     _conform(meta, _META, "META")
+    for where, rec in [("INFO", info)] + [(f"META.processes[{n}]", p) for n, p in
+                                          enumerate(meta.get("processes") or ())]:
+        for key in ("start_wall_ns", "snapshot_wall_ns"):
+            v = rec.get(key)
+            if v is not None and not 0 <= v < _YEAR_10000_NS:
+                raise Corrupt(f"{where}.{key} is {v!r}, not a time since the epoch")
     unit = info.get("time_unit", 1e-9)
     if not unit > 0:
         raise Corrupt(f"INFO.time_unit is {unit!r}, not a positive number")
