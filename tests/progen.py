@@ -131,7 +131,7 @@ class Gen:
                 if allow_memory:
                     size = r.choice([1000, 2048, 4000, 10_000, 33_333, 100_000])
                     maker = r.choice(["bytes({s})", "bytearray({s})", "'x' * {s}",
-                                      "b'y' * ({s} + n)", "[0] * ({s} // 8)"]).format(s=size)
+                                      "b'y' * ({s} + n)", "[0] * ({s} // 8 + 1000)"]).format(s=size)
                     stmts.append((f"_KEEP.append({maker})",))
                     cost += 1
                 continue
