@@ -196,12 +196,19 @@ def run_lines(path):
 
 
 def run_memory(path, tool):
+    import gc
     mod = _load(path)
     result = {}
+    # The collector off during the run (its timing depends on each tool's own
+    # allocations), then a collection inside the measurement: what the program
+    # keeps is left, not cyclic garbage (exceptions and their tracebacks).
+    gc.collect()
+    gc.disable()
     if tool == "tracemalloc":
         import tracemalloc
         tracemalloc.start(1)
         keep = mod.main()
+        gc.collect()
         snap = tracemalloc.take_snapshot()
         tracemalloc.stop()
         for st in snap.statistics("lineno"):
@@ -213,6 +220,7 @@ def run_memory(path, tool):
         p = pyprof.Profile(mode="memory")
         p.enable()
         keep = mod.main()
+        gc.collect()
         p.disable()
         s = p.session()
         for (fid, lineno), c in s.memory_lines().items():
@@ -375,12 +383,23 @@ def check_memory(path):
     return problems
 
 
-def check_sample(path):
+# Known pyprof bugs, each kept as a strict xfail case in tests/difftest_cases/:
+# the random programs leave them out (else most programs would fail on them and
+# hide anything new); the kept cases check them with known=False.
+KNOWN_BUGS = {
+    # sample_init_shim.py: the sampler records 3.13's _Py_InitCleanup shim frame.
+    "sample": lambda k: sys.version_info[:2] == (3, 13) and k == "__init__:0:__init__",
+}
+
+
+def check_sample(path, known=True):
     out = _run(["sample", path])
-    known = set(out["ran"]) | set(out["running"])
+    ran = set(out["ran"]) | set(out["running"])
     problems = []
     for k, kind in sorted(out["sampled"].items()):
-        if kind != "python" or k in known:
+        if kind != "python" or k in ran:
+            continue
+        if known and KNOWN_BUGS["sample"](k):
             continue
         filename, _, name = k.rsplit(":", 2)
         if "/pyprof/" in filename or (filename.endswith("threading.py")
@@ -394,8 +413,11 @@ CHECK_FUNCS = {"funcs": check_funcs, "lines": check_lines, "memory": check_memor
                "sample": check_sample}
 
 
-def run_check(check, path):
-    """The differences (a list of lines) of one check on one program file."""
+def run_check(check, path, known=True):
+    """The differences (a list of lines) of one check on one program file;
+    known=False: without leaving out the known bugs (KNOWN_BUGS)."""
+    if check in KNOWN_BUGS:
+        return CHECK_FUNCS[check](path, known)
     return CHECK_FUNCS[check](path)
 
 
