@@ -13,7 +13,7 @@ compared exactly: no I/O, no time-dependent code, threads started and joined
 one at a time, one lambda / comprehension / def per line (cProfile keeps one
 function per pstats key), every function in ``main()``'s reach (re-runnable:
 state is reset by ``main()``), memory kept only in ``_KEEP`` as blocks of at
-least 1000 bytes (no free-list objects, which tracemalloc re-attributes)."""
+least 8 KiB (bytes, str, bytearray, list items)."""
 import random
 
 HEADER = '''\
@@ -130,7 +130,7 @@ class Gen:
         for _ in range(r.randint(1, 4)):
             kind = r.choice(["call", "call", "loop", "comp", "try", "with", "lambda",
                              "builtin", "while", "memory", "raise_in_callee", "hof",
-                             "with_raise"])
+                             "with_raise", "gen_ctl"])
             left = budget - cost
             # Threads and asyncio.run never inside a C call (sum(map(...))): a thread
             # must not run what the main thread has on its stack (cProfile's shared stack).
@@ -138,9 +138,9 @@ class Gen:
                             left // 4 if kind in ("loop", "comp", "hof") else left)
             if kind == "memory":
                 if allow_memory:
-                    size = r.choice([1000, 2048, 4000, 10_000, 33_333, 100_000])
+                    size = r.choice([8192, 10_000, 33_333, 100_000, 250_000])
                     maker = r.choice(["bytes({s})", "bytearray({s})", "'x' * {s}",
-                                      "b'y' * ({s} + n)", "[0] * ({s} // 8 + 1000)"]).format(s=size)
+                                      "b'y' * ({s} + n)", "[0] * ({s} // 8)"]).format(s=size)
                     stmts.append((f"_KEEP.append({maker})",))
                     cost += 1
                 continue
@@ -213,6 +213,21 @@ class Gen:
                               f"    acc += v + {self.form(c, self.arg())}",
                               "    raise ValueError(v)"))
                 cost += cm.cost + c.cost
+            elif kind == "gen_ctl":
+                gens = [u for u in self.units if u.name.startswith(("gen", "yf"))
+                        and u.cost <= left]
+                if not gens:
+                    continue
+                g = r.choice(gens)
+                gname = g.call[4:].split("(")[0]
+                a = self.arg()
+                if r.random() < 0.5:
+                    stmts.append((f"g = {gname}({a})", "acc += next(g)", "g.close()"))
+                else:
+                    stmts.append((f"g = {gname}({a})", "acc += next(g)", "try:",
+                                  "    acc += g.throw(KeyError(1))", "except KeyError:",
+                                  "    acc += 1"))
+                cost += g.cost
             elif kind == "raise_in_callee":
                 raisers = [u for u in self.units if u.name.startswith("r")]
                 if not raisers:
@@ -291,6 +306,22 @@ class Gen:
                       body, ["        return acc", "", "    return inner"],
                       name + "({a})(1)", cost + 2, indent=8))
 
+    def subclass(self, i):
+        bases = [u for u in self.units if u.name.startswith("C") and u.name[1:].isdigit()]
+        if not bases:
+            return self.klass(i)
+        b = self.r.choice(bases)
+        name = f"D{i}"
+        body, cost = self.call_stmts(UNIT_BUDGET)
+        self.add(Unit(name, [f"class {name}({b.name}):", "    def method(self, n):",
+                             "        acc = super().method(n)"],
+                      body, ["        return acc", "", "    @property", "    def prop(self):",
+                             "        return super().prop + 1"],
+                      self.r.choice(["{n}({{a}}).method(1)", "{n}({{a}}).prop",
+                                     "{n}.cm({{a}})"]).format(n=name),
+                      b.cost * 2 + cost + 4, indent=8,
+                      alts=[f"len({name}({{a}}))", f"sum({name}({{a}}))"]))
+
     def klass(self, i):
         name = f"C{i}"
         body, cost = self.call_stmts(UNIT_BUDGET)
@@ -357,9 +388,13 @@ class Gen:
                              f"    return {leaf}", "", "",
                              f"async def {name}_agen(n):", f"    for k in range({k}):",
                              "        await asyncio.sleep(0)", "        yield k", "", "",
+                             f"async def {name}_fail(n):", "    await asyncio.sleep(0)",
+                             "    raise KeyError(n)", "", "",
                              f"async def {name}_main(n):", "    acc = 0"],
                       body,
                       [f"    vals = await asyncio.gather({name}_leaf(n), {name}_leaf(n + 1))",
+                       "    try:", f"        await {name}_fail(n)", "    except KeyError:",
+                       "        acc += 1",
                        "    acc += sum(vals)",
                        f"    async for v in {name}_agen(n):",
                        "        acc += v",
@@ -383,7 +418,7 @@ class Gen:
         n_units = n_units or r.randint(4, 12)
         kinds = [self.plain, self.plain, self.recursive, self.mutual, self.generator,
                  self.yield_from, self.closure, self.klass, self.ctx, self.raiser,
-                 self.async_, self.threads, self.decorated]
+                 self.async_, self.threads, self.decorated, self.subclass]
         for i in range(n_units):
             r.choice(kinds)(i)
         main, total = [], 0
