@@ -9,7 +9,8 @@ funcs   function mode = cProfile: pstats keys, calls, primitive calls and
         export (``pyprof.export.export(session, "pstats", path)``) against
         ``cProfile.Profile().stats``, both by ``runcall(main)``, with the
         collector off. On 3.12+ both the default mode and
-        ``exact_builtins=True``. Documented differences (docs/columns.md)
+        ``exact_builtins=True``; and both with ``builtins=False`` (on 3.11
+        pyprof's frame-evaluation engine). Documented differences (docs/columns.md)
         are followed, not papered over: cProfile sees only the enabling
         thread on 3.11 (pyprof's main-thread figures are compared there, from
         ``Session.fstats``/``edges``); on 3.12+ cProfile pushes all threads on
@@ -119,7 +120,9 @@ def run_funcs(path):
     # Threads run one at a time: the one started keeps the GIL until it ends.
     sys.setswitchinterval(100.0)
     out = {}
-    variants = [("cprofile", cProfile.Profile, {}), ("pyprof", pyprof.Profile, {})]
+    variants = [("cprofile", cProfile.Profile, {}), ("pyprof", pyprof.Profile, {}),
+                ("cprofile_nob", cProfile.Profile, {"builtins": False}),
+                ("pyprof_nob", pyprof.Profile, {"builtins": False})]
     if sys.version_info >= (3, 12):
         variants.append(("pyprof_exact", pyprof.Profile, {"exact_builtins": True}))
     for name, cls, kw in variants:
@@ -130,7 +133,7 @@ def run_funcs(path):
             prof.runcall(mod.main)
         finally:
             gc.enable()
-        if name == "cprofile":
+        if name.startswith("cprofile"):
             prof.create_stats()
             out[name] = _norm(prof.stats)
             continue
@@ -363,13 +366,18 @@ def check_funcs(path):
     out = _run(["funcs", path])
     threads = _uses_threads(path)
     problems = []
-    for variant in ("pyprof", "pyprof_exact"):
+    # pyprof_nob: builtins=False, on 3.11 pyprof's frame-evaluation engine.
+    for variant, ref in (("pyprof", "cprofile"), ("pyprof_exact", "cprofile"),
+                         ("pyprof_nob", "cprofile_nob")):
         if variant not in out:
             continue
         got = out[variant]
         if threads and sys.version_info < (3, 12):
             got = out[variant + "_main"]
-        problems += ["[%s] %s" % (variant, p) for p in _diff_stats(out["cprofile"], got, threads)]
+        elif not threads and out[variant + "_main"] != got:
+            # One thread: the Session's records and its pstats export must agree.
+            problems.append("[%s] Session.fstats/edges differ from the pstats export" % variant)
+        problems += ["[%s] %s" % (variant, p) for p in _diff_stats(out[ref], got, threads)]
     return problems
 
 
