@@ -121,7 +121,7 @@ class Gen:
         return self.r.choice([unit.call] + unit.alts).format(a=a)
 
     def arg(self):
-        return self.r.choice(["n", "n + 1", "n // 2", "3", "i" if False else "2", "n % 3"])
+        return self.r.choice(["n", "n + 1", "n // 2", "3", "2", "n % 3"])
 
     def call_stmts(self, budget, from_main=False, allow_memory=True):
         """A few body statements using earlier units; returns (stmts, cost)."""
