@@ -29,9 +29,9 @@ memory  net bytes per line of the program's file at the end = tracemalloc's
         charges to the line that last reused them, pyprof to the line that
         allocated them: a few KiB may move between lines).
 sample  every Python frame of every stack sampled by ``Profile(mode="sample",
-        wall=True, rate=2000)`` is a function the interpreter's profile hook
-        (``sys.setprofile`` + ``threading.setprofile``) saw called in the
-        same program, or a frame that was already running (the harness,
+        wall=True, rate=2000)`` is a function that started in the same
+        program (``sys.monitoring`` PY_START on 3.12+; the profile hook,
+        ``sys.setprofile`` + ``threading.setprofile``, on 3.11), or a frame that was already running (the harness,
         pyprof's own ``enable``/``disable``, threading's bootstrap frames).
 
 Command line (the harness and ``make fuzz``):
@@ -254,13 +254,34 @@ def run_sample(path):
             c = frame.f_code
             ran.add(_key((c.co_filename, c.co_firstlineno, c.co_name)))
 
-    threading.setprofile(hook)
-    sys.setprofile(hook)
-    try:
-        mod.main()
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
+    if sys.version_info >= (3, 12):
+        # Every thread from its first frame to its teardown (a weakref callback
+        # run as a thread ends, after its profile hook is gone, is seen here).
+        mon = sys.monitoring
+        tool = next(i for i in (4, 3, 5, 1, 0) if mon.get_tool(i) is None)
+        mon.use_tool_id(tool, "difftest-ran")
+
+        def start(code, offset):
+            ran.add(_key((code.co_filename, code.co_firstlineno, code.co_name)))
+            return mon.DISABLE
+
+        mon.register_callback(tool, mon.events.PY_START, start)
+        mon.set_events(tool, mon.events.PY_START)
+        try:
+            mod.main()
+        finally:
+            mon.set_events(tool, 0)
+            mon.register_callback(tool, mon.events.PY_START, None)
+            mon.free_tool_id(tool)
+            mon.restart_events()
+    else:
+        threading.setprofile(hook)
+        sys.setprofile(hook)
+        try:
+            mod.main()
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
     running = set()
     f = sys._getframe()
     while f is not None:
