@@ -294,6 +294,18 @@ demo: deps
 	echo "the memory curve: open $$out/memory.svg"
 	msg "files: $$(ls "$$out" | tr '\n' ' ')(in $$out/)"
 
+# make fuzz [SEED=0] [N=200] [SECONDS=0]: the differential tests (tests/difftest.py) on
+# programs SEED..SEED+N-1 of tests/progen.py (or for SECONDS), with the newest Python;
+# each failing program is shrunk and written to tests/difftest_cases/.
+.PHONY: fuzz
+fuzz: deps
+	@$(SH_LIB)
+	newest
+	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV" test
+	install_pkg "$$NEW_VENV" "cp$${NEW_MINOR/./}"
+	msg "differential tests, Python $$NEW_MINOR: seeds $(or $(SEED),0).. ($(or $(N),200) programs)"
+	cd tests && "../$$NEW_VENV/bin/python" difftest.py fuzz --seed $(or $(SEED),0) --n $(or $(N),200) --seconds $(or $(SECONDS),0)
+
 asan: deps
 	@$(SH_LIB)
 	pythons_or_die
