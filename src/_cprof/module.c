@@ -443,6 +443,16 @@ static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
     return PyBool_FromLong(si.replaced);
 }
 
+static PyObject *profiler_get_sampling_rates(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->run.sampling)
+        Py_RETURN_NONE;
+    pp_sampler_info si;
+    pp_sampler_get_info(&si);
+    return Py_BuildValue("(dd)", self->run.sm.opts.rate_hz, pp_sampler_achieved(&si));
+}
+
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
 {
     (void)c;
@@ -532,6 +542,9 @@ static PyGetSetDef profiler_getset[] = {
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},
+    {"sampling_rates", (getter)profiler_get_sampling_rates, NULL,
+     "Sampling: (requested, achieved) in Hz (per CPU second in cpu mode), None otherwise.",
+     NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},
