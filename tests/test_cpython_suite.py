@@ -124,7 +124,8 @@ def _unittest_outcome(tmp_path, module, pyprof_args=None):
                        text=True, timeout=300, cwd=tmp_path)
     ran = re.search(r"^Ran (\d+) tests?", r.stderr, re.M)
     bad = sorted(re.findall(r"^(?:FAIL|ERROR): (.*)$", r.stderr, re.M))
-    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("pyprof: note:")]
+    last = lines[-1] if lines else ""
     return r.returncode, ran and ran.group(1), bad, last
 
 

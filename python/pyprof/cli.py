@@ -234,7 +234,8 @@ class _Runner:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
         # a replaced handler explains a low rate already
         rates = self.prof.sampling_rates if opts.sample and not self.prof.sampling_replaced else None
-        if rates and rates[1] and rates[1] < 0.8 * rates[0]:
+        # under half a second measured, too few ticks to tell the kernel's rate
+        if rates and rates[1] and rates[1] < 0.8 * rates[0] and rates[2] >= 0.5:
             print(f"pyprof: note: asked for {rates[0]:g} samples per "
                   f"{'' if opts.wall else 'CPU '}second, got {rates[1]:.0f} "
                   f"(the kernel delivers no more); times stay right, since each sample "

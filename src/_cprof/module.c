@@ -450,7 +450,9 @@ static PyObject *profiler_get_sampling_rates(pp_profiler *self, void *c)
         Py_RETURN_NONE;
     pp_sampler_info si;
     pp_sampler_get_info(&si);
-    return Py_BuildValue("(dd)", self->run.sm.opts.rate_hz, pp_sampler_achieved(&si));
+    double over = si.mode == PP_SAMPLE_CPU ? (double)si.cpu_ns / 1e9
+                                           : (double)(si.stopped_ns - si.started_ns) / 1e9;
+    return Py_BuildValue("(ddd)", self->run.sm.opts.rate_hz, pp_sampler_achieved(&si), over);
 }
 
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
@@ -543,7 +545,8 @@ static PyGetSetDef profiler_getset[] = {
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},
     {"sampling_rates", (getter)profiler_get_sampling_rates, NULL,
-     "Sampling: (requested, achieved) in Hz (per CPU second in cpu mode), None otherwise.",
+     "Sampling: (requested Hz, achieved Hz, the seconds measured: process CPU seconds in "
+     "cpu mode, where the rates are per CPU second, else wall seconds). None when not sampling.",
      NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
