@@ -6,7 +6,10 @@
  * one lock-free multi-producer ring: space is reserved with a CAS on `head`,
  * the record is written, then published by a release store of its length.
  * No allocation, no lock, no Python API, no reference count; a full ring
- * drops the sample and counts it. errno is preserved.
+ * drops the sample and counts it. errno is preserved. Each record carries the
+ * time it stands for (sample_weight: the thread's CPU or wall clock since its
+ * previous record), not the interval asked: CPU timers fire at most once per
+ * kernel tick.
  *
  * Helper thread (sampler_main): a plain pthread. In wall mode it sends
  * SIGPROF to every known Python thread at the rate; in both modes it drains
