@@ -394,7 +394,8 @@ def check_file(path, workdir) -> tuple:
 def worker(paths):
     """Check files named on stdin-less argv; one JSON line per file."""
     import resource
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):   # ASan's shadow needs terabytes
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
     signal.signal(signal.SIGALRM, _alarm)
     work = tempfile.mkdtemp(prefix="fuzzw")
     for p in paths:
@@ -427,7 +428,8 @@ def run_files(paths, python=sys.executable, per_file=4 * OP_SECONDS + 30) -> dic
             line = proc.stdout.readline()
             if not line:
                 proc.wait()
-                if current is not None and current not in results:
+                current = todo[0] if current is None else current   # died before its first file
+                if current not in results:
                     err = proc.stderr.read()[-1500:]
                     results[current] = (None, [("worker", f"died with status {proc.returncode}",
                                                 err)])
