@@ -113,7 +113,8 @@ class Stack:
 @dataclass
 class SampleCounters:
     """Samples of one stack in one thread and state: how many, and the time
-    they stand for (each sample weighs one sampling interval), in ns."""
+    they stand for in ns (each sample weighs its thread's CPU time, or wall
+    time, since that thread's previous sample: docs/sampling.md)."""
 
     count: int = 0
     weight: int = 0
