@@ -3,6 +3,7 @@
 #   make demo     set up, profile examples/demo.py, show the results
 #   make test     build (-Werror) and run tests/ on every CPython 3.11-3.13 found
 #   make asan     the test suite against an ASan+UBSan build (3.11 and the newest)
+#   make fuzz     differential tests and corrupt captures, longer (SEED= N= CAPTURES=)
 #   make bench    overhead vs peers on every CPython found -> benchmarks/RESULTS.md
 #   make accuracy the sampler's accuracy against known time splits -> benchmarks/RESULTS.md
 #   make deps     system packages (apt-get when root)
@@ -293,6 +294,22 @@ demo: deps
 	"$$NEW_VENV/bin/pyprof" convert "$$out/memory.cprof" -o "$$out/memory.svg"
 	echo "the memory curve: open $$out/memory.svg"
 	msg "files: $$(ls "$$out" | tr '\n' ' ')(in $$out/)"
+
+# make fuzz [SEED=0] [N=200] [SECONDS=0]: the differential tests (tests/difftest.py) on
+# programs SEED..SEED+N-1 of tests/progen.py (or for SECONDS), with the newest Python;
+# each failing program is shrunk and written to tests/difftest_cases/. Then CAPTURES
+# (default 3000) structurally corrupt captures through every reader
+# (tests/fuzz_captures.py); failing files are copied to tests/corrupt_cases/new/.
+.PHONY: fuzz
+fuzz: deps
+	@$(SH_LIB)
+	newest
+	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV" test
+	install_pkg "$$NEW_VENV" "cp$${NEW_MINOR/./}"
+	msg "differential tests, Python $$NEW_MINOR: seeds $(or $(SEED),0).. ($(or $(N),200) programs)"
+	( cd tests && "../$$NEW_VENV/bin/python" difftest.py fuzz --seed $(or $(SEED),0) --n $(or $(N),200) --seconds $(or $(SECONDS),0) )
+	msg "corrupt captures, Python $$NEW_MINOR: seed $(or $(SEED),0), $(or $(CAPTURES),3000) mutated files"
+	"$$NEW_VENV/bin/python" tests/fuzz_captures.py --seed $(or $(SEED),0) --n $(or $(CAPTURES),3000)
 
 asan: deps
 	@$(SH_LIB)

@@ -145,3 +145,90 @@ def test_sys_getprofile_restored_after_disable():
     p.enable()
     p.disable()
     assert sys.getprofile() is before
+
+
+TOOL_DISABLES_LINES = textwrap.dedent("""
+    import sys, pyprof
+    M = sys.monitoring
+    M.use_tool_id(4, "cov")
+    hits = []
+    def on_line(code, line):
+        hits.append(line)
+        return M.DISABLE            # what coverage's sysmon core does after a line's first hit
+    M.register_callback(4, M.events.LINE, on_line)
+    def g():
+        return 1
+    def f():
+        x = 0
+        for i in range(200):        # > 64 calls to Python only: pyprof DISABLEs this CALL site
+            x += g()
+        return x
+    M.set_local_events(4, f.__code__, M.events.LINE)
+    f(); n1 = len(hits)
+    p = pyprof.Profile(); p.enable(); f(); p.disable()
+    n2 = len(hits)
+    f(); n3 = len(hits)
+    # pyprof's own DISABLEd site is re-armed: a new tool on its id sees every call again
+    M.use_tool_id(2, "next")        # the id pyprof took
+    seen = []
+    M.register_callback(2, M.events.CALL, lambda code, off, c, a: seen.append(c))
+    M.set_events(2, M.events.CALL)
+    f()
+    M.set_events(2, 0)
+    print("HITS", n1, n2 - n1, n3 - n2, sum(1 for c in seen if getattr(c, "__name__", "") == "g"))
+""")
+
+
+@monitoring_only
+def test_tool_that_disables_its_events_keeps_them_disabled(tmp_path):
+    """pyprof's stop re-arms the call sites it DISABLEd, not every tool's
+    (sys.monitoring.restart_events() would give coverage its lines back)."""
+    prog = tmp_path / "tool.py"
+    prog.write_text(TOOL_DISABLES_LINES)
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    n1, during, after, calls = map(int, r.stdout.split()[1:])
+    assert n1 == 5 and (during, after, calls) == (0, 0, 200), r.stdout
+
+
+COVERED = textwrap.dedent("""
+    import contextlib, os, pyprof
+
+    def g(i):
+        if i % 3:
+            return i
+        return -i
+
+    def f(n):
+        return sum(g(i) for i in range(n))
+
+    f(100)
+    with pyprof.Profile() if os.environ.get("WITH_PYPROF") else contextlib.nullcontext():
+        f(200)
+    f(300)
+""")
+
+
+def test_coverage_sysmon_measures_the_same_lines_under_pyprof(tmp_path):
+    pytest.importorskip("coverage", minversion="7.4")
+    if sys.version_info < (3, 12):
+        pytest.skip("coverage's sys.monitoring core needs 3.12+")
+    import json
+    prog = tmp_path / "prog.py"
+    prog.write_text(COVERED)
+    got = {}
+    for with_pyprof in ("", "1"):
+        env = dict(os.environ, COVERAGE_FILE=str(tmp_path / f".cov{with_pyprof}"),
+                   COVERAGE_CORE="sysmon", WITH_PYPROF=with_pyprof)
+        r = subprocess.run([sys.executable, "-m", "coverage", "run", "--branch", str(prog)],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out = tmp_path / f"cov{with_pyprof}.json"
+        r = subprocess.run([sys.executable, "-m", "coverage", "json", "-o", str(out),
+                            "--include", str(prog)], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        data = json.loads(out.read_text())["files"]
+        f = next(v for k, v in data.items() if k.endswith("prog.py"))
+        got[with_pyprof] = (f["executed_lines"], f.get("executed_branches"))
+    assert got["1"] == got[""], got

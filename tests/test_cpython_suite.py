@@ -107,3 +107,41 @@ class TestPyprofUnderCPythonSuite(_Base):
         pr.disable()
         pr2.enable()          # free again once the first is disabled
         pr2.disable()
+
+
+# --- other tools see what they would see without pyprof -------------------
+
+def _unittest_outcome(tmp_path, module, pyprof_args=None):
+    """Run CPython's test module, alone (pyprof_args None) or under
+    `python -m pyprof ARGS`: what unittest says (tests run, the failing ones,
+    the last line)."""
+    import re
+    import subprocess
+    cmd = [sys.executable]
+    if pyprof_args is not None:
+        cmd += ["-m", "pyprof", *pyprof_args, "-o", str(tmp_path / "o.cprof")]
+    r = subprocess.run(cmd + ["-m", "unittest", f"test.{module}"], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    ran = re.search(r"^Ran (\d+) tests?", r.stderr, re.M)
+    bad = sorted(re.findall(r"^(?:FAIL|ERROR): (.*)$", r.stderr, re.M))
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("pyprof: note:")]
+    last = lines[-1] if lines else ""
+    return r.returncode, ran and ran.group(1), bad, last
+
+
+_MODES = {"functions": [], "sample": ["--sample"], "memory": ["--memory"],
+          "lines": ["--lines-all"]}
+
+
+@pytest.mark.parametrize("module", ["test_sys_setprofile", "test_sys_settrace"])
+@pytest.mark.parametrize("mode", list(_MODES))
+def test_cpython_hook_suites_unchanged_under_pyprof(module, mode, tmp_path):
+    """A program's own sys.setprofile / sys.settrace hooks receive the events
+    they receive without pyprof (3.13's test_method_with_c_function caught an
+    extra 'c_return' on 3.12+: docs/how-it-works.md, coexistence)."""
+    if mode == "lines" and sys.version_info < (3, 12):
+        pytest.skip("3.11: line mode uses the interpreter's one trace hook, which "
+                    "sys.settrace replaces (docs/lines.md)")
+    plain = _unittest_outcome(tmp_path, module)
+    under = _unittest_outcome(tmp_path, module, _MODES[mode])
+    assert under == plain, (plain, under)

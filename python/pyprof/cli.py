@@ -232,6 +232,15 @@ class _Runner:
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
+        # a replaced handler explains a low rate already
+        rates = self.prof.sampling_rates if opts.sample and not self.prof.sampling_replaced else None
+        # under half a second measured, too few ticks to tell the kernel's rate
+        if rates and rates[1] and rates[1] < 0.8 * rates[0] and rates[2] >= 0.5:
+            print(f"pyprof: note: asked for {rates[0]:g} samples per "
+                  f"{'' if opts.wall else 'CPU '}second, got {rates[1]:.0f} "
+                  f"(the kernel delivers no more); times stay right, since each sample "
+                  f"weighs the time it stands for, but the resolution is {rates[1]:.0f} Hz",
+                  file=sys.stderr)
         if self.children is not None:
             from . import children
             children.cleanup(self.children, child_paths)

@@ -167,7 +167,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             "\"interval_ns\":%.0f,\"signals\":%llu,\"recorded\":%llu,\"dropped\":%llu,"
             "\"throttled\":%llu,"
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
-            "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s}",
+            "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s,"
+            "\"weighting\":\"%s\",\"weighted_s\":%.6f}",
             p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu",
             p->sm.opts.native ? "true" : "false",
             p->sm.opts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
@@ -175,11 +176,11 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             (unsigned long long)si.throttled,
             (unsigned long long)si.foreign, (unsigned long long)p->sm.samples.drained,
             (unsigned long long)p->sm.samples.truncated, elapsed, (double)si.cpu_ns / 1e9,
-            /* the CPU timer ticks per CPU second used; the wall one per second */
-            p->sm.opts.mode == PP_SAMPLE_CPU
-                ? (si.cpu_ns > 0 ? (double)si.signals / ((double)si.cpu_ns / 1e9) : 0.0)
-                : (elapsed > 0 ? (double)si.signals / elapsed : 0.0),
-            si.replaced ? "true" : "false");
+            pp_sampler_achieved(&si),
+            si.replaced ? "true" : "false",
+            /* what a sample weighs: captures without this key weighed interval_ns */
+            p->sm.opts.mode == PP_SAMPLE_CPU ? "thread_cpu_clock" : "thread_wall_clock",
+            (double)si.weight_ns / 1e9);
     }
     if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */

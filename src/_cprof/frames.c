@@ -302,3 +302,38 @@ int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on)
     return 0;
 }
 #endif
+
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#include "internal/pycore_instruments.h"
+
+/* The tools that have CALL events anywhere in the interpreter: a stable
+ * address, read with one byte load per C call. Tool 6 (the legacy profile
+ * hook's bridge) is there while any thread has a sys.setprofile hook. */
+const uint8_t *pp_frames_call_tools(void)
+{
+    return &PyInterpreterState_Get()->monitors.tools[PY_MONITORING_EVENT_CALL];
+}
+
+/* GIL held. Put cb in place of the legacy profile bridge's callback for
+ * C_RETURN (c_raise 0) or C_RAISE (1); returns the one it held (new
+ * reference, may be NULL). The bridge's callbacks are created first if no
+ * sys.setprofile ran yet (one 'sys.setprofile' audit event): a first
+ * sys.setprofile would otherwise create fresh ones during the very call whose
+ * C_RETURN is to be filtered. _PyMonitoring_RegisterCallback is not exported:
+ * this is what it does. */
+PyObject *pp_frames_legacy_profile_swap(int c_raise, PyObject *cb)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (!interp->sys_profile_initialized) {
+        PyEval_SetProfile(NULL, NULL);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    int ev = c_raise ? PY_MONITORING_EVENT_C_RAISE : PY_MONITORING_EVENT_C_RETURN;
+    PyObject **slot = &interp->monitoring_callables[PY_MONITORING_SYS_PROFILE_ID][ev];
+    PyObject *old = *slot;
+    *slot = Py_XNewRef(cb);
+    return old;
+}
+#endif

@@ -50,6 +50,13 @@ void pp_frames_forget_code(PyObject *code);
  * the 3.12 watcher stays (the callback does nothing when idle). */
 int pp_frames_watch_code(void (*on_destroy)(PyObject *code), int on);
 
+#if PP_USE_MONITORING
+/* 3.12+ (frames.c): the CALL tools byte, and the legacy profile bridge's
+ * C_RETURN / C_RAISE callbacks swapped (GIL held; returns the old, a new ref). */
+const uint8_t *pp_frames_call_tools(void);
+PyObject *pp_frames_legacy_profile_swap(int c_raise, PyObject *cb);
+#endif
+
 /* A thread state's identities: kernel thread id (0 until the thread runs),
  * threading.get_ident(), and the interpreter's serial number of the state.
  * Plain field reads: safe in a signal handler for the thread's own state. */

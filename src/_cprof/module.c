@@ -443,6 +443,18 @@ static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
     return PyBool_FromLong(si.replaced);
 }
 
+static PyObject *profiler_get_sampling_rates(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->run.sampling)
+        Py_RETURN_NONE;
+    pp_sampler_info si;
+    pp_sampler_get_info(&si);
+    double over = si.mode == PP_SAMPLE_CPU ? (double)si.cpu_ns / 1e9
+                                           : (double)(si.stopped_ns - si.started_ns) / 1e9;
+    return Py_BuildValue("(ddd)", self->run.sm.opts.rate_hz, pp_sampler_achieved(&si), over);
+}
+
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
 {
     (void)c;
@@ -532,6 +544,10 @@ static PyGetSetDef profiler_getset[] = {
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},
+    {"sampling_rates", (getter)profiler_get_sampling_rates, NULL,
+     "Sampling: (requested Hz, achieved Hz, the seconds measured: process CPU seconds in "
+     "cpu mode, where the rates are per CPU second, else wall seconds). None when not sampling.",
+     NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},

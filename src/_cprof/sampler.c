@@ -6,7 +6,10 @@
  * one lock-free multi-producer ring: space is reserved with a CAS on `head`,
  * the record is written, then published by a release store of its length.
  * No allocation, no lock, no Python API, no reference count; a full ring
- * drops the sample and counts it. errno is preserved.
+ * drops the sample and counts it. errno is preserved. Each record carries the
+ * time it stands for (sample_weight: the thread's CPU or wall clock since its
+ * previous record), not the interval asked: CPU timers fire at most once per
+ * kernel tick.
  *
  * Helper thread (sampler_main): a plain pthread. In wall mode it sends
  * SIGPROF to every known Python thread at the rate; in both modes it drains
@@ -67,8 +70,11 @@ typedef struct {
     uint16_t nframes;
     uint16_t nnative;
     uint16_t pad;
+    int64_t weight_ns;          /* the time this sample stands for (see on_sigprof) */
     /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
 } rawrec;
+
+#define MAX_BASE 512           /* threads whose CPU clock start reads at start */
 
 static struct {
     /* shared with the handler */
@@ -98,12 +104,20 @@ static struct {
     double rate_hz;
     int draining;
     int corrupt;
+    /* CPU mode: the CPU clocks of the threads alive at start (read-only while
+     * active: the handler scans it for a thread's first sample of the run) */
+    uint64_t run;                   /* bumped per start: tells a TLS reading of an older run */
+    uint32_t nbase;
+    struct { pid_t tid; int64_t cpu_ns; } base[MAX_BASE];
+    _Atomic int64_t weight_ns;      /* total weight recorded (the achieved rate's time) */
 } S;
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
     int64_t cpu_ns, wall_ns;
     int64_t done_ns;            /* when this thread's last sample ended */
+    uint64_t run;               /* S.run of `last` */
+    int64_t last;               /* the clock (CPU or wall, per mode) at the last recorded sample */
 } s_tls __attribute__((tls_model("initial-exec")));
 
 static int64_t mono_ns(void)
@@ -143,6 +157,37 @@ static rawrec *ring_reserve(uint32_t len)
             return (rawrec *)(S.buf + (head & (RING_BYTES - 1)));
     }
     return NULL;
+}
+
+/* Signal handler context. The time a sample stands for: CPU mode, the
+ * thread's CPU clock since its last recorded sample (CPU timers fire at most
+ * once per kernel tick, whatever the rate asked); wall mode, the wall time
+ * since then (coalesced signals). A thread's first sample of a run starts
+ * from its clock at start (CPU: threads alive then; one born later started at
+ * 0) or, in wall mode, weighs one interval. */
+static int64_t sample_weight(int64_t now, int64_t *clock_now)
+{
+    int64_t base;
+    if (S.mode == PP_SAMPLE_CPU) {
+        *clock_now = thread_cpu_ns();
+        base = 0;
+        if (s_tls.run == S.run) {
+            base = s_tls.last;
+        }
+        else {
+            pid_t me = (pid_t)syscall(SYS_gettid);
+            for (uint32_t i = 0; i < S.nbase; i++)
+                if (S.base[i].tid == me) {
+                    base = S.base[i].cpu_ns;
+                    break;
+                }
+        }
+    }
+    else {
+        *clock_now = now;
+        base = s_tls.run == S.run ? s_tls.last : now - S.interval_ns;
+    }
+    return *clock_now > base ? *clock_now - base : 0;
 }
 
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
@@ -193,6 +238,7 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     }
     if (S.native)
         nnative = pp_unwind_signal(uctx, native, MAX_NATIVE);
+    int64_t clock_now, weight = sample_weight(now, &clock_now);
 
     uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
                               + (size_t)nnative * sizeof(uintptr_t));
@@ -210,6 +256,12 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     r->nframes = (uint16_t)nframes;
     r->nnative = (uint16_t)nnative;
     r->pad = 0;
+    r->weight_ns = weight;
+    /* Only a recorded sample moves the base: a throttled or dropped one
+     * carries its time into the next. */
+    s_tls.run = S.run;
+    s_tls.last = clock_now;
+    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
     unsigned char *p = (unsigned char *)(r + 1);
     memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
     memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
@@ -450,7 +502,7 @@ static void drain_locked(pp_sampling *p)
         uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
         uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
         if (st != PP_NONE)
-            add_sample(s, thread, st, r->state, S.interval_ns);
+            add_sample(s, thread, st, r->state, r->weight_ns);
         s->drained++;
         s->truncated += r->truncated;
         s->foreign += r->state == PP_STATE_OTHER;
@@ -784,6 +836,30 @@ static void atfork_child(void)
     atomic_store(&S.paused, 0);
 }
 
+/* GIL held, before the handler is active: every thread's CPU clock, the base
+ * of its first sample. */
+static void read_start_clocks(void)
+{
+    S.run++;
+    S.nbase = 0;
+    atomic_store(&S.weight_ns, 0);
+    if (S.mode != PP_SAMPLE_CPU)
+        return;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL && S.nbase < MAX_BASE) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        struct timespec t;
+        /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): what glibc's pthread_getcpuclockid gives */
+        if (tid > 0 && clock_gettime((clockid_t)((~(unsigned)tid << 3) | 6), &t) == 0) {
+            S.base[S.nbase].tid = tid;
+            S.base[S.nbase++].cpu_ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+        }
+    }
+    if (d)
+        closedir(d);
+}
+
 int pp_sampler_start(pp_sampling *p)
 {
     const pp_sample_opts *o = &p->opts;
@@ -869,6 +945,7 @@ int pp_sampler_start(pp_sampling *p)
         Py_CLEAR(S.owner);
         return -1;
     }
+    read_start_clocks();
     S.started_ns = mono_ns();
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
@@ -941,10 +1018,20 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->dropped = atomic_load(&S.dropped);
     out->foreign = atomic_load(&S.foreign);
     out->throttled = atomic_load(&S.throttled);
+    out->weight_ns = atomic_load(&S.weight_ns);
     out->started_ns = S.started_ns;
     out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
     out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
+}
+
+/* Signals per CPU second in cpu mode (the requested rate's unit), per second in wall mode. */
+double pp_sampler_achieved(const pp_sampler_info *si)
+{
+    double elapsed = (double)(si->stopped_ns - si->started_ns) / 1e9;
+    if (si->mode == PP_SAMPLE_CPU)
+        return si->cpu_ns > 0 ? (double)si->signals / ((double)si->cpu_ns / 1e9) : 0.0;
+    return elapsed > 0 ? (double)si->signals / elapsed : 0.0;
 }
 
 int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threadset *threads)

@@ -100,11 +100,13 @@ typedef struct {
     int mode, native;
     double rate_hz, interval_ns;
     uint64_t signals, recorded, dropped, foreign, throttled;
+    int64_t weight_ns;          /* the time the recorded samples stand for */
     int64_t started_ns, stopped_ns;
     int64_t cpu_ns;             /* process CPU time while sampling */
     int replaced;               /* the program replaced our SIGPROF handler or timer */
 } pp_sampler_info;
 void pp_sampler_get_info(pp_sampler_info *out);
+double pp_sampler_achieved(const pp_sampler_info *si);
 #define PP_REPLACED_MESSAGE \
     "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
     "sampled: samples after that moment are missing"

@@ -15,7 +15,7 @@ typedef struct {
     uint32_t fslot;
     uint32_t eslot;             /* PP_NONE at the bottom or without subcalls */
     uint32_t pslot;             /* calling context (PP_NONE: not recorded) */
-    uint32_t pad;
+    uint32_t solo;              /* 3.12+, a C call: its site had CALL events from pyprof alone */
     int64_t t0;
     int64_t subt;               /* ticks spent in callees that have ended */
     /* line mode only (left unset otherwise) */

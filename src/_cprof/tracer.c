@@ -377,6 +377,7 @@ double pp_tracer_ticks_per_ns(const pp_tracer *p)
 void pp_tracer_free(pp_tracer *p)
 {
     pp_index_free(&p->sites);
+    Py_CLEAR(p->disabled_code);
     Py_CLEAR(p->prev_thread_hook);
     Py_CLEAR(p->prev_trace_hook);
     Py_CLEAR(p->timer);

@@ -38,7 +38,8 @@ typedef struct pp_tracer {
     int oom;
     pp_index sites;             /* 3.12+: call site -> non-C calls seen, or SITE_KEPT */
     uint64_t c_sites[PP_C_SITE_BITS / 64];   /* 3.12+: call sites that called C (hashed) */
-    int sites_disabled;         /* 3.12+: some site got DISABLE: re-arm when done */
+    PyObject *disabled_code;    /* 3.12+: set of the code objects where a site got DISABLE:
+                                 * re-armed one by one when done */
     /* hooks */
     int tool_id;                /* sys.monitoring tool id, -1 when none */
     int eval_mode;              /* 3.11: PEP 523 frame evaluation instead of the profile hook */

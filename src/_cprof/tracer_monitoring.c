@@ -43,6 +43,8 @@ enum {
 
 static PyObject *mon_missing;   /* sys.monitoring.MISSING, compared by pointer */
 static PyObject *mon_disable;   /* sys.monitoring.DISABLE */
+static const uint8_t *call_tools;   /* which tools have CALL events (frames.c) */
+static pp_tracer *wrapped_by;   /* the tracer whose wrappers sit in the legacy bridge */
 
 /* CALL fires before every call, C or not, and an instrumented call site loses
  * its fast path: about 35 ns per Python-to-Python call. A site whose first
@@ -92,7 +94,13 @@ static PyObject *python_call_site(pp_tracer *p, PyObject *code, PyObject *offset
             e->val = SITE_KEPT;
             Py_RETURN_NONE;
         }
-        p->sites_disabled = 1;
+        if (p->disabled_code == NULL)
+            p->disabled_code = PySet_New(NULL);
+        if (p->disabled_code == NULL || PySet_Add(p->disabled_code, code) < 0) {
+            PyErr_Clear();          /* could not be re-armed: keep the site's events */
+            e->val = SITE_KEPT;
+            Py_RETURN_NONE;
+        }
         return Py_NewRef(mon_disable);
     }
     Py_RETURN_NONE;
@@ -217,6 +225,10 @@ static PyObject *cb_call(PyObject *self, PyObject *const *args, size_t nargsf, P
     if (!p->exact_builtins)
         mark_c_call_site(p, args[0], args[1]);
     enter(p, key, callable, arg0, PP_KIND_BUILTIN);
+    pp_thread *ts = pp_tls.ts;
+    if (LIKELY(ts != NULL && pp_tls.gen == p->gen && ts->st.depth
+               && ts->st.f[ts->st.depth - 1].key == key))
+        ts->st.f[ts->st.depth - 1].solo = (*call_tools & ~(1u << p->tool_id)) == 0;
     Py_RETURN_NONE;
 }
 
@@ -231,6 +243,105 @@ static PyObject *cb_c_leave(PyObject *self, PyObject *const *args, size_t nargsf
     if (key)
         leave(p, key);
     Py_RETURN_NONE;
+}
+
+/* The legacy profile bridge (sys.setprofile on 3.12+, tool 6) reports C_RETURN
+ * and C_RAISE to a hook that never got the matching c_call: when a call site
+ * was dispatched as an instrumented CALL (because some tool has CALL events)
+ * and the hook was installed during the call (that sys.setprofile call
+ * itself), CPython sends the call's C_RETURN to the instruction's tools as
+ * they are now, tool 6 included. A CPython bug (every 3.12.x and 3.13.x; see
+ * docs/how-it-works.md); pyprof must not cause it. So tool 6's C_RETURN and
+ * C_RAISE callbacks are wrapped while pyprof has CALL events: the event is
+ * dropped iff its C call is pyprof's innermost frame and began while no tool
+ * but pyprof had CALL events (without pyprof the site would have been a
+ * plain CALL, with no C_RETURN for anyone). Tool 6 runs before pyprof's own
+ * callback (higher ids first), so that frame is still on pyprof's stack. */
+static PyObject *bridge_orig[2];        /* the bridge's callbacks while wrapped */
+
+static inline PyObject *bridge_event(PyObject *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kw, int c_raise)
+{
+    pp_tracer *p = ((pp_callback *)self)->prof;
+    pp_thread *ts = pp_tls.ts;
+    if (p->enabled && ts != NULL && pp_tls.gen == p->gen && ts->st.depth
+            && ts->st.f[ts->st.depth - 1].solo && PyVectorcall_NARGS(nargsf) >= 3) {
+        PyObject *arg0 = PyVectorcall_NARGS(nargsf) > 3 ? args[3] : NULL;
+        uint64_t key = cfunc_key(args[2], arg0, mon_missing);
+        if (key && ts->st.f[ts->st.depth - 1].key == key)
+            Py_RETURN_NONE;
+    }
+    if (bridge_orig[c_raise] == NULL)
+        Py_RETURN_NONE;
+    return PyObject_Vectorcall(bridge_orig[c_raise], args, nargsf, kw);
+}
+
+static PyObject *cb_bridge_return(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kw)
+{
+    return bridge_event(self, args, nargsf, kw, 0);
+}
+
+static PyObject *cb_bridge_raise(PyObject *self, PyObject *const *args, size_t nargsf,
+                                 PyObject *kw)
+{
+    return bridge_event(self, args, nargsf, kw, 1);
+}
+
+static PyObject *new_callback(pp_tracer *p, vectorcallfunc fn);
+
+static int wrap_bridge(pp_tracer *p)
+{
+    if (bridge_orig[0] != NULL)
+        return 0;                       /* another pyprof tracer's wrappers are in place */
+    vectorcallfunc fn[2] = {cb_bridge_return, cb_bridge_raise};
+    for (int i = 0; i < 2; i++) {
+        PyObject *cb = new_callback(p, fn[i]);
+        if (cb == NULL)
+            return -1;
+        PyObject *old = pp_frames_legacy_profile_swap(i, cb);
+        Py_DECREF(cb);
+        if (old == NULL && PyErr_Occurred())
+            return -1;
+        bridge_orig[i] = old;
+        wrapped_by = p;
+    }
+    return 0;
+}
+
+static void unwrap_bridge(pp_tracer *p)
+{
+    if (wrapped_by != p)
+        return;
+    for (int i = 0; i < 2; i++) {
+        Py_XDECREF(pp_frames_legacy_profile_swap(i, bridge_orig[i]));
+        Py_CLEAR(bridge_orig[i]);
+    }
+    wrapped_by = NULL;
+}
+
+/* Re-arm pyprof's DISABLEd sites, and only those: restart_events() would
+ * re-arm every tool's (coverage's DISABLEd lines). Setting local events on a
+ * code object re-instruments it against the tool's events, now none. */
+static int rearm_disabled(pp_tracer *p, PyObject *mon)
+{
+    int rc = 0;
+    if (p->disabled_code == NULL)
+        return 0;
+    PyObject *it = PyObject_GetIter(p->disabled_code), *code;
+    while (it && (code = PyIter_Next(it)) != NULL) {
+        PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOi", p->tool_id, code,
+                                          EV_CALL);
+        Py_XDECREF(r);
+        r = r ? PyObject_CallMethod(mon, "set_local_events", "iOi", p->tool_id, code, 0) : NULL;
+        rc |= r == NULL;
+        Py_XDECREF(r);
+        Py_DECREF(code);
+    }
+    rc |= it == NULL || PyErr_Occurred() != NULL;
+    Py_XDECREF(it);
+    Py_CLEAR(p->disabled_code);
+    return rc ? -1 : 0;
 }
 
 static PyObject *new_callback(pp_tracer *p, vectorcallfunc fn)
@@ -307,17 +418,13 @@ static int unregister_monitoring(pp_tracer *p, PyObject *mon)
 {
     int rc = 0;
     PyObject *r;
-    if (p->sites_disabled) {
-        /* DISABLE outlives set_events(id, 0) and even the tool id: re-arm, or
-         * the next profiler on this id would miss calls at those sites. */
-        r = PyObject_CallMethod(mon, "restart_events", NULL);
-        rc |= r == NULL;
-        Py_XDECREF(r);
-        p->sites_disabled = 0;
-    }
+    unwrap_bridge(p);
     r = PyObject_CallMethod(mon, "set_events", "ii", p->tool_id, 0);
     rc |= r == NULL;
     Py_XDECREF(r);
+    /* DISABLE outlives set_events(id, 0) and even the tool id: re-arm, or
+     * the next profiler on this id would miss calls at those sites. */
+    rc |= rearm_disabled(p, mon) < 0;
     for (uint32_t fid = 0; p->lines && fid < p->reg->nfun; fid++)
         if (p->reg->ftarget[fid])
             rc |= pp_tracer_line_events_on(p, p->reg->fobj[fid], 0) < 0;
@@ -351,6 +458,7 @@ int pp_tracer_install_hooks(pp_tracer *p)
         if (mon_missing == NULL || mon_disable == NULL)
             return -1;
     }
+    call_tools = pp_frames_call_tools();
     int id = claim_tool_id(mon, p->background);
     if (id < 0)
         return -1;
@@ -373,6 +481,8 @@ int pp_tracer_install_hooks(pp_tracer *p)
     if (r == NULL)
         goto fail;
     Py_DECREF(r);
+    if (p->builtins && wrap_bridge(p) < 0)
+        goto fail;
     for (uint32_t fid = 0; p->lines && fid < p->reg->nfun; fid++)
         if (p->reg->ftarget[fid] && pp_tracer_line_events_on(p, p->reg->fobj[fid], 1) < 0)
             goto fail;

@@ -26,7 +26,10 @@ def to_dict(session, threads=None) -> dict:
         else:
             stats[key] = (cc, nc, tt, ct, {})
     for (a, b), c in session.edge_totals(threads).items():
-        callers = stats[funcs[b].pstats_key][4]
+        callee = stats.get(funcs[b].pstats_key)
+        if callee is None:          # not in the threads asked for (a corrupt capture)
+            continue
+        callers = callee[4]
         ckey = funcs[a].pstats_key
         nc, cc, tt, ct = c.calls, c.primitive_calls, sec(c.own), sec(c.total)
         prev = callers.get(ckey)

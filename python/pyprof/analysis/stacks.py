@@ -10,7 +10,7 @@ end with its state (``[idle]``, ``[native]``).
 """
 from __future__ import annotations
 
-from ..model.session import ROOT_PATH, STATES
+from ..model.session import MAX_DEPTH, ROOT_PATH, STATES
 
 
 def frame_label(session, fid, line, lines=False):
@@ -40,7 +40,10 @@ def traced_stacks(session, threads=True, thread_ids=None):
         if thread_ids is not None and t not in thread_ids:
             continue
         parent = () if p.parent == ROOT_PATH else frames_of.get((t, p.parent), ())
-        frames = frames_of[(t, pid)] = parent + (frame_label(session, p.fid, 0),)
+        if len(parent) >= MAX_DEPTH:        # deeper: the self time of the deepest shown
+            frames = frames_of[(t, pid)] = parent
+        else:
+            frames = frames_of[(t, pid)] = parent + (frame_label(session, p.fid, 0),)
         if p.own <= 0:
             continue
         out = list(frames)

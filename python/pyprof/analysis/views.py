@@ -19,7 +19,6 @@ dicts or a list of dicts); render/viewtable.py makes it a table, JSON or CSV.
 from __future__ import annotations
 
 import dataclasses
-import linecache
 import os
 import re
 import sys
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field
 from ..errors import PyprofError
 from ..model.names import BUILTIN_FUNC, BUILTIN_METHOD
 from ..model.session import STATES
+from ..model.sources import read_source
 
 VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
 TREE_VIEWS = ("code", "scope", "graph")
@@ -576,7 +576,7 @@ def _source_line(filename, line):
     missing file would otherwise be looked for again at every line."""
     lines = _SOURCES.get(filename)
     if lines is None:
-        lines = _SOURCES[filename] = linecache.getlines(filename)
+        lines = _SOURCES[filename] = read_source(filename, None)[0]
     return (lines[line - 1].strip() or None) if 0 < line <= len(lines) else None
 
 

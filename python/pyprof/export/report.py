@@ -113,6 +113,7 @@ def summary(session) -> list:
     if sampling:
         total = sum(c.count for c in session.samples.values())
         rows.append(("samples", f"{total:,} ({sampling.get('mode', '')} clock, "
+                                f"{sampling.get('rate_requested', 0):,.0f} Hz requested, "
                                 f"{sampling.get('rate_achieved', 0):,.0f} Hz achieved, "
                                 f"{sampling.get('dropped', 0):,} dropped)"))
     else:

@@ -11,7 +11,13 @@ from ..files import atomic_write
 from ..analysis.stacks import named_stacks
 
 
+# Samples written one entry each, at most: beyond, a stack's samples are one
+# entry of their summed weight (a capture counting 2**40 samples stays small).
+MAX_EXPANDED = 2_000_000
+
+
 def render(session, lines=False) -> str:
+    expanded = 0
     frames, index = [], {}
     profiles: dict = {}
     sampled = bool(session.info.get("sampling"))
@@ -28,6 +34,9 @@ def render(session, lines=False) -> str:
             ids.append(index[f])
         prof = profiles.setdefault(t, {"samples": [], "weights": []})
         n = count if sampled else 1
+        if expanded + n > MAX_EXPANDED:     # one entry for them all: the weight is kept
+            n = 1
+        expanded += n
         for _ in range(n):                  # a sample per sample: speedscope sums weights
             prof["samples"].append(ids)
             prof["weights"].append(weight // n)

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import struct
 import zlib
 from dataclasses import dataclass
 
 from ..errors import PyprofError
-from .tables import (KINDS, NO_FUNCTION, TABLES, CallRow, Counters, Function,
+from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
                      LineCounters, MemCounters, MemPoint, PathNode, SampleCounters, Stack,
                      Step, Thread)
+from .validate import RECORD_NAMES, Corrupt, check
 
 MAGIC = b"\x89CPROF\r\n"
 FORMAT_MAJOR = 1            # refused above; any minor is read (unknown records skipped)
@@ -71,6 +73,12 @@ TABLE_ROWS = {
 }
 assert list(TABLE_ROWS) == [t.name for t in TABLES], "one record per counter table"
 _TABLE_OF = {TABLE_ROWS[t.name].rtype: t for t in TABLES}
+_NAMES = {REC_INFO: "INFO", REC_META: "META", REC_STRINGS: "STRINGS",
+          REC_FUNCTIONS: "FUNCTIONS", REC_THREADS: "THREADS", REC_STACKS: "STACKS",
+          REC_MEMCURVE: "MEMCURVE", REC_MEMSTACKS: "MEMSTACKS", REC_STEP: "STEP",
+          **{TABLE_ROWS[t.name].rtype: RECORD_NAMES[t.name] for t in TABLES}}
+# What a STEP's record stream may hold: the counters of the tables steps have.
+_STEP_RECORDS = {TABLE_ROWS[t.name].rtype for t in TABLES if t.step}
 
 
 # ------------------------------------------------------------------ the file
@@ -108,7 +116,7 @@ def parse_file(data: bytes, name, session):
         raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
     if len(blob) != length or zlib.crc32(blob) != crc:
         raise PyprofError(f"{name} is truncated or corrupt (checksum mismatch)")
-    parse_blob(blob, name, session)
+    parse_blob(blob, name, session, whole=True)
     session.final = bool(flags & 1)
     return session
 
@@ -117,7 +125,12 @@ def write_file(path, session) -> None:
     """Write `session` as a .cprof file, atomically (the C core's writer)."""
     from .. import _cprof
     try:
-        _cprof.write_blob(os.fspath(path), pack_blob(session), session.final)
+        blob = pack_blob(session)
+    except (struct.error, OverflowError) as e:  # counters summed past 64 bits (merge)
+        raise PyprofError(f"cannot write {os.fspath(path)}: a value does not fit the capture "
+                          f"format ({e})") from None
+    try:
+        _cprof.write_blob(os.fspath(path), blob, session.final)
     except OSError as e:
         raise PyprofError(str(e)) from None
 
@@ -130,37 +143,73 @@ class _Reading:
         self.session = session
         self.name = name
         self.strings: list = []
+        self.rname = ""             # the record being read, for messages
 
 
-def parse_blob(blob: bytes, name, session):
+def parse_blob(blob: bytes, name, session, whole=False):
     """Parse the record stream the C core produces (Profiler.snapshot()) into
-    `session`, then rebuild its derived tables (Session.reindex)."""
-    ctx = _Reading(session, name)
+    `session`, check that its records agree (model/validate.py), then rebuild
+    its derived tables (Session.reindex). PyprofError naming `name` and the
+    record on any problem. A stream of counters only (a live step's, without
+    FUNCTIONS) has its ids checked where it is added to its capture; a
+    ``whole`` capture (a file) must have its FUNCTIONS."""
+    try:
+        seen = _parse_stream(blob, _Reading(session, name), step=False)
+        if REC_FUNCTIONS not in seen:
+            if whole:
+                raise Corrupt("it has no FUNCTIONS record")
+            session.reindex()
+            return session
+        check(session)
+        for st in session.steps:
+            try:
+                check(st.data, whole=session)
+            except Corrupt as e:
+                raise Corrupt(f"STEP {st.index}: {e}") from None
+    except Corrupt as e:
+        raise PyprofError(f"{name} is corrupt: {e}") from None
+    session.reindex()
+    return session
+
+
+def _parse_stream(blob, ctx, step):
+    session = ctx.session
     mv = memoryview(blob)
-    off, end_seen = 0, False
+    off, end_seen, seen = 0, False, set()
     try:
         while off < len(blob):
             rtype, _, rlen = RECORD.unpack_from(blob, off)
             off += RECORD.size
             payload = mv[off:off + rlen]
+            ctx.rname = _NAMES.get(rtype, f"record type {rtype}")
             if len(payload) != rlen:
-                raise ValueError("record runs past the end")
+                raise Corrupt(f"{ctx.rname} runs past the end of the stream "
+                              f"({rlen} bytes, {len(payload)} left)")
             off += rlen
             if rtype == REC_END:
                 end_seen = True
                 break
+            if rtype in seen and rtype != REC_STEP:
+                raise Corrupt(f"{ctx.rname} appears twice")
+            seen.add(rtype)
+            if step and rtype in _NAMES and rtype not in _STEP_RECORDS:
+                raise Corrupt(f"{ctx.rname} inside a step's counters")
             table = _TABLE_OF.get(rtype)
             if table is not None:
-                _parse_table(table, payload, session)
+                _parse_table(table, payload, session, ctx.rname)
             elif rtype in RECORDS:
                 RECORDS[rtype](ctx, payload)
             # Unknown record types come from newer minor versions: skip them.
-    except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
-        raise PyprofError(f"{name} is truncated or corrupt ({e})") from None
+    except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError,
+            RecursionError) as e:
+        raise Corrupt(f"{ctx.rname} cannot be read ({type(e).__name__}: {e})") from None
     if not end_seen:
-        raise PyprofError(f"{name} is truncated or corrupt (no end record)")
-    session.reindex()
-    return session
+        if step:
+            raise Corrupt("the counters end without their END record")
+        raise PyprofError(f"{ctx.name} is truncated or corrupt (no end record)")
+    if off != len(blob) and step:
+        raise Corrupt(f"{len(blob) - off} bytes follow the counters' END record")
+    return seen
 
 
 def pack_blob(session) -> bytes:
@@ -216,16 +265,31 @@ def step_record(index, name, start, end, counters: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------ counter tables
-def _rows(st: struct.Struct, payload):
+def _count(payload, rname, least: int) -> int:
+    """The u32 count opening a record, when each item takes at least `least` bytes."""
+    if len(payload) < 4:
+        raise Corrupt(f"{rname} has {len(payload)} bytes, too few for its count")
     (n,) = struct.unpack_from("<I", payload)
-    body = payload[4:4 + n * st.size]
-    if len(body) != n * st.size:
-        raise ValueError("table shorter than its count")
-    return st.iter_unpack(body)
+    if n * least > len(payload) - 4:
+        raise Corrupt(f"{rname} counts {n} rows but has {len(payload)} bytes")
+    return n
 
 
-def _parse_table(table, payload, session) -> None:
-    _code(table)[0](_rows(TABLE_ROWS[table.name].struct, payload), getattr(session, table.name))
+def _rows(st: struct.Struct, payload, rname):
+    n = _count(payload, rname, st.size)
+    if len(payload) != 4 + n * st.size:
+        raise Corrupt(f"{rname} counts {n} rows of {st.size} bytes but has "
+                      f"{len(payload) - 4} bytes of rows")
+    return n, st.iter_unpack(payload[4:])
+
+
+def _parse_table(table, payload, session, rname) -> None:
+    n, rows = _rows(TABLE_ROWS[table.name].struct, payload, rname)
+    out = getattr(session, table.name)
+    _code(table)[0](rows, out)
+    if len(out) != n:
+        raise Corrupt(f"{rname} has {n} rows but {n - len(out)} of them repeat the key of "
+                      f"an earlier row")
 
 
 def _pack_table(table, rows) -> bytes:
@@ -273,26 +337,45 @@ def _table_code(table, spec):
 
 
 # ------------------------------------------------------------------ other records
+def _json_object(ctx, payload) -> dict:
+    try:
+        obj = json.loads(bytes(payload))
+    except (ValueError, RecursionError) as e:
+        raise Corrupt(f"{ctx.rname} is not valid JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise Corrupt(f"{ctx.rname} is not a JSON object")
+    return obj
+
+
 def _parse_info(ctx, payload):
-    ctx.session.info = json.loads(bytes(payload))
+    ctx.session.info = _json_object(ctx, payload)
 
 
 def _parse_meta(ctx, payload):
-    ctx.session.meta = json.loads(bytes(payload))
+    ctx.session.meta = _json_object(ctx, payload)
 
 
 def _parse_strings(ctx, payload):
-    (n,) = struct.unpack_from("<I", payload)
+    n = _count(payload, "STRINGS", 4)
     out, off = [], 4
     raw = bytes(payload)
-    for _ in range(n):
+    for i in range(n):
         (ln,) = struct.unpack_from("<I", raw, off)
         off += 4
         if off + ln > len(raw):
-            raise ValueError("string runs past its record")
+            raise Corrupt(f"STRINGS string {i} runs past the record")
         out.append(raw[off:off + ln].decode("utf-8", "surrogatepass"))
         off += ln
+    if off != len(raw):
+        raise Corrupt(f"STRINGS has {len(raw) - off} bytes after its {n} strings")
     ctx.strings = out
+
+
+def _string(ctx, rname, row, index):
+    if index >= len(ctx.strings):
+        raise Corrupt(f"{rname} row {row} names string {index}, but STRINGS has "
+                      f"{len(ctx.strings)}" + ("" if ctx.strings else " (or comes later)"))
+    return ctx.strings[index]
 
 
 def _pack_strings(strings) -> bytes:
@@ -303,9 +386,24 @@ def _pack_strings(strings) -> bytes:
 
 def _parse_functions(ctx, payload):
     s = ctx.strings
-    ctx.session.functions = {
+    n, rows = _rows(_FUNC, payload, "FUNCTIONS")
+    rows = list(rows)
+    ns, nk = len(s), len(KINDS)
+    if rows and (max(max(r[1], r[3], r[4]) for r in rows) >= ns
+                 or max(r[5] for r in rows) >= nk):
+        for i, (fid, fl, line, nm, qn, kind) in enumerate(rows):
+            for index in (fl, nm, qn):
+                _string(ctx, "FUNCTIONS", i, index)
+            if kind >= nk:
+                raise Corrupt(f"FUNCTIONS row {i} has kind {kind} (at most {nk - 1})")
+    out = ctx.session.functions = {
         fid: Function(fid, s[fl], line, s[nm], s[qn], KINDS[kind])
-        for fid, fl, line, nm, qn, kind in _rows(_FUNC, payload)}
+        for fid, fl, line, nm, qn, kind in rows}
+    if len(out) != n:
+        raise Corrupt(f"FUNCTIONS has {n} rows but {n - len(out)} of them repeat the id of "
+                      f"an earlier row")
+    if NO_FUNCTION in out:
+        raise Corrupt(f"FUNCTIONS has function id {NO_FUNCTION} (it means no function)")
 
 
 def _pack_functions(session, strings) -> bytes:
@@ -318,9 +416,13 @@ def _pack_functions(session, strings) -> bytes:
 
 
 def _parse_threads(ctx, payload):
-    s = ctx.strings
-    ctx.session.threads = {i: Thread(i, ident, nid, ev, s[name])
-                           for i, name, ident, nid, ev in _rows(_THREAD, payload)}
+    n, rows = _rows(_THREAD, payload, "THREADS")
+    rows = list(rows)
+    out = ctx.session.threads = {i: Thread(i, ident, nid, ev, _string(ctx, "THREADS", row, name))
+                                 for row, (i, name, ident, nid, ev) in enumerate(rows)}
+    if len(out) != n:
+        raise Corrupt(f"THREADS has {n} rows but {n - len(out)} of them repeat the index of "
+                      f"an earlier row")
 
 
 def _pack_threads(session, strings) -> bytes:
@@ -332,17 +434,25 @@ def _pack_threads(session, strings) -> bytes:
 
 def _parse_stacks(ctx, payload):
     raw = bytes(payload)
-    (n,) = struct.unpack_from("<I", raw)
+    n = _count(raw, "STACKS", 8)
     off, out = 4, {}
     for sid in range(n):
         nf, nn = struct.unpack_from("<II", raw, off)
         off += 8
+        if off + 8 * (nf + nn) > len(raw):
+            raise Corrupt(f"STACKS stack {sid} has {nf} + {nn} frames, more than the "
+                          f"record holds")
+        if nf > MAX_STACK_FRAMES or nn > MAX_NATIVE_FRAMES:
+            raise Corrupt(f"STACKS stack {sid} has {nf} Python and {nn} native frames (at "
+                          f"most {MAX_STACK_FRAMES} and {MAX_NATIVE_FRAMES})")
         words = struct.unpack_from(f"<{nf}Q", raw, off)
         off += 8 * nf
         native = struct.unpack_from(f"<{nn}Q", raw, off)
         off += 8 * nn
         out[sid] = Stack(tuple((w >> 32, w & _LINE_MASK) for w in words), tuple(native),
                          tuple(i for i, w in enumerate(words) if w & _LINE_ENTRY))
+    if off != len(raw):
+        raise Corrupt(f"STACKS has {len(raw) - off} bytes after its {n} stacks")
     ctx.session.stacks = out
 
 
@@ -359,14 +469,22 @@ def _pack_stacks(stacks) -> bytes:
 
 
 def _parse_memstacks(ctx, payload):
-    n = struct.unpack_from("<I", payload, 0)[0]
+    n = _count(payload, "MEMSTACKS", 4)
     off, out = 4, {}
     for sid in range(n):
         depth = struct.unpack_from("<I", payload, off)[0]
         off += 4
+        if off + 8 * depth > len(payload):
+            raise Corrupt(f"MEMSTACKS stack {sid} has {depth} frames, more than the record "
+                          f"holds")
+        if depth > MAX_STACK_FRAMES:
+            raise Corrupt(f"MEMSTACKS stack {sid} has {depth} frames (at most "
+                          f"{MAX_STACK_FRAMES})")
         words = struct.unpack_from(f"<{depth}Q", payload, off)
         off += 8 * depth
         out[sid] = tuple((w >> 32, w & 0xFFFFFFFF) for w in words)
+    if off != len(payload):
+        raise Corrupt(f"MEMSTACKS has {len(payload) - off} bytes after its {n} stacks")
     ctx.session.memory_stacks = out
 
 
@@ -380,7 +498,7 @@ def _pack_memstacks(memory_stacks) -> bytes:
 def _parse_memcurve(ctx, payload):
     ctx.session.memory_curve = [
         MemPoint(t / 1e9, rss, heap, hmax, None if fid == NO_FUNCTION else (fid, line))
-        for t, rss, heap, hmax, fid, line in _rows(_MEMPOINT, payload)]
+        for t, rss, heap, hmax, fid, line in _rows(_MEMPOINT, payload, "MEMCURVE")[1]]
 
 
 def _pack_memcurve(curve) -> bytes:
@@ -392,11 +510,28 @@ def _pack_memcurve(curve) -> bytes:
 
 def _parse_step(ctx, payload):
     raw = bytes(payload)
+    nth = len(ctx.session.steps)
+    if len(raw) < 4:
+        raise Corrupt(f"STEP {nth} is too short for its header")
     (hlen,) = _STEP_HEADER.unpack_from(raw)
-    header = json.loads(raw[4:4 + hlen])
-    data = parse_blob(raw[4 + hlen:], ctx.name, type(ctx.session)())
-    ctx.session.steps.append(Step(int(header["index"]), header.get("name"),
-                                  float(header["start"]), float(header["end"]), data))
+    if 4 + hlen > len(raw):
+        raise Corrupt(f"STEP {nth} has a header of {hlen} bytes, more than the record holds")
+    try:
+        header = json.loads(raw[4:4 + hlen])
+        index, name = header["index"], header.get("name")
+        start, end = float(header["start"]), float(header["end"])
+    except (ValueError, TypeError, KeyError, RecursionError) as e:
+        raise Corrupt(f"STEP {nth} has a bad header ({type(e).__name__}: {e})") from None
+    if not (isinstance(index, int) and not isinstance(index, bool) and abs(index) < 2**53
+            and (name is None or isinstance(name, str))
+            and math.isfinite(start) and math.isfinite(end)):
+        raise Corrupt(f"STEP {nth} has a bad header ({header})")
+    data = type(ctx.session)()
+    try:
+        _parse_stream(raw[4 + hlen:], _Reading(data, ctx.name), step=True)
+    except Corrupt as e:
+        raise Corrupt(f"STEP {index}: {e}") from None
+    ctx.session.steps.append(Step(index, name, start, end, data))
 
 
 # record type -> its parser (into the Session being read); the counter tables

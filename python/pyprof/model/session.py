@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from ..errors import PyprofError
 from . import codec
-from .tables import (KINDS, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTION, ROOT_PATH,  # noqa: F401
+from .tables import (KINDS, MAX_DEPTH, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTION,  # noqa: F401
+                     ROOT_PATH,
                      STATES, TABLES, CallRow, Counters, Function, LineCounters, MemCounters,
                      MemPoint, PathNode, SampleCounters, Stack, Step, Table, Thread, TreeNode)
 
@@ -193,36 +194,43 @@ class Session:
         """The calling-context tree of function tracing, summed over threads
         (or the given thread indices): each node is a function reached along one
         chain of callers, with the calls, inclusive and self time spent there.
-        Built from the recorded paths (exact), not from caller/callee pairs."""
+        Built from the recorded paths (exact), not from caller/callee pairs.
+        At most MAX_DEPTH levels: a deeper path's self time is its ancestor's
+        at that depth (its calls and total are already within the ancestor's)."""
         root = TreeNode(None)
-        nodes: dict = {}            # (thread, path id) -> TreeNode
+        nodes: dict = {}            # (thread, path id) -> (TreeNode, depth, capped)
 
         def node_for(t, pid):
             chain, key = [], (t, pid)
             while key not in nodes:
                 p = self.paths.get(key) or self.path_shape.get(key)
-                if p is None:
+                if p is None or len(chain) > len(self.paths) + len(self.path_shape):
                     raise PyprofError(f"path {key[1]} of thread {t} is missing its parent")
                 chain.append((key, p.fid))
                 if p.parent == ROOT_PATH:
-                    parent = root
+                    parent, depth, capped = root, 0, False
                     break
                 key = (t, p.parent)
             else:
-                parent = nodes[key]
+                parent, depth, capped = nodes[key]
             for key, fid in reversed(chain):
-                n = parent.children.get(fid)
-                if n is None:
-                    n = parent.children[fid] = TreeNode(fid)
-                nodes[key] = parent = n
+                if depth >= MAX_DEPTH:
+                    capped = True
+                else:
+                    n = parent.children.get(fid)
+                    if n is None:
+                        n = parent.children[fid] = TreeNode(fid)
+                    parent, depth = n, depth + 1
+                nodes[key] = (parent, depth, capped)
             return nodes[(t, pid)]
 
         for (t, pid), p in self.paths.items():
             if threads is not None and t not in threads:
                 continue
-            n = node_for(t, pid)
-            n.calls += p.calls
-            n.total += p.total
+            n, _, capped = node_for(t, pid)
+            if not capped:
+                n.calls += p.calls
+                n.total += p.total
             n.own += p.own
             n.threads.add(t)
         root.total = sum(c.total for c in root.children.values())

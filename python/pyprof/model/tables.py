@@ -11,6 +11,14 @@ from dataclasses import dataclass, field
 
 NO_FUNCTION = 0xFFFFFFFF
 ROOT_PATH = 0xFFFFFFFE
+# The deepest calling context a tree or a stack shows (the sampler keeps 256
+# Python frames too): the self time of deeper calls is the deepest shown
+# function's, so views and exports never walk thousands of levels.
+MAX_DEPTH = 256
+# Frames a stack of the capture holds at most: the sampler keeps the innermost
+# 256 Python and 128 native frames, memory 64 (STACKS, MEMSTACKS); more is a
+# corrupt capture.
+MAX_STACK_FRAMES, MAX_NATIVE_FRAMES = 256, 128
 
 # Where an allocation was made (docs/memory.md): a Python line, a thread that
 # had released the GIL, or a thread holding it with no Python frame running.
@@ -105,7 +113,8 @@ class Stack:
 @dataclass
 class SampleCounters:
     """Samples of one stack in one thread and state: how many, and the time
-    they stand for (each sample weighs one sampling interval), in ns."""
+    they stand for in ns (each sample weighs its thread's CPU time, or wall
+    time, since that thread's previous sample: docs/sampling.md)."""
 
     count: int = 0
     weight: int = 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from ..errors import PyprofError
-from ..model.sources import read_source
+from ..model.sources import line_span, read_source
 from .units import TIME_UNITS
 
 UNITS = dict(TIME_UNITS)
@@ -89,7 +89,7 @@ def write_text(session, out, unit="us", call_rows=True, threads=None):
         if note:
             out.write(f"Note: {note}\n")
         out.write("\n" + HEADER + "\n" + "=" * len(HEADER) + "\n")
-        for line in range(f["first"], f["last"] + 1):
+        for line in line_span(f["first"], f["last"], {*f["lines"], *f["calls"]}, len(src)):
             text = src[line - 1].rstrip("\r\n") if 0 < line <= len(src) else ""
             c = f["lines"].get(line)
             if c is None or (c.hits == 0 and c.time == 0):

@@ -18,10 +18,11 @@ With line tracing the combined layout is used instead:
 """
 from __future__ import annotations
 
+import bisect
 import os
 
 from ..model.session import MemCounters
-from ..model.sources import read_source
+from ..model.sources import line_span, read_source
 from .units import byte_unit
 
 def _num(value, size):
@@ -170,10 +171,12 @@ def write_lines(session, out, limit=10, share=0.01):
         running = 0
         shown = set(f["lines"]) | set(timed_lines) | {first}
         gap = 0
-        for line in range(first, last + 1):
+        order = sorted(shown)
+        for line in line_span(first, last, shown, len(src)):
             if line not in shown:
                 gap += 1
-                nxt = next((x for x in range(line, last + 1) if x in shown), last + 1)
+                k = bisect.bisect_left(order, line)
+                nxt = order[k] if k < len(order) else last + 1
                 if (nxt - line) + gap - 1 > 3:          # a long run: one marker for it
                     if gap == 1:
                         out.write(f"{'...':>6}\n")

@@ -13,9 +13,16 @@ def header(session) -> str:
     si = session.info.get("sampling", {})
     n = sum(c.count for c in session.samples.values())
     what = "CPU time" if si.get("mode") == "cpu" else "wall-clock time"
-    return (f"Samples: {n} of {what} ({si.get('mode', '?')} mode, {si.get('rate_requested', 0):g} Hz "
-            f"requested, {si.get('rate_achieved', 0):.0f} Hz achieved, {si.get('dropped', 0)} "
-            f"dropped); each sample stands for {si.get('interval_ns', 0) / 1e6:g} ms\n")
+    head = (f"Samples: {n} of {what} ({si.get('mode', '?')} mode, "
+            f"{si.get('rate_requested', 0):g} Hz requested, "
+            f"{si.get('rate_achieved', 0):.0f} Hz achieved, {si.get('dropped', 0)} dropped); ")
+    if "weighting" not in si:       # captures before weighting: every sample weighed the interval
+        return head + f"each sample stands for {si.get('interval_ns', 0) / 1e6:g} ms\n"
+    weight = sum(c.weight for c in session.samples.values())
+    mean = weight / n / 1e6 if n else 0.0
+    clock = "CPU" if si.get("mode") == "cpu" else "wall-clock"
+    return head + (f"each sample stands for the {clock} time its thread used since its "
+                   f"previous sample (on average {mean:.3g} ms)\n")
 
 
 def write_functions(session, out, limit=40):

@@ -67,7 +67,7 @@ def run(paths, by="step", select=None, csv_path=None, lines=True, out=None) -> i
     for w in warnings:
         print(f"pyprof: warning: {w}", file=sys.stderr)
     columns = list(dict.fromkeys(r[5] for r in rows))
-    order = "time" if "time" in columns else columns[0]
+    order = "time" if "time" in columns or not columns else columns[0]
     entries = table(rows, units, order, by)
     if csv_path:
         buf = io.StringIO()
