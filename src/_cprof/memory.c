@@ -818,16 +818,18 @@ static void curve_stop(void)
 pid_t pp_memory_curve_pause(void)
 {
     if (!C.running)
-        return 0;
+        return C.paused ? C.tid : 0;        /* another thread's fork paused it */
     pthread_mutex_lock(&C.mu);
     C.stop = 1;
     pthread_cond_signal(&C.cv);
     pthread_mutex_unlock(&C.mu);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(C.thread, NULL);
-    Py_END_ALLOW_THREADS
+    /* Before the GIL goes: a thread forking meanwhile must not join it too. */
     C.running = 0;
     C.paused = 1;
+    pthread_t th = C.thread;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(th, NULL);
+    Py_END_ALLOW_THREADS
     return C.tid;
 }
 

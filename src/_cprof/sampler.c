@@ -782,8 +782,10 @@ static int helper_paused, helper_joining;
 
 pid_t pp_sampler_helper_pause(void)
 {
-    if (!S.have_thread || S.pid != getpid())
+    if (S.pid != getpid())
         return 0;
+    if (!S.have_thread)
+        return helper_paused ? S.helper_tid : 0;    /* another thread's fork paused it */
     pthread_t th = S.thread;
     pid_t tid = S.helper_tid;
     S.have_thread = 0;
