@@ -39,6 +39,10 @@ int pp_frames_current(uintptr_t *code, uint32_t *offset);
 int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max);
 /* Whether p is a live code object (checked reads; GIL not needed). */
 int pp_frames_code_alive(uintptr_t p);
+/* A code object of CPython's own that runs no Python source (3.13's
+ * _Py_InitCleanup, between a caller and a Python __init__): sys._getframe()
+ * and tracebacks skip its frame, so do pyprof's stacks. GIL held, code alive. */
+int pp_frames_code_is_shim(PyObject *code);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);

@@ -424,7 +424,7 @@ static uint32_t code_fid(pp_sampling *p, PyObject *code)
     /* Checked again: a pointer read from a half-linked frame may name a code
      * object that was already freed when the handler read it, or has died
      * since (its drain can run before the record is published). */
-    if (!pp_frames_code_alive((uintptr_t)code))
+    if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
         return PP_NONE;
     return pp_registry_code(p->reg, code);
 }
