@@ -589,3 +589,145 @@ def test_lean_child_meta_is_the_json_of_json_dumps():
                                             "include": ["a", "é"]}, "mpi": None}
     assert decode_config(encode_config(config)) == config
 
+
+
+# Every mode; pyprof's helper threads (the sampler's, the memory curve's) must
+# not make CPython 3.12+ warn "This process is multi-threaded" at os.fork().
+FORK_MODES = {"sample": ["--sample"], "wall": ["--sample", "--wall"], "memory": ["--memory"],
+              "memory-sample": ["--memory-sample"], "memory-functions": ["--memory", "--functions"],
+              "functions": [], "lines": ["--lines-all"]}
+
+FORK_QUIET = '''
+    import os, sys
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    log = open(sys.argv[1], "w")
+    for i in range(100):
+        before = threads()
+        pid = os.fork()
+        if pid == 0:
+            log.write(f"child {threads()}\\n")
+            log.flush()
+            os._exit(3)
+        print(f"parent {before} {threads()}", file=log, flush=True)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 3
+    pid, fd = os.forkpty()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(fd)
+    log.close()
+    print("forked", i + 1)
+    '''
+
+
+@pytest.mark.parametrize("mode", FORK_MODES)
+def test_fork_prints_what_it_prints_without_pyprof(tmp_path, mode):
+    prog = write(tmp_path / "prog.py", FORK_QUIET)
+    plain = subprocess.run([sys.executable, "-W", "always", str(prog), str(tmp_path / "plain.log")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run([sys.executable, "-W", "always", "-m", "pyprof", *FORK_MODES[mode],
+                        "-o", str(tmp_path / "out.cprof"), str(prog), str(tmp_path / "log")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert (r.stdout, r.stderr) == (plain.stdout, plain.stderr) == ("forked 100\n", "")
+    lines = (tmp_path / "log").read_text().split("\n")[:-1]
+    parents = [line.split() for line in lines if line.startswith("parent")]
+    assert len(parents) == 100
+    # the helpers are back in the parent as soon as os.fork returns ...
+    assert all(before == after for _, before, after in parents), parents
+    helpers = mode not in ("functions", "lines")
+    assert int(parents[0][1]) == 1 + helpers
+    # ... and never run in a child not profiled
+    assert sorted(set(line for line in lines if line.startswith("child"))) == ["child 1"]
+    s = Session.load(tmp_path / "out.cprof")
+    assert s.meta.get("processes", [None]) == [None] or len(s.meta["processes"]) == 1
+
+
+@pytest.mark.parametrize("mode", FORK_MODES)
+def test_fork_100_times_while_threads_allocate(tmp_path, mode):
+    prog = write(tmp_path / "prog.py", '''
+        import os, threading
+
+        stop = False
+
+        def busy():
+            while not stop:
+                x = [bytearray(64) for _ in range(50)]
+                del x
+
+        threads = [threading.Thread(target=busy) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(100):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        stop = True
+        for t in threads:
+            t.join()
+        print("done")
+        ''')
+    r = pyprof([*FORK_MODES[mode], "-o", str(tmp_path / "out.cprof"), str(prog)], tmp_path)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+
+
+@pytest.mark.parametrize("mode", ["functions", "sample", "memory"])
+def test_sigterm_right_after_fork_ends_the_child(tmp_path, mode):
+    # A pool terminated just after it forked a worker: the SIGTERM can reach the
+    # child before CPython's after-fork code has run. Without pyprof the
+    # default action ends it; the runner's Python handler must not swallow it
+    # (it did for 191 of 200 children under --sample).
+    prog = write(tmp_path / "prog.py", '''
+        import os, signal, time
+        survived = 0
+        for i in range(30):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(1)
+                os._exit(7)
+            os.kill(pid, signal.SIGTERM)
+            _, status = os.waitpid(pid, 0)
+            survived += os.waitstatus_to_exitcode(status) != -signal.SIGTERM
+        print("survived", survived)
+        ''')
+    r = pyprof([*FORK_MODES[mode], "-o", str(tmp_path / "out.cprof"), str(prog)], tmp_path)
+    assert r.returncode == 0 and r.stdout == "survived 0\n", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("mode", ["sample", "wall", "memory", "memory-sample"])
+def test_forks_from_several_threads_at_once(tmp_path, mode):
+    # A pool's handler thread forks while the program does: the helpers are
+    # stopped once and started again once, by the last fork to finish.
+    prog = write(tmp_path / "prog.py", '''
+        import os, threading, time
+
+        def forker():
+            for _ in range(25):
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+
+        base = len(os.listdir("/proc/self/task"))
+        ts = [threading.Thread(target=forker) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        for _ in range(200):            # joined threads leave the kernel's list a bit later
+            if len(os.listdir("/proc/self/task")) <= base:
+                break
+            time.sleep(0.005)
+        print(base, len(os.listdir("/proc/self/task")))
+        ''')
+    r = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "pyprof",
+                        *FORK_MODES[mode], "-o", str(tmp_path / "out.cprof"), str(prog)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    base, after = map(int, r.stdout.split())
+    assert base == 2 and after == 2, r.stdout       # the main thread and one helper

@@ -38,6 +38,7 @@ C-level atfork handler.
 # json and signal would bring re and enum (~10 ms). The rest is imported
 # where it is used.
 import _signal as signal
+import _thread
 import atexit
 import marshal
 import os
@@ -303,18 +304,37 @@ def _install_fork_hook():
 # new child (a pool terminated right after it started a worker) before CPython
 # re-initialises its signal state in the child would be dropped there, and
 # the worker, whose handler is Python code, would never end. Blocked, it stays
-# pending until the child has installed its handler.
+# pending until the child has installed its handler. Several threads may fork
+# at once (a pool's handler thread and the program's): one mask per thread.
+_masks = {}
+
+
 def _block_sigterm():
+    if _thread.get_ident() in _masks:
+        return                          # the runner's hook and ours: the first saves
     try:
-        _state["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _masks[_thread.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     except (OSError, ValueError):
-        _state["mask"] = None
+        pass
 
 
 def _restore_mask():
-    mask = _state.pop("mask", None)
+    mask = _masks.pop(_thread.get_ident(), None)
     if mask is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def guard_sigterm_across_fork(after_in_child):
+    """For a process whose SIGTERM handler is Python code (python -m pyprof's
+    runner): SIGTERM stays blocked in the forking thread until the child has
+    run `after_in_child` (which sets the child's disposition)."""
+    def child():
+        try:
+            after_in_child()
+        finally:
+            _restore_mask()
+    os.register_at_fork(before=_block_sigterm, after_in_parent=_restore_mask,
+                        after_in_child=child)
 
 
 def _after_fork_child():

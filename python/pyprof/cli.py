@@ -304,7 +304,10 @@ class _Runner:
             # A forked child (a multiprocessing worker) must die by SIGTERM as it
             # would without pyprof: a Python-level handler runs only between
             # bytecodes, so a worker blocked in a lock would never see it.
-            os.register_at_fork(after_in_child=self._child_sigterm_default)
+            # Blocked across fork: a SIGTERM reaching the child before that hook
+            # would be dropped with the Python handler (tests/test_children.py).
+            from .children import guard_sigterm_across_fork
+            guard_sigterm_across_fork(self._child_sigterm_default)
         try:
             if self.opts.signal:
                 self._toggle_on(self.opts.signal)

@@ -216,6 +216,16 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
     return n;
 }
 
+int pp_frames_code_is_shim(PyObject *code)
+{
+#ifdef CO_NO_MONITORING_EVENTS
+    return (((PyCodeObject *)code)->co_flags & CO_NO_MONITORING_EVENTS) != 0;
+#else
+    (void)code;
+    return 0;
+#endif
+}
+
 /* The calling thread's complete Python frames, innermost first, when it holds
  * the GIL: up to max (code, offset) pairs; the number written (0 if detached). */
 int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
@@ -239,7 +249,7 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
             continue;
 #if PY_VERSION_HEX >= 0x030D0000
         PyObject *co = f->f_executable;
-        if (!PyCode_Check(co))
+        if (!PyCode_Check(co) || pp_frames_code_is_shim(co))
             continue;
         ptrdiff_t off = f->instr_ptr - _PyCode_CODE((PyCodeObject *)co);
 #else

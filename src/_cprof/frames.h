@@ -16,6 +16,10 @@
 #endif
 
 #define PP_USE_MONITORING (PY_VERSION_HEX >= 0x030C0000)
+/* os.fork counts the process's threads (to warn) after the after_in_parent
+ * hooks: 3.13 (gh-137109 moved it before them again; its 3.13 backport is not
+ * relied on). */
+#define PP_FORK_COUNTS_AFTER_HOOKS (PY_VERSION_HEX >= 0x030D0000)
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */
@@ -35,6 +39,10 @@ int pp_frames_current(uintptr_t *code, uint32_t *offset);
 int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max);
 /* Whether p is a live code object (checked reads; GIL not needed). */
 int pp_frames_code_alive(uintptr_t p);
+/* A code object of CPython's own that runs no Python source (3.13's
+ * _Py_InitCleanup, between a caller and a Python __init__): sys._getframe()
+ * and tracebacks skip its frame, so do pyprof's stacks. GIL held, code alive. */
+int pp_frames_code_is_shim(PyObject *code);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);

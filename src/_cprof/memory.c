@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -668,6 +669,8 @@ static struct {
     int64_t interval_ns;
     int statm_fd;
     int cv_ready;
+    int paused;                             /* stopped for a fork */
+    pid_t tid;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .statm_fd = -1};
 
 /* The condition variable waits on CLOCK_MONOTONIC, as the deadlines are. */
@@ -764,6 +767,7 @@ static void *curve_main(void *arg)
     sigset_t set;
     sigfillset(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL);         /* the program's signals are not ours */
+    C.tid = (pid_t)syscall(SYS_gettid);
     pthread_mutex_lock(&C.mu);
     while (!C.stop) {
         int64_t due = now_ns() + C.interval_ns;
@@ -786,6 +790,7 @@ static void curve_start(void)
     pthread_mutex_lock(&C.mu);
     C.n = 0;
     C.stop = 0;
+    C.paused = 0;
     C.interval_ns = CURVE_NS;
     pthread_mutex_unlock(&C.mu);
     if (C.statm_fd < 0)
@@ -809,6 +814,38 @@ static void curve_stop(void)
     add_point();                            /* where it ends */
 }
 
+/* Around fork, as the sampler's helper: CPython counts threads after fork(). */
+pid_t pp_memory_curve_pause(void)
+{
+    if (!C.running)
+        return C.paused ? C.tid : 0;        /* another thread's fork paused it */
+    pthread_mutex_lock(&C.mu);
+    C.stop = 1;
+    pthread_cond_signal(&C.cv);
+    pthread_mutex_unlock(&C.mu);
+    /* Before the GIL goes: a thread forking meanwhile must not join it too. */
+    C.running = 0;
+    C.paused = 1;
+    pthread_t th = C.thread;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(th, NULL);
+    Py_END_ALLOW_THREADS
+    return C.tid;
+}
+
+void pp_memory_curve_resume(void)
+{
+    if (!C.paused)
+        return;
+    C.paused = 0;
+    if (!atomic_load(&recording) || C.running)
+        return;                             /* stopped meanwhile */
+    pthread_mutex_lock(&C.mu);
+    C.stop = 0;
+    pthread_mutex_unlock(&C.mu);
+    C.running = pthread_create(&C.thread, NULL, curve_main, NULL) == 0;
+}
+
 static void atfork_prepare(void)
 {
     pthread_mutex_lock(&C.mu);
@@ -829,6 +866,7 @@ static void atfork_child(void)
     if (C.cv_ready)
         init_cv();
     C.running = 0;
+    C.paused = 0;
 }
 
 /* The points so far, sites resolved through rows (row i is site i). */

@@ -105,6 +105,10 @@ void pp_memory_forget(PyObject *obj);
 /* Start/stop recording (GIL held). The hooks are installed on first use and
  * stay, forwarding only, when stopped. */
 int pp_memory_start(pp_memstate *p);
+/* Around fork (GIL held): stop the memory curve's thread, returning its
+ * kernel tid (0: none ran), and start it again. */
+pid_t pp_memory_curve_pause(void);
+void pp_memory_curve_resume(void);
 int pp_memory_stop(pp_memstate *p);
 /* A copy of the sites (malloc'd, *n entries; the caller frees it) and the totals. */
 pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info);

@@ -5,20 +5,155 @@
  * hooks. Disable: the reverse, then the calls still open end now. A
  * background profiler (@profile's, in a plain run) steps aside while an
  * explicit one runs, and resumes after it.
+ * Fork: the engines' helper threads stop in an os.register_at_fork `before`
+ * hook and start again in the parent once CPython has counted its threads.
  * Never: per-event work; formats (capture.c writes).
  */
 #include "profiler.h"
 
 #include "clock.h"
+#include "frames.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 static uint64_t pp_gen_counter;
 static pp_profiler *pp_active;      /* at most one enabled profiler per process */
 static pp_profiler *pp_suspended;   /* the background one under it (strong) */
+
+/* ------------------------------------------------------------- fork */
+
+/* CPython 3.12+ warns at os.fork() when /proc/self/stat counts more than one
+ * thread. 3.12 counts before the after_in_parent hooks, 3.13 (before
+ * gh-137109) after them: there os.fork / os.forkpty are wrapped so that the
+ * helpers start again once the original returns. */
+
+static int fork_depth;                      /* forks between before and after */
+static _Thread_local int in_wrapper;        /* this thread is in our os.fork */
+
+/* pthread_join returns before the kernel drops the thread from the count. */
+static void wait_gone(pid_t tid)
+{
+    if (tid <= 0)
+        return;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%ld", (long)tid);
+    struct timespec ts = {0, 100000};
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < 200 && access(path, F_OK) == 0; i++)
+        nanosleep(&ts, NULL);
+    Py_END_ALLOW_THREADS
+}
+
+static void resume_helpers(void)
+{
+    pp_sampler_helper_resume();
+    pp_memory_curve_resume();
+}
+
+static PyObject *fork_before(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    fork_depth++;
+    pid_t a = pp_sampler_helper_pause();
+    pid_t b = pp_memory_curve_pause();
+    wait_gone(a);
+    wait_gone(b);
+    Py_RETURN_NONE;
+}
+
+static PyObject *fork_after_parent(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    if (fork_depth > 0)
+        fork_depth--;
+    if (fork_depth == 0 && !in_wrapper)
+        resume_helpers();
+    Py_RETURN_NONE;
+}
+
+static PyObject *fork_after_child(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    fork_depth = 0;                         /* the other forking threads are gone */
+    Py_RETURN_NONE;
+}
+
+/* self: the original os.fork or os.forkpty. */
+static PyObject *fork_wrapper(PyObject *orig, PyObject *unused)
+{
+    (void)unused;
+    pid_t parent = getpid();
+    in_wrapper++;
+    PyObject *r = PyObject_CallNoArgs(orig);
+    in_wrapper--;
+    if (getpid() == parent && !in_wrapper && fork_depth == 0)
+        resume_helpers();
+    return r;
+}
+
+static PyMethodDef fork_defs[] = {
+    {"_pyprof_fork_before", fork_before, METH_NOARGS, NULL},
+    {"_pyprof_fork_after_parent", fork_after_parent, METH_NOARGS, NULL},
+    {"_pyprof_fork_after_child", fork_after_child, METH_NOARGS, NULL},
+    {"fork", fork_wrapper, METH_NOARGS,
+     "fork()\nos.fork, under pyprof: its helper threads stop for the fork."},
+    {"forkpty", fork_wrapper, METH_NOARGS,
+     "forkpty()\nos.forkpty, under pyprof: its helper threads stop for the fork."},
+};
+
+static int wrap_os(PyObject *os, PyMethodDef *def)
+{
+    PyObject *orig = PyObject_GetAttrString(os, def->ml_name);
+    if (orig == NULL) {
+        PyErr_Clear();                      /* no forkpty on this platform */
+        return 0;
+    }
+    PyObject *mod = PyUnicode_FromString("posix");
+    PyObject *w = mod ? PyCFunction_NewEx(def, orig, mod) : NULL;
+    int rc = w ? PyObject_SetAttrString(os, def->ml_name, w) : -1;
+    Py_XDECREF(w);
+    Py_XDECREF(mod);
+    Py_DECREF(orig);
+    return rc;
+}
+
+/* Once per process (a child inherits them), when a helper thread first runs. */
+static int install_fork_hooks(void)
+{
+    static int done;
+    if (done)
+        return 0;
+    PyObject *os = PyImport_ImportModule("os");
+    if (os == NULL)
+        return -1;
+    PyObject *reg = PyObject_GetAttrString(os, "register_at_fork");
+    PyObject *b = PyCFunction_New(&fork_defs[0], NULL);
+    PyObject *ap = PyCFunction_New(&fork_defs[1], NULL);
+    PyObject *ac = PyCFunction_New(&fork_defs[2], NULL);
+    PyObject *kw = reg && b && ap && ac
+                   ? Py_BuildValue("{sOsOsO}", "before", b, "after_in_parent", ap,
+                                   "after_in_child", ac) : NULL;
+    PyObject *args = kw ? PyTuple_New(0) : NULL;
+    PyObject *r = args ? PyObject_Call(reg, args, kw) : NULL;
+    int rc = r ? 0 : -1;
+    if (rc == 0 && PP_FORK_COUNTS_AFTER_HOOKS)
+        rc = wrap_os(os, &fork_defs[3]) < 0 || wrap_os(os, &fork_defs[4]) < 0 ? -1 : 0;
+    Py_XDECREF(r);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    Py_XDECREF(ac);
+    Py_XDECREF(ap);
+    Py_XDECREF(b);
+    Py_XDECREF(reg);
+    Py_DECREF(os);
+    if (rc == 0)
+        done = 1;
+    return rc;
+}
 
 int pp_profiler_module_init(void)
 {
@@ -117,6 +252,8 @@ int pp_profiler_enable(pp_profiler *p)
         p->next_flush_ns = r->enabled_since_ns + p->flush_interval_ns;
     pp_profiler_flush_changed(p);
     pp_active = p;
+    if ((r->sampling || r->memory) && install_fork_hooks() < 0)
+        PyErr_Clear();                      /* then a fork warns, nothing worse */
     pp_threads_activate(&r->threads);
     r->enabled = 1;
     int rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);

@@ -424,7 +424,7 @@ static uint32_t code_fid(pp_sampling *p, PyObject *code)
     /* Checked again: a pointer read from a half-linked frame may name a code
      * object that was already freed when the handler read it, or has died
      * since (its drain can run before the record is published). */
-    if (!pp_frames_code_alive((uintptr_t)code))
+    if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
         return PP_NONE;
     return pp_registry_code(p->reg, code);
 }
@@ -773,6 +773,42 @@ static int timer_arm(int64_t interval_ns)
     return setitimer(ITIMER_PROF, &it, NULL);
 }
 
+/* ------------------------------------------------ helper around fork */
+
+/* CPython 3.12+ counts the process's threads after fork() and warns if there
+ * are several: the helper stops for the fork (profiler.c's hooks) while the
+ * handler keeps filling the ring. */
+static int helper_paused, helper_joining;
+
+pid_t pp_sampler_helper_pause(void)
+{
+    if (S.pid != getpid())
+        return 0;
+    if (!S.have_thread)
+        return helper_paused ? S.helper_tid : 0;    /* another thread's fork paused it */
+    pthread_t th = S.thread;
+    pid_t tid = S.helper_tid;
+    S.have_thread = 0;
+    helper_paused = helper_joining = 1;
+    wake_helper();
+    Py_BEGIN_ALLOW_THREADS              /* it may be waiting for our GIL */
+    pthread_join(th, NULL);
+    Py_END_ALLOW_THREADS
+    helper_joining = 0;
+    return tid;
+}
+
+void pp_sampler_helper_resume(void)
+{
+    if (!helper_paused)
+        return;
+    helper_paused = 0;
+    if (!atomic_load(&S.active) || S.have_thread || S.pid != getpid())
+        return;                         /* stopped meanwhile */
+    atomic_store(&S.stop, 0);
+    S.have_thread = pthread_create(&S.thread, NULL, sampler_main, NULL) == 0;
+}
+
 static void atfork_prepare(void)
 {
     if (atomic_load(&S.active)) {
@@ -830,7 +866,7 @@ int pp_sampler_start(pp_sampling *p)
 {
     const pp_sample_opts *o = &p->opts;
     static int atfork_done;
-    if (atomic_load(&S.active) || S.have_thread) {
+    if (atomic_load(&S.active) || S.have_thread || helper_joining) {
         PyErr_SetString(PyExc_RuntimeError, "pyprof: a sampler is already running in this process");
         return -1;
     }
@@ -878,6 +914,7 @@ int pp_sampler_start(pp_sampling *p)
         return -1;
     if (!atfork_done && pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0)
         atfork_done = 1;
+    helper_paused = 0;
     S.mode = o->mode;
     S.native = o->native;
     S.rate_hz = o->rate_hz;
