@@ -74,7 +74,7 @@ def bookkeeping_note(session) -> str | None:
         return None
     events = sum(c.hits for c in session.line_totals().values())
     per = f"{ns / events:.0f} ns per line event, {events:,} events; " if events else ""
-    return (f"Line bookkeeping: {ns / 1e9:.3g} s, pyprof's own ({per}measured, and left "
+    return (f"Line bookkeeping: {ns / 1e9:.6f} s, pyprof's own ({per}measured, and left "
             f"out of every time below)")
 
 
