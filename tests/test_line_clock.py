@@ -109,7 +109,9 @@ def test_loop_percentages_and_bookkeeping_in_the_printout(tmp_path):
     book, per, events = float(m.group(1)), int(m.group(2)), int(m.group(3).replace(",", ""))
     # plausible: positive, less than the run, about events x the cost of one
     assert 0 < book < wall < s.info["duration_ns"] * 1e-9
-    assert events >= 400_003 and abs(book - per * events * 1e-9) <= 0.01 * book + 1e-6
+    ns = s.info["line_bookkeeping_ns"]
+    assert book == round(ns * 1e-9, 6)
+    assert events >= 400_003 and abs(per - ns / events) <= 0.5
     assert s.info["clock_read_ns"] <= per < 5_000
     # inner's % Time column adds up to 100 (to the table's rounding)
     table = text.split("Function: inner at line")[1].split("Total time:")[0]
@@ -170,5 +172,9 @@ def test_callgrind_def_line_is_not_a_hot_spot(tmp_path):
     num = lambda g: 0 if g == "." else int(g.replace(",", ""))     # noqa: E731
     cost = {m.group(3): num(m.group(1)) for m in
             re.finditer(r"^\s*([\d,]+|\.)\s+([\d,]+|\.)\s\s(.*)$", section, re.M)}
+    # inner's cost (self: it calls nothing) is on its lines, not on its def line
+    inner = int(re.search(r"^\s*([\d,]+)\s+[\d,]+\s+\S*loop\.py:inner:\d+$", ann.stdout,
+                          re.M).group(1).replace(",", ""))
     assert cost["def inner(n):"] < 0.02 * total, (cost["def inner(n):"], total)
-    assert cost["        s += i"] + cost["    for i in range(n):"] > 0.9 * total
+    assert cost["def inner(n):"] < 0.01 * inner, (cost["def inner(n):"], inner)
+    assert cost["        s += i"] + cost["    for i in range(n):"] > 0.99 * inner
