@@ -178,3 +178,37 @@ def test_callgrind_def_line_is_not_a_hot_spot(tmp_path):
     assert cost["def inner(n):"] < 0.02 * total, (cost["def inner(n):"], total)
     assert cost["def inner(n):"] < 0.01 * inner, (cost["def inner(n):"], inner)
     assert cost["        s += i"] + cost["    for i in range(n):"] > 0.99 * inner
+
+
+def test_captures_without_the_figure_still_print(tmp_path):
+    """Captures written before line_bookkeeping_ns load and print as before;
+    merging sums the figure; the report's summary gives it."""
+    from pyprof.analysis.merge import merge
+    from pyprof.export.report import summary
+    from pyprof.render.printout import render
+    _, s, _ = loop_capture(tmp_path)
+    ns = s.info["line_bookkeeping_ns"]
+    assert re.match(r"[\d.,]+ \S+ measured, \d+% of the duration \(pyprof's own work on line "
+                    r"events, left out of every time in this report\)$",
+                    dict(summary(s))["line bookkeeping"])
+    m = merge([s, Session.load(tmp_path / "run.cprof")], force=True)
+    assert m.info["line_bookkeeping_ns"] == 2 * ns
+    del s.info["line_bookkeeping_ns"]
+    s.save(tmp_path / "old.cprof")
+    old = Session.load(tmp_path / "old.cprof")
+    text = render(old)
+    assert "Line bookkeeping" not in text and "Function: inner at line" in text
+    assert "line bookkeeping" not in dict(summary(old))
+
+
+def test_no_timeline_with_line_mode_in_the_core():
+    """The timeline's positions would be in the clock with the line bookkeeping."""
+    from pyprof import _cprof
+    p = _cprof.Profiler()
+    p._set_lines()
+    with pytest.raises(ValueError, match="line mode"):
+        p._set_timeline()
+    q = _cprof.Profiler()
+    q._set_timeline()
+    with pytest.raises(ValueError, match="not with line mode"):
+        q._set_lines()
