@@ -31,6 +31,10 @@ scalene's launcher, CPU and memory: see run.py).
 Line-mode configurations: "pyprof-lines-file" and "lineprof-file" trace every
 function of the benchmark's file (line_profiler through its auto-profile mode,
 kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs.
+
+Any pyprof configuration with the suffix "@before" runs with the pyprof package
+found in the directory PYPROF_BENCH_BEFORE (an earlier build) instead of the
+installed one: a change is measured before and after in the same rounds.
 """
 import json
 import os
@@ -210,6 +214,7 @@ def _parent_cpu():
         except OSError:
             pass                        # a thread that just exited
     return total / 1e9
+BEFORE = "@before"          # suffix of a configuration run with PYPROF_BENCH_BEFORE's pyprof
 # Configurations that need the script path.
 ARGV_CONFIGS = {
     "pyprof-lines-file": lambda argv: _pyprof_lines(argv, file=True),
@@ -257,6 +262,12 @@ def count_calls(argv):
 
 def main():
     config, out, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if config.endswith(BEFORE):
+        # The same configuration with another build of pyprof (the directory in
+        # PYPROF_BENCH_BEFORE holds its package): a change measured before and
+        # after in the same rounds, paired.
+        sys.path.insert(0, os.environ["PYPROF_BENCH_BEFORE"])
+        config = config.removesuffix(BEFORE)
     devnull = open(os.devnull, "w")
     saved_stdout = sys.stdout
     sys.stdout = devnull

@@ -131,7 +131,7 @@ static const char *hook_name(const pp_run *p)
 
 static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
                           uint64_t events, int include_open, const pp_meminfo *live,
-                          const tlcounts *tl, uint64_t paths_dropped)
+                          const tlcounts *tl, uint64_t paths_dropped, int64_t line_cost)
 {
     char s[2048];
     int64_t now_wall = pp_clock_realtime_ns();
@@ -156,6 +156,9 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         p->tr.lines ? "true" : "false",
         p->tr.paths && !p->sampling && !p->memory_only ? "true" : "false",
         (unsigned long long)paths_dropped);
+    if (n > 0 && (size_t)n < sizeof s && p->tr.lines)
+        n += snprintf(s + n, sizeof s - (size_t)n, ",\"line_bookkeeping_ns\":%lld",
+                      (long long)tl_ns(p, tc, line_cost));
     if (n > 0 && (size_t)n < sizeof s && p->sampling) {
         pp_sampler_info si;
         pp_sampler_get_info(&si);
@@ -573,6 +576,7 @@ static const pp_tables *tables_at(pp_run *p, pp_thread *ts, int include_open, in
     st.mem_cur = ts->st.mem_cur;
     st.mem_pending = ts->st.mem_pending;
     st.mem_pending_base = ts->st.mem_pending_base;
+    st.line_cost = ts->st.line_cost;
     pp_tracer_stop_all(copy, &st, now, p->tr.lines);
     pp_stack_free(&st);
     *copied = 1;
@@ -907,6 +911,7 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     buf b = {0};
     statbufs sb = {0};
     uint64_t events = 0;
+    int64_t line_cost = 0;
     /* resolved first: it may register functions, and names are written before */
     pp_memrow *live = NULL;
     uint32_t nlive = 0;
@@ -926,6 +931,7 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     }
     for (pp_thread *ts = p->threads.head; ts; ts = ts->next) {
         events += ts->events;
+        line_cost += ts->st.line_cost;
         pp_tables copy;
         int copied;
         const pp_tables *t = tables_at(p, ts, include_open, now, &copy, &copied);
@@ -947,7 +953,7 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
             put_timeline(&tlb, p, &tc, ts, include_open, tnow, &tlc);
     }
     put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL, &tlc,
-                  sb.paths_dropped);
+                  sb.paths_dropped, line_cost);
     if (p->meta && PyBytes_Check(p->meta)) {
         size_t r = record_begin(&b, PP_REC_META);
         put(&b, PyBytes_AS_STRING(p->meta), (size_t)PyBytes_GET_SIZE(p->meta));

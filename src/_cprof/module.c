@@ -328,6 +328,12 @@ static PyObject *profiler_set_lines(pp_profiler *self, PyObject *args, PyObject 
         PyErr_SetString(PyExc_TypeError, "filter must be callable or None");
         return NULL;
     }
+    if (self->run.tr.timeline) {
+        /* the timeline's positions are in the clock with pyprof's line
+         * bookkeeping, the tracer's in line mode without it */
+        PyErr_SetString(PyExc_ValueError, "the timeline records function calls: not with line mode");
+        return NULL;
+    }
     self->run.tr.lines = 1;
     Py_XSETREF(self->run.reg.line_filter, filter == Py_None ? NULL : Py_NewRef(filter));
     Py_RETURN_NONE;
@@ -345,10 +351,10 @@ static PyObject *profiler_set_timeline(pp_profiler *self, PyObject *args, PyObje
                         "the timeline cannot change while the profiler is enabled");
         return NULL;
     }
-    if (self->run.sampling || self->run.memory_only) {
+    if (self->run.sampling || self->run.memory_only || self->run.tr.lines) {
         PyErr_SetString(PyExc_ValueError,
                         "the timeline records function calls: it needs function tracing "
-                        "(not mode='sample' or mode='memory')");
+                        "(not mode='sample', mode='memory' or line mode)");
         return NULL;
     }
     if (min_ns < 0) {

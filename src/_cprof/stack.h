@@ -31,6 +31,10 @@ typedef struct {
     uint32_t depth;
     uint32_t cap;
     int64_t mem_cur;            /* memory: bytes this thread allocated minus those it freed */
+    /* line mode: ticks of pyprof's line-event bookkeeping on this thread so
+     * far. The tracer's clock in line mode is the clock minus this, so no
+     * time (line, call, function) includes it (0 in function mode). */
+    int64_t line_cost;
     /* memory: the last outermost activation to return, settled once its
      * frame's locals are gone (they are freed after the return event) */
     uint32_t mem_pending;       /* its function slot + 1, 0 if none */

@@ -179,6 +179,7 @@ void pp_threads_clear(pp_threadset *s)
         pp_tables_clear(&ts->t);
         pp_stepbase_free(&ts->step);
         ts->st.depth = 0;
+        ts->st.line_cost = 0;
         ts->events = 0;
         ts->flush_at = 0;
     }

@@ -138,7 +138,9 @@ void pp_tracer_enter_slow(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *s
     }
     if (p->lines)
         line_enter(p, t, st, fs);
-    f->t0 = now_ticks(p);       /* last: our bookkeeping is not the callee's time */
+    /* last: our bookkeeping is not the callee's time; the clock without the
+     * thread's line bookkeeping, as line times (0 in function mode) */
+    f->t0 = now_ticks(p) - st->line_cost;
 }
 
 
@@ -244,6 +246,7 @@ static inline void end_frame(int lines, pp_tables *t, pp_stack *st, int64_t now)
 
 void pp_tracer_stop_all(pp_tables *t, pp_stack *st, int64_t now, int lines)
 {
+    now -= st->line_cost;
     while (st->depth)
         end_frame(lines, t, st, now);
     pp_thread_mem_settle(t, st);
@@ -275,6 +278,7 @@ void pp_tracer_leave_slow(pp_tracer *p, uint64_t key, int64_t now)
     pp_stack *st = &ts->st;
     if (st->depth == 0)
         return;
+    now -= st->line_cost;       /* the clock of the frames' t0 (line mode) */
     if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(p->lines, &ts->t, st, key, now))
         return;
     end_frame(p->lines, &ts->t, st, now);

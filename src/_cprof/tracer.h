@@ -77,7 +77,8 @@ const char *pp_tracer_hook_name(const pp_tracer *t);
 extern const char pp_tracer_default_hook[];
 /* Ticks of the tracer's clock now (internal clock or user timer). */
 int64_t pp_tracer_now(pp_tracer *t);
-/* End the calls still open on a stack at `now` (used by snapshots). */
+/* End the calls still open on a stack at `now`, a reading of the clock (used
+ * by snapshots); in line mode the stack's line_cost is taken off it. */
 void pp_tracer_stop_all(pp_tables *t, pp_stack *st, int64_t now, int lines);
 /* Ticks of the tracer's clock per nanosecond (user timer: its unit). */
 double pp_tracer_ticks_per_ns(const pp_tracer *t);

@@ -146,7 +146,8 @@ static inline void end_segment(pp_tables *t, pp_frame *f, int64_t now)
 
 
 /* A line event (hit) or a resumed frame's current line (no hit) of `code`,
- * which must be the running frame. `now` was read on entry to the hook. */
+ * which must be the running frame. `now` was read on entry to the hook; the
+ * time from then to the end is added to the thread's line_cost. */
 HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now)
 {
     pp_thread *ts = pp_threads_current(p->threads);
@@ -157,6 +158,7 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
         return;                 /* a frame that began before enable() */
     pp_tables *t = &ts->t;
     ts->events++;
+    now -= ts->st.line_cost;    /* the clock without our bookkeeping (stack.h) */
     if (f->lslot != PP_NONE)
         end_segment(t, f, now);
     uint32_t ls = pp_tables_line_of(t, f->fslot, (uintptr_t)code, (uint32_t)line,
@@ -169,7 +171,10 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
     t->l[ls].hits += (uint64_t)hit;
     t->l[ls].open++;
     f->lslot = ls;
-    f->lt0 = now_ticks(p);      /* last: our bookkeeping is not the line's time */
+    f->lt0 = now;
+    /* last: the clock without line_cost goes on from `now`, so the bookkeeping
+     * in between is in no time */
+    ts->st.line_cost = now_ticks(p) - now;
 }
 
 

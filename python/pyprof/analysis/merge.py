@@ -265,7 +265,7 @@ _STEP_TABLES = [_COUNTER_MERGERS[t.name] for t in TABLES if t.step]
 # How the core's counters combine: summed, earliest, latest, any, all. Any other
 # key is kept when every input agrees, else dropped (each process's own value
 # is in its record of meta["processes"]).
-_SUM = {"events", "duration_ns", "cstack_asides",
+_SUM = {"events", "duration_ns", "cstack_asides", "line_bookkeeping_ns",
         # sampling
         "signals", "recorded", "dropped", "throttled", "other_threads", "drained", "truncated",
         "elapsed_s", "cpu_s",

@@ -117,14 +117,22 @@ def summary(session) -> list:
                                 f"{sampling.get('rate_achieved', 0):,.0f} Hz achieved, "
                                 f"{sampling.get('dropped', 0):,} dropped)"))
     else:
-        rows.append(("events", f"{info.get('events', 0):,} (each call and each return is one)"))
+        what = ("each call, each return and each line event" if info.get("lines")
+                else "each call and each return")
+        rows.append(("events", f"{info.get('events', 0):,} ({what} is one)"))
     o = overhead(session)
     if o:
         share = f", {100 * o['share']:.0f}% of the duration" if o["share"] is not None else ""
         rows.append(("overhead estimate", f"about {_fmt_s(o['estimate_s'])}{share} "
                      f"({o['events']:,} events x {NS_PER_EVENT} ns; the clock reads alone "
                      f"{_fmt_s(o['clock_s'])}; see docs/report.md)"))
-    elif sampling:
+    lb = info.get("line_bookkeeping_ns")
+    if lb is not None and info.get("lines"):
+        share = (f", {100 * lb / info['duration_ns']:.0f}% of the duration"
+                 if info.get("duration_ns") else "")
+        rows.append(("line bookkeeping", f"{_fmt_s(lb / 1e9)} measured{share} (pyprof's own "
+                     f"work on line events, left out of every time in this report)"))
+    if sampling and not o:
         rows.append(("overhead estimate", "not estimated for sampling (it costs per sample, "
                      "not per event: see benchmarks/RESULTS.md)"))
     mem = info.get("memory")

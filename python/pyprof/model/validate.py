@@ -177,7 +177,7 @@ _INFO = {
     "events": _N, "python": _S, "hook": _S, "tool_id": _N, "paths_dropped": _N,
     "timeline_events": _N, "timeline_dropped_short": _N, "timeline_dropped_full": _N,
     "timeline_open": _N, "timeline_min_duration_ns": _N, "timeline_max_events": _N,
-    "cstack_asides": _N,
+    "cstack_asides": _N, "line_bookkeeping_ns": _N,
     "sampling": (_SAMPLING, False, None),
     "memory": (_MEMORY, False, None),
 }

@@ -15,7 +15,9 @@ Time and Per Hit are in the timer unit; % Time is the share of the function's
 total, its cumulative time (under recursion each line's time and the total are
 counted at the outermost call, so a recursive function's lines may add up to
 more than 100%). A call row lists the calls made while its line
-ran, to one callee, with their inclusive time. Columns: docs/lines.md.
+ran, to one callee, with their inclusive time. Every time, the total too, leaves
+out pyprof's own line bookkeeping (measured, and said under the timer unit).
+Columns: docs/lines.md.
 """
 from __future__ import annotations
 
@@ -62,6 +64,20 @@ def functions(session, threads=None) -> list:
     return out
 
 
+def bookkeeping_note(session) -> str | None:
+    """The time pyprof spent on line events in this run, as measured (INFO
+    line_bookkeeping_ns: the time between the two clock reads of each line
+    event), which every time in the line and function tables leaves out; None
+    for captures without it (older, or not line mode)."""
+    ns = session.info.get("line_bookkeeping_ns")
+    if ns is None or not session.info.get("lines"):
+        return None
+    events = sum(c.hits for c in session.line_totals().values())
+    per = f"{ns / events:.0f} ns per line event, {events:,} events; " if events else ""
+    return (f"Line bookkeeping: {ns / 1e9:.6f} s, pyprof's own ({per}measured, and left "
+            f"out of every time below)")
+
+
 def _fmt(value, width):
     text = f"{value:5.1f}"
     return text if len(text) <= width else f"{value:5.3g}"
@@ -73,7 +89,11 @@ def write_text(session, out, unit="us", call_rows=True, threads=None):
         raise PyprofError(f"unknown unit {unit!r} (choose from {', '.join(UNITS)})")
     scale = session.time_unit / UNITS[unit]
     funcs = functions(session, threads)
-    out.write(f"Timer unit: {UNITS[unit]:g} s\n\n")
+    out.write(f"Timer unit: {UNITS[unit]:g} s\n")
+    note = bookkeeping_note(session)
+    if note:
+        out.write(note + "\n")
+    out.write("\n")
     if not funcs:
         out.write("No line was profiled: no line target ran (decorate functions with "
                   "@profile, or use --lines-of / --lines-all).\n")

@@ -4,7 +4,8 @@
 - memory data: the timing table of the mode (the sampled functions, or the
   pstats table unless lines were traced), then the memory tables by function
   and by line (with line tracing, time and memory side by side);
-- else line data from tracing (`-l`): the line tables (line_profiler's layout);
+- else line data from tracing (`-l`): the line tables (line_profiler's layout),
+  under the time pyprof spent on line events (measured, left out of every time);
 - else samples: the sampled function table, then the sampled line table;
 - else the pstats function table;
 - then the live objects by type, when the capture has them (--objects).
@@ -54,6 +55,7 @@ def write_memory(session, out, sort="cumulative"):
     or sampled), then the memory tables (with line tracing, time and memory
     side by side)."""
     from . import memtable
+    from .linetable import bookkeeping_note
     if session.info.get("sampling"):
         from .sampletable import write_functions
         write_functions(session, out)
@@ -64,4 +66,7 @@ def write_memory(session, out, sort="cumulative"):
         out.write("\n")
     memtable.write_functions(session, out)
     out.write("\n")
+    note = bookkeeping_note(session)
+    if note:
+        out.write(note + "\n\n")
     memtable.write_lines(session, out)
