@@ -108,7 +108,8 @@ extern void (*pp_mem_forget_hook)(PyObject *obj);
 /* On (the tracer records with memory) or off. */
 void pp_threads_mem_frames(int on);
 /* From the allocation hooks, GIL held: the calling thread's net bytes moved by
- * delta; a new high point for the running activation. */
-void pp_threads_mem_delta(int64_t delta);
+ * `net` (a new high point for the running activation), its cumulative bytes
+ * and blocks allocated by `alloc` and `blocks` (negative: a block forgotten). */
+void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks);
 
 #endif
