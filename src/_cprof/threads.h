@@ -2,8 +2,9 @@
  *
  * Owns: the thread records (tables, shadow stack, identity, name, step base)
  * of a profiler, the TLS pointer of the calling thread to its record, the
- * flag that marks pyprof's own work on a thread, and the net-bytes
- * bookkeeping of the calling thread's activations (memory with tracing). The
+ * flag that marks pyprof's own work on a thread, and the calling thread's
+ * net and allocated bytes (memory with tracing: activations' peaks, line
+ * targets' memory with callees). The
  * engines that record per thread (tracer, sampler, memory) share this level
  * instead of calling each other.
  * Never: formats; runs Python code (a thread's name is a dict lookup);
