@@ -273,3 +273,51 @@ def test_threads_each_count_their_own(tmp_path):
     assert c.alloc_bytes == pytest.approx(8 << 20, abs=8192)
     assert c.net_bytes == pytest.approx(8 << 20, abs=8192)
     assert os.path.exists(tmp_path / "t.cprof")
+
+
+# ------------------------------------------------------------------ frees, generators
+def frees():
+    big = bytearray(20 * MiB)
+    del big
+    return None
+
+
+def test_a_line_that_frees_has_a_negative_net():
+    s, _ = line_profile(frees)
+    made = inclusive(s, frees, line_of(frees, "bytearray(20"))
+    freed = inclusive(s, frees, line_of(frees, "del big"))
+    assert made.alloc_bytes == pytest.approx(20 * MiB, rel=0.01)
+    assert made.net_bytes == pytest.approx(20 * MiB, rel=0.01)
+    assert freed.alloc_bytes < 4096 and freed.peak_bytes < 4096
+    assert freed.net_bytes == pytest.approx(-20 * MiB, rel=0.01)
+    # the self figures charge the free back to the line that allocated
+    own = {line: c for (fid, line), c in s.memory_lines().items()
+           if s.functions[fid].qualname == "frees"}
+    assert own[line_of(frees, "bytearray(20")].net_bytes < 4096
+
+
+def gen(n):
+    for _ in range(n):
+        yield bytearray(MiB)
+
+
+def consume():
+    out = list(gen(3))
+    return out
+
+
+def test_generator_lines_count_while_they_run():
+    p = pyprof.Profile(lines=True, memory=True)
+    p.add_function(gen)
+    p.add_function(consume)
+    with p:
+        consume()
+    s = p.session()
+    y = inclusive(s, gen, line_of(gen, "yield"))
+    assert y.alloc_bytes == pytest.approx(3 * MiB, rel=0.01)      # 1 MiB per running
+    assert y.net_bytes == pytest.approx(3 * MiB, rel=0.01)
+    assert y.peak_bytes == pytest.approx(MiB, rel=0.01)           # the highest running
+    c = inclusive(s, consume, line_of(consume, "list(gen(3))"))
+    assert c.alloc_bytes == pytest.approx(3 * MiB, rel=0.01)
+    assert c.net_bytes == pytest.approx(3 * MiB, rel=0.01)
+    assert c.peak_bytes == pytest.approx(3 * MiB, rel=0.01)
