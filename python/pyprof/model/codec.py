@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from ..errors import PyprofError
 from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
-                     LineCounters, LineMemory, MemCounters, MemPoint, PathNode, SampleCounters, Stack,
-                     Step, Thread)
+                     LineCounters, LineMemory, MemCounters, MemPoint, PathNode, SampleCounters,
+                     Stack, Step, Thread)
 from .validate import RECORD_NAMES, Corrupt, check
 
 MAGIC = b"\x89CPROF\r\n"
