@@ -321,3 +321,12 @@ def test_generator_lines_count_while_they_run():
     assert c.alloc_bytes == pytest.approx(3 * MiB, rel=0.01)
     assert c.net_bytes == pytest.approx(3 * MiB, rel=0.01)
     assert c.peak_bytes == pytest.approx(3 * MiB, rel=0.01)
+
+
+def test_a_corrupt_linemem_row_is_one_clear_error(tmp_path):
+    s, _ = line_profile(target)
+    key = next(iter(s.line_memory))
+    s.line_memory[(key[0], 999_999, key[2])] = s.line_memory[key]
+    s.save(tmp_path / "bad.cprof")
+    with pytest.raises(pyprof.PyprofError, match=r"corrupt: LINEMEM row \d+ has function 999999"):
+        pyprof.load(tmp_path / "bad.cprof")
