@@ -30,7 +30,8 @@ scalene's launcher, CPU and memory: see run.py).
 
 Line-mode configurations: "pyprof-lines-file" and "lineprof-file" trace every
 function of the benchmark's file (line_profiler through its auto-profile mode,
-kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs.
+kernprof -p); "pyprof-lines-all" and "pprofile" trace every line that runs;
+"pyprof-lines-file-memory" is "pyprof-lines-file" with exact memory (-l --memory).
 
 Any pyprof configuration with the suffix "@before" runs with the pyprof package
 found in the directory PYPROF_BENCH_BEFORE (an earlier build) instead of the
@@ -219,6 +220,8 @@ BEFORE = "@before"          # suffix of a configuration run with PYPROF_BENCH_BE
 ARGV_CONFIGS = {
     "pyprof-lines-file": lambda argv: _pyprof_lines(argv, file=True),
     "pyprof-lines-all": lambda argv: _pyprof_lines(argv, include=["*"]),
+    # line mode with exact memory on the same functions (the tables of -l --memory)
+    "pyprof-lines-file-memory": lambda argv: _pyprof_lines(argv, file=True, memory=True),
     "lineprof-file": _lineprof_file,
     "pprofile": _pprofile,
     "memory_profiler": _memory_profiler,

@@ -103,6 +103,7 @@ PROGRAM = textwrap.dedent("""
 KINDS = {
     "functions": [],
     "lines": ["--lines-all"],
+    "lines-memory": ["--lines-all", "--memory"],
     "samples": ["--sample", "--rate", "2000"],
     "memory": ["--memory"],
     "memory-stacks": ["--memory", "--memory-stacks"],

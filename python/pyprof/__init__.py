@@ -22,14 +22,15 @@ from ._version import __version__
 from .errors import PyprofError
 
 __all__ = ["Profile", "profile", "run", "runctx", "step", "Session", "Function", "Counters",
-           "LineCounters", "CallRow", "Thread", "load", "PyprofError", "__version__"]
+           "LineCounters", "LineMemory", "CallRow", "Thread", "load", "PyprofError", "__version__"]
 
 # The public names load on first use (PEP 562): `import pyprof` stays cheap for
 # @profile users and for `python -m pyprof`, which needs neither the data model
 # nor the exporters to write a capture.
 _LAZY = {"profile": "decorator", "Profile": "profiler", "run": "profiler", "runctx": "profiler",
          "step": "steps", "Session": "model.session", "Function": "model.session",
-         "Counters": "model.session", "LineCounters": "model.session", "CallRow": "model.session",
+         "Counters": "model.session", "LineCounters": "model.session",
+         "LineMemory": "model.session", "CallRow": "model.session",
          "Thread": "model.session", "load": "model.session"}
 
 

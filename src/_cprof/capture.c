@@ -331,8 +331,8 @@ done:
 
 /* The per-thread tables of one kind, as records of the capture. */
 typedef struct {
-    buf fs, es, ls, cs, ms, ps;
-    uint32_t nfs, nes, nls, ncs, nms, nps;
+    buf fs, es, ls, cs, ms, ps, lm;
+    uint32_t nfs, nes, nls, ncs, nms, nps, nlm;
     uint64_t paths_dropped;
 } statbufs;
 
@@ -391,6 +391,17 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
         put_u64(&sb->ls, s->hits);
         put_i64(&sb->ls, conv(tc, s->time));
         sb->nls++;
+        if (s->mem_alloc || s->mem_net || s->mem_peak) {
+            put_u32(&sb->lm, ts->index);
+            put_u32(&sb->lm, s->fid);
+            put_u32(&sb->lm, s->line);
+            put_u32(&sb->lm, 0);
+            put_u64(&sb->lm, s->mem_alloc);
+            put_u64(&sb->lm, s->mem_blocks);
+            put_i64(&sb->lm, s->mem_net);
+            put_i64(&sb->lm, s->mem_peak);
+            sb->nlm++;
+        }
     }
     for (uint32_t i = 0; i < t->nc; i++) {
         const pp_cslot *s = &t->c[i];
@@ -574,6 +585,8 @@ static const pp_tables *tables_at(pp_run *p, pp_thread *ts, int include_open, in
     memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
     st.depth = st.cap = ts->st.depth;
     st.mem_cur = ts->st.mem_cur;
+    st.mem_alloc = ts->st.mem_alloc;
+    st.mem_blocks = ts->st.mem_blocks;
     st.mem_pending = ts->st.mem_pending;
     st.mem_pending_base = ts->st.mem_pending_base;
     st.line_cost = ts->st.line_cost;
@@ -977,6 +990,8 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
         put_curve(&b, p, live_curve, nlive_curve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
+        if (p->tr.lines && sb.nlm)
+            put_table(&b, PP_REC_LINEMEM, &sb.lm, sb.nlm);
     }
     if (p->tr.timeline && !(flags & PP_SNAP_COUNTERS)) {
         size_t r = record_begin(&b, PP_REC_TIMELINE);
@@ -1012,6 +1027,7 @@ done:
     free(sb.cs.p);
     free(sb.ms.p);
     free(sb.ps.p);
+    free(sb.lm.p);
     return result;
 }
 

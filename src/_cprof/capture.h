@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 4
+#define PP_FORMAT_MINOR 5
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -48,6 +48,9 @@ enum {
                                  * header length, JSON header, the step's tables as records */
     PP_REC_TIMELINE = 18,       /* 1.4: u32 n, n x <IIqq thread fid start_ns dur_ns>
                                  * (start_ns: since the start of profiling) */
+    PP_REC_LINEMEM = 19,        /* 1.5: u32 n, n x <IIIIQQqq thread fid line pad alloc_bytes
+                                 * alloc_blocks net_bytes peak_bytes> (line mode with memory:
+                                 * callees included) */
     PP_REC_END = 0xFFFF,
 };
 

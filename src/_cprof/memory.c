@@ -429,7 +429,7 @@ static void note_alloc(void *ptr, size_t size)
     }
     unlock_tables();
     if (kind == PP_MEM_LINE)
-        pp_threads_mem_delta((int64_t)size);
+        pp_threads_mem_delta((int64_t)size, (int64_t)size, est_count);
 }
 
 /* Takes the block out of the table; 1 if it was there (*b filled). */
@@ -473,7 +473,7 @@ static void charge_free(const block *b)
     lock_tables();
     charge_locked(b);
     unlock_tables();
-    pp_threads_mem_delta(-(int64_t)b->size);
+    pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
 }
 
 /* A block freed (taken out and charged under one lock). */
@@ -491,7 +491,7 @@ static void release_block(void *ptr)
         totals.unknown_frees++;
     unlock_tables();
     if (had)
-        pp_threads_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size, 0, 0);
 }
 
 static void put_back(void *ptr, const block *b)
@@ -519,7 +519,7 @@ void pp_memory_forget(PyObject *obj)
     }
     unlock_tables();
     if (had)
-        pp_threads_mem_delta(-(int64_t)b.size);
+        pp_threads_mem_delta(-(int64_t)b.size, -(int64_t)b.size, -(int64_t)b.count);
 }
 
 /* ---------------------------------------------------------------- hooks */

@@ -24,6 +24,9 @@ typedef struct {
     int64_t lt0;                /* when the running line's segment began */
     /* memory only: the thread's net bytes at entry, and the most since */
     int64_t mem_base, mem_hw;
+    /* line mode with memory: the thread's counters when the running line
+     * began, and mem_hw before it (the line's own high point runs in mem_hw) */
+    int64_t lm_alloc0, lm_blocks0, lm_net0, lm_hw0;
 } pp_frame;
 
 typedef struct {
@@ -35,6 +38,8 @@ typedef struct {
      * far. The tracer's clock in line mode is the clock minus this, so no
      * time (line, call, function) includes it (0 in function mode). */
     int64_t line_cost;
+    int64_t mem_alloc;          /* memory: bytes and blocks this thread allocated, cumulative */
+    int64_t mem_blocks;
     /* memory: the last outermost activation to return, settled once its
      * frame's locals are gone (they are freed after the return event) */
     uint32_t mem_pending;       /* its function slot + 1, 0 if none */

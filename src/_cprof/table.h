@@ -90,6 +90,10 @@ typedef struct {
     uint32_t pad;
     uint64_t hits;
     int64_t time;               /* ticks, callees included */
+    /* with memory, callees included (same rule): the thread's bytes and
+     * blocks allocated, allocated minus freed, most risen above the start */
+    uint64_t mem_alloc, mem_blocks;
+    int64_t mem_net, mem_peak;
 } pp_lslot;
 
 /* Per (thread, line slot, callee function slot): calls made while that line

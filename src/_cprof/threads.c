@@ -215,19 +215,21 @@ void pp_threads_mem_frames(int on)
     pp_mem_on = on;
 }
 
-void pp_threads_mem_delta(int64_t delta)
+void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks)
 {
     if (!pp_mem_on)             /* first: memory alone or with the sampler pays nothing more */
         return;
     pp_threadset *s = pp_active_set;
     int attached;
     if (s == NULL || pp_tls.gen != s->gen || pp_tls.ts == NULL
-        || (delta < 0 && !(pp_signal_tstate(&attached) && attached)))
+        || (net < 0 && !(pp_signal_tstate(&attached) && attached)))
         return;                 /* a free without the GIL: its stack is not to be touched */
     pp_stack *st = &pp_tls.ts->st;
-    if (delta > 0)
+    if (net > 0)
         pp_thread_mem_settle(&pp_tls.ts->t, st);    /* a new allocation: the frame is gone */
-    st->mem_cur += delta;
-    if (delta > 0 && st->depth && st->mem_cur > st->f[st->depth - 1].mem_hw)
+    st->mem_cur += net;
+    st->mem_alloc += alloc;
+    st->mem_blocks += blocks;
+    if (net > 0 && st->depth && st->mem_cur > st->f[st->depth - 1].mem_hw)
         st->f[st->depth - 1].mem_hw = st->mem_cur;
 }

@@ -2,8 +2,9 @@
  *
  * Owns: the thread records (tables, shadow stack, identity, name, step base)
  * of a profiler, the TLS pointer of the calling thread to its record, the
- * flag that marks pyprof's own work on a thread, and the net-bytes
- * bookkeeping of the calling thread's activations (memory with tracing). The
+ * flag that marks pyprof's own work on a thread, and the calling thread's
+ * net and allocated bytes (memory with tracing: activations' peaks, line
+ * targets' memory with callees). The
  * engines that record per thread (tracer, sampler, memory) share this level
  * instead of calling each other.
  * Never: formats; runs Python code (a thread's name is a dict lookup);
@@ -108,7 +109,8 @@ extern void (*pp_mem_forget_hook)(PyObject *obj);
 /* On (the tracer records with memory) or off. */
 void pp_threads_mem_frames(int on);
 /* From the allocation hooks, GIL held: the calling thread's net bytes moved by
- * delta; a new high point for the running activation. */
-void pp_threads_mem_delta(int64_t delta);
+ * `net` (a new high point for the running activation), its cumulative bytes
+ * and blocks allocated by `alloc` and `blocks` (negative: a block forgotten). */
+void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks);
 
 #endif

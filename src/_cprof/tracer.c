@@ -232,8 +232,11 @@ static inline void end_frame(int lines, pp_tables *t, pp_stack *st, int64_t now)
 {
     if (lines) {
         pp_frame *f = &st->f[st->depth - 1];
-        if (f->lslot != PP_NONE)
+        if (f->lslot != PP_NONE) {
+            if (UNLIKELY(pp_pop_hooks & PP_POP_MEM))
+                line_mem_end(t, st, f);
             end_segment(t, f, now);
+        }
         if (f->crow != PP_NONE) {
             pp_cslot *c = &t->c[f->crow];
             c->calls++;

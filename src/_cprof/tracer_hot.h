@@ -145,6 +145,35 @@ static inline void end_segment(pp_tables *t, pp_frame *f, int64_t now)
 }
 
 
+/* Line mode with memory: the line of frame f begins; the frame's high point
+ * restarts from the thread's net bytes now (its own is kept in lm_hw0). */
+static inline void line_mem_begin(const pp_stack *st, pp_frame *f)
+{
+    f->lm_alloc0 = st->mem_alloc;
+    f->lm_blocks0 = st->mem_blocks;
+    f->lm_net0 = st->mem_cur;
+    f->lm_hw0 = f->mem_hw;
+    f->mem_hw = st->mem_cur;
+}
+
+/* ... and ends (before end_segment): what the thread allocated and freed
+ * meanwhile, callees included, counted at the outermost segment only, as
+ * time is; the frame's high point is the higher of the two again. */
+static inline void line_mem_end(pp_tables *t, const pp_stack *st, pp_frame *f)
+{
+    pp_lslot *l = &t->l[f->lslot];
+    if (l->open == 1) {
+        l->mem_alloc += (uint64_t)(st->mem_alloc - f->lm_alloc0);
+        l->mem_blocks += (uint64_t)(st->mem_blocks - f->lm_blocks0);
+        l->mem_net += st->mem_cur - f->lm_net0;
+        if (f->mem_hw - f->lm_net0 > l->mem_peak)
+            l->mem_peak = f->mem_hw - f->lm_net0;
+    }
+    if (f->lm_hw0 > f->mem_hw)
+        f->mem_hw = f->lm_hw0;
+}
+
+
 /* A line event (hit) or a resumed frame's current line (no hit) of `code`,
  * which must be the running frame. `now` was read on entry to the hook; the
  * time from then to the end is added to the thread's line_cost. */
@@ -159,8 +188,11 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
     pp_tables *t = &ts->t;
     ts->events++;
     now -= ts->st.line_cost;    /* the clock without our bookkeeping (stack.h) */
-    if (f->lslot != PP_NONE)
+    if (f->lslot != PP_NONE) {
+        if (UNLIKELY(p->memory))
+            line_mem_end(t, &ts->st, f);
         end_segment(t, f, now);
+    }
     uint32_t ls = pp_tables_line_of(t, f->fslot, (uintptr_t)code, (uint32_t)line,
                                     t->f[f->fslot].fid,
                                     (uint32_t)((PyCodeObject *)code)->co_firstlineno);
@@ -171,9 +203,11 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
     t->l[ls].hits += (uint64_t)hit;
     t->l[ls].open++;
     f->lslot = ls;
+    if (UNLIKELY(p->memory))
+        line_mem_begin(&ts->st, f);
     f->lt0 = now;
     /* last: the clock without line_cost goes on from `now`, so the bookkeeping
-     * in between is in no time */
+     * in between (the memory reads included) is in no time */
     ts->st.line_cost = now_ticks(p) - now;
 }
 

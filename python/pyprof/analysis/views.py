@@ -214,6 +214,8 @@ def available_columns(session, name) -> list:
             cols += ["samples", "self-samples", "time", "self-time", "cpu"]
         if src["memory"]:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
+            if session.line_memory:
+                cols.append("self-bytes")
     elif name == "memory":
         if src["memory"]:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
@@ -233,7 +235,8 @@ def available_columns(session, name) -> list:
 
 
 def _default_select(available, name) -> list:
-    order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes"],
+    order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes",
+                       "self-bytes"],
              "memory": ["bytes", "net-bytes", "peak-bytes", "allocs"]}.get(
         name, ["calls", "samples", "time", "self-time", "bytes", "net-bytes", "occurrence"])
     if name == "op":
@@ -612,6 +615,13 @@ def line_nodes(session, threads) -> dict:
             n = row(fid, line)
             n.total.update({"bytes": c.alloc_bytes, "net-bytes": c.net_bytes,
                             "peak-bytes": c.peak_bytes, "allocs": c.alloc_count})
+            n.own["bytes"] = c.alloc_bytes
+        # line targets: callees included, as their time (docs/memory.md)
+        for (fid, line), c in session.line_memory_totals(threads).items():
+            n = row(fid, line)
+            n.total.update({"bytes": c.alloc_bytes, "net-bytes": c.net_bytes,
+                            "peak-bytes": c.peak_bytes, "allocs": c.alloc_count})
+            n.own.setdefault("bytes", 0)
     return rows
 
 

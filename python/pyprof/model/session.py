@@ -27,7 +27,8 @@ from ..errors import PyprofError
 from . import codec
 from .tables import (KINDS, MAX_DEPTH, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTION,  # noqa: F401
                      ROOT_PATH,
-                     STATES, TABLES, CallRow, Counters, Function, LineCounters, MemCounters,
+                     STATES, TABLES, CallRow, Counters, Function, LineCounters, LineMemory,
+                     MemCounters,
                      MemPoint, PathNode, SampleCounters, Stack, Step, Table, Thread, TreeNode)
 
 
@@ -41,6 +42,8 @@ class Session:
     edges: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict)       # (thread, fid, line) -> LineCounters
     callrows: dict = field(default_factory=dict)    # (thread, fid, line, callee) -> CallRow
+    # line mode with memory: (thread, fid, line) -> LineMemory, callees included
+    line_memory: dict = field(default_factory=dict)
     stacks: dict = field(default_factory=dict)      # stack id -> Stack
     samples: dict = field(default_factory=dict)     # (thread, stack, state) -> SampleCounters
     memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
@@ -239,6 +242,11 @@ class Session:
     def line_totals(self, threads=None) -> dict:
         """(function id, line) -> LineCounters summed over threads."""
         return _totals(self.lines, LineCounters, threads)
+
+    def line_memory_totals(self, threads=None) -> dict:
+        """(function id, line) -> LineMemory (callees included) summed over
+        threads; empty without line mode and memory, or from an older capture."""
+        return _totals(self.line_memory, LineMemory, threads)
 
     def callrow_totals(self, threads=None) -> dict:
         """(function id, line, callee id) -> CallRow summed over threads."""

@@ -88,6 +88,28 @@ class LineCounters:
 
 
 @dataclass
+class LineMemory:
+    """Memory of a line of a line target, callees included (line mode with
+    memory; docs/memory.md): what its thread allocated while the line ran,
+    bytes and blocks; ``net_bytes``, allocated minus freed by that thread
+    meanwhile (memory_profiler's increment: negative when the line freed
+    more than it allocated); ``peak_bytes``, the most that net rose above its
+    level at the line's start during one running. Outermost running only
+    under recursion, as the line's time."""
+
+    alloc_bytes: int = 0
+    alloc_count: int = 0
+    net_bytes: int = 0
+    peak_bytes: int = 0
+
+    def add(self, other: "LineMemory") -> None:
+        self.alloc_bytes += other.alloc_bytes
+        self.alloc_count += other.alloc_count
+        self.net_bytes += other.net_bytes
+        self.peak_bytes = max(self.peak_bytes, other.peak_bytes)
+
+
+@dataclass
 class CallRow:
     """Calls made while a line ran: ``calls`` and their inclusive ``time``."""
 
@@ -254,6 +276,7 @@ TABLES = (
     Table("memory_rows", ("function", "", "", "memstack"), mode="memory", listed=True),
     Table("lines", ("thread", "function", ""), mode="lines"),
     Table("callrows", ("thread", "function", "", "function"), mode="lines"),
+    Table("line_memory", ("thread", "function", ""), mode="lines", step=False, always=False),
     Table("timeline", ("thread", "function", "", ""), mode="timeline", step=False, listed=True),
 )
 # The name tables that only some modes have.

@@ -21,7 +21,8 @@ from operator import attrgetter, itemgetter
 from .tables import MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES
 
 # Record names of the counter tables, for messages.
-RECORD_NAMES = {t.name: ("MEMORY" if t.name == "memory_rows" else t.name.upper()) for t in TABLES}
+RECORD_NAMES = {t.name: {"memory_rows": "MEMORY", "line_memory": "LINEMEM"}.get(
+    t.name, t.name.upper()) for t in TABLES}
 
 # Key fields that hold an index into a fixed list (not an id).
 _ENUMS = {("samples", 2): ("state", len(STATES)), ("memory_rows", 2): ("site", len(MEMORY_SITES))}

@@ -14,7 +14,12 @@ Increment is the line's net bytes (allocated there and still live at the end);
 Mem usage the function's net bytes from its first line down to this one;
 Allocated all bytes allocated on the line; Occurrences the blocks allocated.
 With line tracing the combined layout is used instead:
-``Line #  Hits  Time  % Time  Alloc  Net  Peak  Line Contents``.
+``Line #  Hits  Time  % Time  Alloc  Net  Peak  Self alloc  Self net  Line Contents``:
+Alloc, Net (memory_profiler's Increment) and Peak count what the thread
+allocated and freed while the line ran, callees included, like Time; the self
+columns what the line's own code allocated (a capture without those inclusive
+figures, older than format 1.5, shows ``Alloc  Net  Peak`` of the line's own
+blocks, as it was written).
 """
 from __future__ import annotations
 
@@ -50,6 +55,20 @@ def functions(session) -> list:
         out.append({"fid": fid, "function": session.functions[fid], "mem": total,
                     "peak": peak, "residual": residual, "lines": by_line})
     out.sort(key=lambda f: (-f["mem"].alloc_bytes, f["function"].filename, f["function"].line))
+    return out
+
+
+def _inclusive(session, funcs) -> dict:
+    """Line targets' memory with callees, {fid: {line: LineMemory}}; a target
+    that allocated nothing itself joins `funcs` (empty own figures)."""
+    out: dict = {}
+    for (fid, line), c in session.line_memory_totals().items():
+        out.setdefault(fid, {})[line] = c
+    known = {f["fid"] for f in funcs}
+    for fid in out.keys() - known:
+        funcs.append({"fid": fid, "function": session.functions[fid], "mem": MemCounters(),
+                      "peak": session.function_peaks().get(fid, (None, None))[0],
+                      "residual": None, "lines": {}})
     return out
 
 
@@ -131,24 +150,40 @@ def write_lines(session, out, limit=10, share=0.01):
     funcs = functions(session)
     total_alloc = sum(f["mem"].alloc_bytes for f in funcs)
     total_net = sum(abs(f["mem"].net_bytes) for f in funcs)
-    funcs = [f for f in funcs if f["mem"].alloc_bytes >= share * total_alloc
-             or abs(f["mem"].net_bytes) >= share * max(total_net, 1)][:limit]
+    timed = bool(session.info.get("lines"))
+    inclusive = _inclusive(session, funcs) if timed else {}
+    for f in funcs:
+        f["incl"] = inclusive.get(f["fid"], {})
+
+    def size_of(f):         # a line target by its lines with callees, others by their own
+        own = (f["mem"].alloc_bytes, abs(f["mem"].net_bytes))
+        if not f["incl"]:
+            return own
+        return (max(own[0], max(c.alloc_bytes for c in f["incl"].values())),
+                max(own[1], max(abs(c.net_bytes) for c in f["incl"].values())))
+
+    funcs = [f for f in funcs if size_of(f)[0] >= share * total_alloc
+             or size_of(f)[1] >= share * max(total_net, 1)]
+    funcs.sort(key=lambda f: -size_of(f)[0])
+    funcs = funcs[:limit]
     if not funcs:
         return
-    timed = bool(session.info.get("lines"))
     hits = session.line_totals() if timed else {}
     cumulative = session.function_totals() if timed else {}
     scale = session.time_unit / 1e-6
-    largest = max(max(abs(c.net_bytes), c.alloc_bytes) for f in funcs
-                  for c in f["lines"].values())
+    largest = max([max(abs(c.net_bytes), c.alloc_bytes) for f in funcs
+                   for c in f["lines"].values()]
+                  + [max(abs(c.net_bytes), c.alloc_bytes, c.peak_bytes) for f in funcs
+                     for c in f["incl"].values()])
     unit, size = byte_unit(largest)
+    blank = f"{'':>11}"
     out.write(f"Memory unit: {unit}" + ("; time unit: 1e-06 s\n\n" if timed else "\n\n"))
     hashes = session.meta.get("sources", {})
     for f in funcs:
         fn, m = f["function"], f["mem"]
         src, note = read_source(fn.filename, hashes.get(fn.filename))
-        first = min(fn.line, min(f["lines"]))
-        last = max(f["lines"])
+        first = min(fn.line, min(f["lines"] or f["incl"]))
+        last = max(f["lines"] or f["incl"])
         timed_lines = {line: c for (fid, line), c in hits.items() if fid == f["fid"]}
         if timed_lines:
             last = max(last, max(timed_lines))
@@ -160,7 +195,11 @@ def write_lines(session, out, limit=10, share=0.01):
                   f"{summary}\n")
         if note:
             out.write(f"Note: {note}\n")
-        if timed:
+        if timed and inclusive:
+            head = (f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'% Time':>7} {'Alloc':>11} "
+                    f"{'Net':>11} {'Peak':>11} {'Self alloc':>11} {'Self net':>11}  "
+                    f"Line Contents")
+        elif timed:
             head = (f"{'Line #':>6} {'Hits':>9} {'Time':>12} {'% Time':>7} {'Alloc':>11} "
                     f"{'Net':>11} {'Peak':>11}  Line Contents")
         else:
@@ -169,7 +208,7 @@ def write_lines(session, out, limit=10, share=0.01):
         out.write("\n" + head + "\n" + "=" * len(head) + "\n")
         total_time = cumulative[f["fid"]].total if f["fid"] in cumulative else 0
         running = 0
-        shown = set(f["lines"]) | set(timed_lines) | {first}
+        shown = set(f["lines"]) | set(timed_lines) | set(f["incl"]) | {first}
         gap = 0
         order = sorted(shown)
         for line in line_span(first, last, shown, len(src)):
@@ -190,8 +229,16 @@ def write_lines(session, out, limit=10, share=0.01):
                 hit = f"{h.hits:>9} {h.time * scale:>12.1f} " if h and h.hits else f"{'':>9} {'':>12} "
                 pct = (f"{100.0 * h.time / total_time:>7.1f}" if h and h.hits and total_time > 0
                        else f"{'':>7}")
-                mem = (f"{_num(c.alloc_bytes, size):>11} {_num(c.net_bytes, size):>11} "
-                       f"{_num(c.peak_bytes, size):>11}" if c else f"{'':>11} {'':>11} {'':>11}")
+                if inclusive:
+                    i = f["incl"].get(line)
+                    mem = (f"{_num(i.alloc_bytes, size):>11} {_num(i.net_bytes, size):>11} "
+                           f"{_num(i.peak_bytes, size):>11}" if i else f"{blank} {blank} {blank}")
+                    own = c if c else MemCounters() if i else None    # ran, made nothing itself
+                    mem += (f" {_num(own.alloc_bytes, size):>11} {_num(own.net_bytes, size):>11}"
+                            if own else f" {blank} {blank}")
+                else:
+                    mem = (f"{_num(c.alloc_bytes, size):>11} {_num(c.net_bytes, size):>11} "
+                           f"{_num(c.peak_bytes, size):>11}" if c else f"{blank} {blank} {blank}")
                 out.write(f"{line:>6} {hit}{pct} {mem}  {text}\n")
             elif c is None:
                 out.write(f"{line:>6} {'':>12} {'':>12} {'':>12} {'':>12}  {text}\n")
