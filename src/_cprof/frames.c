@@ -347,3 +347,36 @@ PyObject *pp_frames_legacy_profile_swap(int c_raise, PyObject *cb)
     return old;
 }
 #endif
+
+/* ------------------------------------------------------------- the GIL */
+
+#if PY_VERSION_HEX < 0x030C0000
+#include "internal/pycore_interp.h"
+#include "internal/pycore_runtime.h"
+#endif
+
+uintptr_t pp_gil_holder(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
+    if (g == NULL || !__atomic_load_n(&g->locked, __ATOMIC_RELAXED))
+        return 0;
+    return (uintptr_t)__atomic_load_n(&g->last_holder, __ATOMIC_RELAXED);
+#elif PY_VERSION_HEX >= 0x030C0000
+    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
+    if (g == NULL || !__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
+        return 0;
+    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
+#else
+    struct _gil_runtime_state *g = &_PyRuntime.ceval.gil;
+    if (!__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
+        return 0;
+    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
+#endif
+}
+
+uintptr_t pp_interp_threads_head(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Main();
+    return (uintptr_t)__atomic_load_n(&interp->threads.head, __ATOMIC_RELAXED);
+}
