@@ -824,3 +824,79 @@ def test_cpu_samples_weigh_the_cpu_time_they_stand_for(tmp_path, rate, nthreads)
 def sampletable_header(session):
     from pyprof.render.sampletable import header
     return header(session)
+
+
+# Wall mode with many idle threads (docs/sampling.md, "Idle threads"): a thread
+# blocked without the GIL parks after two idle ticks and is charged, without
+# being interrupted, for the time it stays blocked, on the stack it blocked in.
+IDLE_THREADS = textwrap.dedent("""
+    import json, sys, threading, time
+    import pyprof
+
+    n, rate = int(sys.argv[1]), float(sys.argv[2])
+    ev = threading.Event()
+    spans = {}
+
+    def blocked_here():
+        ev.wait()
+
+    def idle_worker():
+        t0 = time.monotonic()
+        blocked_here()
+        spans[threading.current_thread().name] = (t0, time.monotonic() - t0)
+
+    def spin(k):
+        x = 0
+        for i in range(k):
+            x += i
+        return x
+
+    p = pyprof.Profile(mode="sample", wall=True, rate=rate)
+    p.enable()
+    ts = [threading.Thread(target=idle_worker, name=f"idle-{i}") for i in range(n)]
+    started = {}
+    for t in ts:
+        started[t.name] = time.monotonic()
+        t.start()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 1.0:
+        spin(20_000)
+    ev.set()
+    for t in ts:
+        t.join()
+    p.disable()
+    s = p.session()
+    per = {}
+    for (t, sid, state), c in s.samples.items():
+        name = s.threads[t].name
+        if not name or not name.startswith("idle-"):
+            continue
+        fnames = {s.functions[fid].name for fid, _ in s.stacks[sid].frames}
+        key = "blocked" if "blocked_here" in fnames and state == 2 else "other"
+        per.setdefault(name, {"blocked": 0, "other": 0})[key] += c.weight
+    si = s.info["sampling"]
+    spans = {k: (span, t0 - started[k]) for k, (t0, span) in spans.items()}
+    print(json.dumps({"spans": spans, "per": per, "signals": si["signals"],
+                      "parked": si["parked"], "elapsed": si["elapsed_s"]}))
+""")
+
+
+@pytest.mark.parametrize("n,rate", [(100, 100), (100, 1000), (1000, 100), (1000, 1000)])
+def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_THREADS)
+    r = subprocess.run([sys.executable, str(script), str(n), str(rate)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["per"]) == n and out["parked"] >= n
+    interval = 1e9 / rate
+    for name, (span, startup) in out["spans"].items():
+        got, span, startup = out["per"][name]["blocked"], span * 1e9, startup * 1e9
+        # each thread's blocked time is on its blocking stack, idle, within 2%
+        # and two ticks; a thread's first sample also weighs its start (from
+        # Thread.start(), known to the kernel's 10 ms), as every first sample does
+        assert span * 0.98 - 2 * interval <= got <= span * 1.02 + 2 * interval + startup + 1e7, \
+            (name, got, span, startup)
+    # the idle threads were interrupted for their first ticks only, not all along
+    assert out["signals"] < 0.1 * n * rate * out["elapsed"], out["signals"]

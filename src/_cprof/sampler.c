@@ -36,6 +36,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <signal.h>
@@ -823,6 +824,36 @@ static void drop_slot(wslot *sl, int own_process)
     free_slots = sl;
 }
 
+/* When a thread of this process started, on CLOCK_MONOTONIC (Linux: its
+ * start in clock ticks since boot), or 0: a thread found a few ticks after it
+ * started is charged from its start, as it would have been sampled. */
+static int64_t thread_start_ns(pid_t tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", (long)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');        /* the name may hold spaces */
+    if (p == NULL)
+        return 0;
+    for (int field = 2; field < 22 && p; field++)   /* starttime is field 22 */
+        p = strchr(p + 1, ' ');
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot, mono;
+    if (p == NULL || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0
+        || clock_gettime(CLOCK_MONOTONIC, &mono) != 0)
+        return 0;
+    unsigned long long ticks = strtoull(p + 1, NULL, 10);
+    int64_t since_boot = (int64_t)(ticks * (1000000000ull / (unsigned long long)hz));
+    return ts_to_ns(mono) - (ts_to_ns(boot) - since_boot);
+}
+
 static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
 {
     struct sigevent ev;
@@ -882,8 +913,10 @@ static void refresh_slots(void)
         sl->run = S.run;
         sl->alive = 1;
         atomic_store(&sl->parked, 0);
-        /* threads alive at start count from the start, later ones from now */
-        atomic_store(&sl->accounted, now - S.started_ns < SCAN_NS ? S.started_ns : now);
+        /* threads alive at start count from the start, later ones from theirs */
+        int64_t born = thread_start_ns(tid);
+        atomic_store(&sl->accounted, born <= 0 || born > now ? now
+                                     : born < S.started_ns ? S.started_ns : born);
         if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
             sl->next_free = free_slots;     /* the thread just exited, or out of timers */
             free_slots = sl;
