@@ -11,9 +11,10 @@
  * previous record), not the interval asked: CPU timers fire at most once per
  * kernel tick.
  *
- * Helper thread (sampler_main): a plain pthread. In wall mode it sends
- * SIGPROF to every known Python thread at the rate; in both modes it drains
- * the ring every DRAIN_NS with the GIL (PyGILState_Ensure).
+ * Helper thread (sampler_main): a plain pthread. In wall mode it gives each
+ * Python thread its timers, wakes parked threads it sees running, and writes
+ * their idle time; in both modes it drains the ring every DRAIN_NS with the
+ * GIL (PyGILState_Ensure).
  *
  * Drain (GIL held): resolves code pointers to function ids (the profiler's
  * registry then keeps the code objects alive) and offsets to lines, and
