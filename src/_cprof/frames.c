@@ -19,6 +19,9 @@
 
 #include "frames.h"
 #include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#endif
 
 #if PY_VERSION_HEX < 0x030C0000
 /* 3.11: where a _PyInterpreterFrame keeps its code object and its owner. */
@@ -220,6 +223,10 @@ int pp_frames_code_is_shim(PyObject *code)
 {
 #ifdef CO_NO_MONITORING_EVENTS
     return (((PyCodeObject *)code)->co_flags & CO_NO_MONITORING_EVENTS) != 0;
+#elif PY_VERSION_HEX >= 0x030C0000
+    /* 3.12's entry frames: owned by the C stack, but a sample can land while
+     * one is being set up */
+    return code == (PyObject *)PyInterpreterState_Main()->interpreter_trampoline;
 #else
     (void)code;
     return 0;

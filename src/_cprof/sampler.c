@@ -1,4 +1,4 @@
-/* sampler.c — timers, the SIGPROF handler, the ring, the drain (sampler.h).
+/* sampler.c — timers, the SIGPROF handler, the ring's writers, the helper (sampler.h).
  *
  * Signal handler (on_sigprof): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
@@ -16,12 +16,7 @@
  * their idle time; in both modes it drains the ring every DRAIN_NS with the
  * GIL (PyGILState_Ensure).
  *
- * Drain (GIL held): resolves code pointers to function ids (the profiler's
- * registry then keeps the code objects alive) and offsets to lines, and
- * aggregates stacks. A code object that dies before its samples are drained
- * would leave a dangling pointer in the ring: a code watcher (3.12+) or a
- * tp_dealloc shim (3.11) drains first; the dying object itself is recorded by
- * name (a "ghost" entry), never referenced.
+ * Drain (GIL held): sampler_drain.c.
  *
  * fork: timers are paused around fork(); the child inherits no sampler.
  *
@@ -30,7 +25,7 @@
  * kills the process.
  */
 #define _GNU_SOURCE
-#include "sampler.h"
+#include "sampler_int.h"
 
 #include "clock.h"
 #include "unwind.h"
@@ -50,73 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_FRAMES 256
-#define MAX_NATIVE 128
-#define RING_BYTES (8u << 20)           /* 8 MiB: ~30 s of deep stacks at 1 kHz */
-#define RING_SLACK (64u << 10)          /* a record never wraps: it may spill here */
-/* Draining takes the GIL from the program: seldom (or when half full). */
-#define DRAIN_NS (250 * 1000 * 1000)
-/* Wall mode: how often the helper looks for new threads to give a timer. */
-#define SCAN_NS (10 * 1000 * 1000)
-/* A thread is named by `threading` a little after the kernel shows it. */
-#define NAME_NS (30 * 1000 * 1000)
-#define REC_ALIGN 8
-#define REC_REPEAT 1            /* rawrec.pad: no frames; the thread's last stack, idle */
-
-/* One raw sample, as the handler writes it. */
-typedef struct {
-    _Atomic uint32_t len;       /* bytes with padding; 0 until published */
-    uint32_t tid;               /* kernel thread id */
-    uint64_t ident;             /* threading.get_ident() of its thread state, 0 if none */
-    int64_t t_ns;               /* CLOCK_MONOTONIC */
-    uint8_t state;
-    uint8_t truncated;
-    uint16_t nframes;
-    uint16_t nnative;
-    uint16_t pad;
-    int64_t weight_ns;          /* the time this sample stands for (see on_sigprof) */
-    /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
-} rawrec;
-
-#define MAX_BASE 512           /* threads whose CPU clock start reads at start */
-
-static struct {
-    /* shared with the handler */
-    _Atomic int active;
-    _Atomic int paused;             /* around fork() */
-    int native;
-    int mode;
-    int64_t interval_ns;
-    unsigned char *buf;
-    _Atomic uint64_t head, tail;
-    _Atomic uint64_t signals, recorded, dropped, foreign, throttled;
-    /* helper thread and control (GIL held) */
-    pthread_t thread;
-    int have_thread;
-    _Atomic int stop;
-    _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
-    _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
-    pid_t pid;
-    pid_t helper_tid;
-    /* wall mode: one slot per Python thread (its timers; the list is touched
-     * with the GIL held: start, the helper's refresh, stop) */
-    struct wslot **slots;
-    uint32_t nslots, cap_slots;
-    uintptr_t threads_head;         /* the interpreter's newest thread state at the last refresh */
-    _Atomic uint64_t parked, woken, idle_ticks;
-    pp_sampling *prof;              /* the sampling state (its owner kept alive) */
-    PyObject *owner;                /* strong while sampling */
-    int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
-    double rate_hz;
-    int draining;
-    int corrupt;
-    /* CPU mode: the CPU clocks of the threads alive at start (read-only while
-     * active: the handler scans it for a thread's first sample of the run) */
-    uint64_t run;                   /* bumped per start: tells a TLS reading of an older run */
-    uint32_t nbase;
-    struct { pid_t tid; int64_t cpu_ns; } base[MAX_BASE];
-    _Atomic int64_t weight_ns;      /* total weight recorded (the achieved rate's time) */
-} S;
+pp_sampler_global pp_sampler_g;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
  * its Python stack: after PARK_TICKS intervals of such samples its wall timer
@@ -439,326 +368,6 @@ out:
     errno = saved_errno;
 }
 
-/* ------------------------------------------------------- stack table */
-
-static int grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    uint32_t ncap = *cap ? *cap : 256;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*arr, (size_t)ncap * elem);
-    if (p == NULL)
-        return -1;
-    *arr = p;
-    *cap = ncap;
-    return 0;
-}
-
-int pp_samples_init(pp_samples *s)
-{
-    memset(s, 0, sizeof *s);
-    if (pp_index_init(&s->stackidx, 256) < 0 || pp_index_init(&s->sampleidx, 256) < 0
-        || pp_index_init(&s->linecache, 1024) < 0) {
-        pp_samples_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-void pp_samples_free(pp_samples *s)
-{
-    free(s->frames);
-    free(s->native);
-    free(s->stacks);
-    free(s->samples);
-    pp_index_free(&s->stackidx);
-    pp_index_free(&s->sampleidx);
-    pp_index_free(&s->linecache);
-    memset(s, 0, sizeof *s);
-}
-
-void pp_samples_clear(pp_samples *s)
-{
-    s->nframes = s->nnative = s->nstacks = s->nsamples = 0;
-    pp_index_clear(&s->stackidx);
-    pp_index_clear(&s->sampleidx);
-    s->drained = s->truncated = s->foreign = 0;
-}
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h;
-}
-
-/* The id of the stack (frames root first, native leaf first), added if new. */
-static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
-                         uint32_t nn)
-{
-    uint64_t h = 0xCBF29CE484222325ull ^ n ^ ((uint64_t)nn << 32);
-    for (uint32_t i = 0; i < n; i++)
-        h = mix(h, fr[i]);
-    for (uint32_t i = 0; i < nn; i++)
-        h = mix(h, nat[i]);
-    if (h == 0)
-        h = 1;
-    uint32_t i = pp_hash64(h, s->stackidx.mask);
-    for (;;) {
-        pp_ient *e = &s->stackidx.e[i];
-        if (e->key == 0)
-            break;
-        if (e->key == h) {
-            pp_stackent *st = &s->stacks[e->val];
-            if (st->nframes == n && st->nnative == nn
-                && (n == 0 || memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0)
-                && (nn == 0 || memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0))
-                return e->val;
-        }
-        i = (i + 1) & s->stackidx.mask;
-    }
-    if (grow_array((void **)&s->frames, &s->capframes, s->nframes + n, sizeof *s->frames) < 0
-        || grow_array((void **)&s->native, &s->capnative, s->nnative + nn, sizeof *s->native) < 0
-        || grow_array((void **)&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) < 0
-        || pp_index_put(&s->stackidx, h, s->nstacks) < 0)
-        return PP_NONE;
-    pp_stackent *st = &s->stacks[s->nstacks];
-    st->hash = h;
-    st->start = s->nframes;
-    st->nframes = n;
-    st->nstart = s->nnative;
-    st->nnative = nn;
-    if (n)              /* (no arrays yet when every stack so far was empty) */
-        memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
-    if (nn)
-        memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
-    s->nframes += n;
-    s->nnative += nn;
-    return s->nstacks++;
-}
-
-static int add_sample(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
-                      int64_t weight, uint64_t count)
-{
-    uint64_t key = ((uint64_t)stack + 1) << 24 ^ ((uint64_t)thread << 4) ^ state;
-    key = key ? key : 1;
-    uint32_t i = pp_hash64(key, s->sampleidx.mask);
-    for (;;) {
-        pp_ient *e = &s->sampleidx.e[i];
-        if (e->key == 0)
-            break;
-        pp_sampleent *x = &s->samples[e->val];
-        if (e->key == key && x->thread == thread && x->stack == stack && x->state == state) {
-            x->count += count;
-            x->weight_ns += weight;
-            return 0;
-        }
-        i = (i + 1) & s->sampleidx.mask;
-    }
-    if (grow_array((void **)&s->samples, &s->capsamples, s->nsamples + 1, sizeof *s->samples) < 0
-        || pp_index_put(&s->sampleidx, key, s->nsamples) < 0)
-        return -1;
-    pp_sampleent *x = &s->samples[s->nsamples++];
-    memset(x, 0, sizeof *x);
-    x->thread = thread;
-    x->stack = stack;
-    x->state = state;
-    x->count = count;
-    x->weight_ns = weight;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- drain */
-
-static PyObject *dying_code;    /* set while draining for a code object being destroyed */
-static uint32_t dying_fid;
-
-/* Function id of a sampled code object: registered (and so kept alive), or,
- * for the one being destroyed, a ghost entry that only keeps its names. */
-static uint32_t code_fid(pp_sampling *p, PyObject *code)
-{
-    uint64_t key = (uint64_t)(uintptr_t)code;
-    if (code == dying_code) {
-        if (dying_fid == PP_NONE)
-            dying_fid = pp_registry_ghost(p->reg, code);
-        return dying_fid;
-    }
-    uint32_t fid = pp_registry_get(p->reg, key);
-    if (fid != PP_NONE)
-        return fid;
-    /* Checked again: a pointer read from a half-linked frame may name a code
-     * object that was already freed when the handler read it, or has died
-     * since (its drain can run before the record is published). */
-    if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
-        return PP_NONE;
-    return pp_registry_code(p->reg, code);
-}
-
-static uint32_t frame_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
-{
-    uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
-    uint32_t line = pp_index_get(&s->linecache, key);
-    if (line != PP_NONE)
-        return line;
-    int l = offset < (uint32_t)Py_SIZE(code)
-            ? PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2)) : -1;
-    line = l < 0 ? 0 : (uint32_t)l;
-    if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
-        pp_index_put(&s->linecache, key, line);
-    return line;
-}
-
-/* A sampled thread's index (its record made when new). */
-static uint32_t sample_thread(pp_sampling *p, uint32_t tid, uint64_t ident)
-{
-    pp_thread *ts = pp_threads_sampled(p->threads, tid, ident);
-    if (ts == NULL)
-        return PP_NONE;
-    ts->events++;
-    return ts->index;
-}
-
-/* Wall mode: each thread's last recorded stack (by thread index), which its
- * REPEAT records charge; PP_NONE when it was the runner's own. */
-static uint32_t *last_stack;
-static uint32_t nlast;
-
-static void set_last_stack(uint32_t thread, uint32_t st)
-{
-    if (thread >= nlast) {
-        uint32_t n = nlast ? nlast : 64;
-        while (n <= thread)
-            n *= 2;
-        uint32_t *a = realloc(last_stack, (size_t)n * sizeof *a);
-        if (a == NULL)
-            return;
-        for (uint32_t i = nlast; i < n; i++)
-            a[i] = PP_NONE;
-        last_stack = a;
-        nlast = n;
-    }
-    last_stack[thread] = st;
-}
-
-static uint32_t get_last_stack(uint32_t thread)
-{
-    return thread < nlast ? last_stack[thread] : PP_NONE;
-}
-
-static void drain_locked(pp_sampling *p)
-{
-    pp_samples *s = &p->samples;
-    uint64_t fr[MAX_FRAMES];
-    int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
-    for (;;) {
-        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
-        uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
-        if (tail == head)
-            break;
-        rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
-        uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
-        if (len == 0)
-            break;                      /* reserved, not yet published */
-        if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
-            S.corrupt = 1;              /* cannot happen; never read past it */
-            break;
-        }
-        if (r->pad & REC_REPEAT) {
-            uint32_t thread = sample_thread(p, r->tid, r->ident);
-            uint32_t st = thread == PP_NONE ? PP_NONE : get_last_stack(thread);
-            if (st != PP_NONE)
-                add_sample(s, thread, st, PP_STATE_IDLE, r->weight_ns,
-                           (uint64_t)((r->weight_ns + S.interval_ns / 2) / S.interval_ns));
-            s->drained++;
-            memset(r, 0, len);
-            atomic_store_explicit(&S.tail, tail + len, memory_order_release);
-            continue;
-        }
-        const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
-        const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
-        uint32_t n = r->nframes;
-        /* Frames from the root up to the runner's (the CLI's frame running
-         * the program) are pyprof's, not the program's. */
-        int runner_only = 0;
-        for (uint32_t i = 0; p->root && i < n; i++) {
-            if (raw[i].code == (uintptr_t)p->root) {
-                /* In the runner's own work (waiting for threads...), not the
-                 * program's: its frame calls something else than the program. */
-                runner_only = i == 0 || (p->program
-                                         && raw[i - 1].code != (uintptr_t)p->program);
-                n = i;
-                break;
-            }
-        }
-        uint32_t kept = 0;
-        for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
-            PyObject *code = (PyObject *)raw[i].code;
-            uint32_t fid = code_fid(p, code);
-            if (fid == PP_NONE)
-                continue;
-            uint32_t line = frame_line(s, fid, code, raw[i].offset);
-            if (S.native && (raw[i].flags & PP_RAW_ENTRY))
-                line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
-            fr[kept++] = (uint64_t)fid << 32 | line;
-        }
-        n = kept;
-        uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
-        uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
-        if (st != PP_NONE)
-            add_sample(s, thread, st, r->state, r->weight_ns, 1);
-        if (thread != PP_NONE)
-            set_last_stack(thread, st);
-        else if (runner_only) {
-            uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
-            if (ix != PP_NONE)
-                set_last_stack(ix, PP_NONE);
-        }
-        s->drained++;
-        s->truncated += r->truncated;
-        s->foreign += r->state == PP_STATE_OTHER;
-        /* All of it, not just the header: a later record may start anywhere
-         * in here, and a stale nonzero len would publish it unwritten. */
-        memset(r, 0, len);
-        atomic_store_explicit(&S.tail, tail + len, memory_order_release);
-    }
-    if (gc_was)
-        PyGC_Enable();
-}
-
-void pp_sampler_drain(pp_sampling *p)
-{
-    if (S.buf == NULL || p != S.prof || S.draining)
-        return;
-    S.draining = 1;
-    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
-    drain_locked(p);
-    pp_memory_self_end(was);
-    S.draining = 0;
-}
-
-static int pending(void)
-{
-    return S.buf != NULL && atomic_load(&S.head) != atomic_load(&S.tail);
-}
-
-/* Before a code object goes, the samples that name it are drained. */
-static void drain_for_dying(PyObject *code)
-{
-    pp_frames_forget_code(code);
-    if (!pending() || S.prof == NULL || S.draining)
-        return;
-    pp_err_state es;
-    pp_err_save(&es);
-    dying_code = code;
-    dying_fid = PP_NONE;
-    pp_sampler_drain(S.prof);
-    dying_code = NULL;
-    PyErr_Clear();
-    pp_err_restore(&es);
-}
-
-
 /* ---------------------------------------------------------- helper thread */
 
 #ifndef sigev_notify_thread_id
@@ -889,20 +498,20 @@ static void refresh_slots(void)
             unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
             continue;
-        if (pp_tstate_prealloc(interp, ts)) {
-            unbound = 1;
-            continue;
-        }
         uint32_t i = pp_index_get(&by_tid, (uint64_t)tid + 1);
         if (i != PP_NONE && S.slots[i]->ts_id == pp_tstate_serial(ts)) {
             S.slots[i]->alive = 1;
             S.slots[i]->tstate = (uintptr_t)ts;
             continue;
         }
+        if (pp_tstate_prealloc(interp, ts)) {      /* O(threads): new states only */
+            unbound = 1;
+            continue;
+        }
         if (S.prof)             /* its record, in the order threads appear */
             (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
         if (S.nslots == S.cap_slots
-            && grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
+            && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
             break;
         wslot *sl = new_slot();
         if (sl == NULL)
@@ -1084,6 +693,7 @@ static void *sampler_main(void *arg)
     if (S.mode == PP_SAMPLE_WALL)       /* a parked thread holding the GIL wakes within a tick */
         tick = S.interval_ns < 1000000 ? 1000000 : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
     int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS, flush_due = next_drain;
+    int64_t next_refresh = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
@@ -1097,8 +707,11 @@ static void *sampler_main(void *arg)
             wake_gil_holder();
             check_parked(tick);
         }
-        int refresh = S.mode == PP_SAMPLE_WALL
+        /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
+        int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
                       && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound));
+        if (refresh)
+            next_refresh = now + SCAN_NS;
         if (refresh && next_drain > now + NAME_NS)
             next_drain = now + NAME_NS;     /* again soon: the new thread's name */
         if (refresh || now >= next_drain
@@ -1273,7 +886,7 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
         return -1;
     }
-    if (pp_frames_watch_code(drain_for_dying, 1) < 0)
+    if (pp_frames_watch_code(pp_sampler_drain_for_dying, 1) < 0)
         return -1;
     if (!atfork_done && pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0)
         atfork_done = 1;
@@ -1295,8 +908,7 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.parked, 0);
     atomic_store(&S.woken, 0);
     atomic_store(&S.idle_ticks, 0);
-    for (uint32_t i = 0; i < nlast; i++)
-        last_stack[i] = PP_NONE;
+    pp_sampler_drain_reset();
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);
     S.corrupt = 0;
@@ -1366,7 +978,7 @@ int pp_sampler_stop(pp_sampling *p)
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     pp_sampler_drain(p);
-    pp_frames_watch_code(drain_for_dying, 0);
+    pp_frames_watch_code(pp_sampler_drain_for_dying, 0);
     PyObject *owner = S.owner;
     S.prof = NULL;
     S.owner = NULL;
