@@ -43,6 +43,10 @@ PyThreadState *pp_signal_tstate(int *attached)
 #else
     PyThreadState *current = _PyThreadState_UncheckedGet();
 #endif
+    /* A subinterpreter's thread: its objects live in (and die with) another
+     * interpreter's memory, which pyprof's registry must never reference. */
+    if (mine != NULL && mine->interp != PyInterpreterState_Main())
+        mine = NULL;
     *attached = mine != NULL && current == mine;
     return mine;
 }

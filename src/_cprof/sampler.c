@@ -48,8 +48,8 @@
 pp_sampler_global pp_sampler_g;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
- * its Python stack: after PARK_TICKS intervals of such samples its wall timer
- * stops (it is "parked") and the time it stays so is charged to its last stack, in the
+ * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
+ * samples its wall timer stops (it is "parked") and the time it stays so is charged to its last stack, in the
  * idle state, without interrupting it (REPEAT records). It is woken - the
  * wall timer runs again - by a CPU-clock timer on the thread itself (it used
  * WAKE_CPU_NS of CPU: C code without the GIL, or Python) or by the helper when
@@ -59,6 +59,7 @@ pp_sampler_global pp_sampler_g;
  * A slot lives in an arena that is never unmapped (signals carry its address,
  * and one may arrive late), so the handler can check an address it is given. */
 #define PARK_TICKS 2
+#define PARK_MIN_NS (20 * 1000 * 1000)  /* a program alternating short waits never parks */
 #define WAKE_CPU_NS (200 * 1000)
 #define MAX_SLOTS 65536
 #define SLOT_MAGIC 0x70707773u
@@ -77,6 +78,7 @@ typedef struct wslot {
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
     int64_t cpu_parked;         /* its CPU clock when it parked */
+    int64_t seen_ns;            /* when the helper last saw it alive, parked */
     struct wslot *next_free;
 } wslot;
 
@@ -236,6 +238,7 @@ static void park(wslot *sl)
     if (timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
         return;
     sl->cpu_parked = ts_to_ns(c);
+    sl->seen_ns = mono_ns();
     atomic_store(&sl->parked, 1);
     timer_settime(sl->tick, 0, &off, NULL);
     atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
@@ -243,16 +246,21 @@ static void park(wslot *sl)
 }
 
 /* On the thread (its CPU timer fired, or the helper saw it hold the GIL): the
- * time parked goes to its last stack, then its tick runs again. */
+ * time parked goes to its last stack, then its tick runs again. It is seen
+ * some time after it woke: the CPU it used since it parked (a blocked thread
+ * uses none) is that time, and goes to its next sample's stack instead. */
 static void unpark(wslot *sl)
 {
     if (!atomic_exchange(&sl->parked, 0))
         return;
     struct itimerspec off = itimer_ns(0, 0), tick = itimer_ns(S.interval_ns, S.interval_ns);
     timer_settime(sl->wake, 0, &off, NULL);
-    int64_t now = mono_ns();
-    int64_t prev = atomic_exchange(&sl->accounted, now);
-    write_repeat(sl->tid, sl->ident, now, now - prev);
+    int64_t now = mono_ns(), ran = thread_cpu_ns() - sl->cpu_parked;
+    int64_t prev = atomic_load(&sl->accounted), since;
+    do
+        since = ran > 0 && now - ran > prev ? now - ran : ran > 0 ? prev : now;
+    while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
+    write_repeat(sl->tid, sl->ident, now, since - prev);
     timer_settime(sl->tick, 0, &tick, NULL);
     atomic_fetch_add_explicit(&S.woken, 1, memory_order_relaxed);
     s_tls.cpu_ns = thread_cpu_ns();
@@ -358,7 +366,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             s_tls.idle_since = 0;
         else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run)
             s_tls.idle_since = now;
-        else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns)
+        else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
+                 && now - s_tls.idle_since >= PARK_MIN_NS)
             park(sl);
         s_tls.idle_run = S.run;
     }
@@ -600,7 +609,7 @@ static void wake_gil_holder(void)
  * again. Reads are budgeted per second, round robin: each parked thread is
  * looked at every tick while there are few, every CHECKS_PER_S / n s when
  * there are many. */
-#define CHECKS_PER_S 20000
+#define CHECKS_PER_S 50000
 #define MOVED_CPU_NS (20 * 1000)
 
 static void check_parked(int64_t tick_ns)
@@ -615,8 +624,18 @@ static void check_parked(int64_t tick_ns)
             continue;
         budget--;
         struct timespec c;
-        if (clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) == 0
-            && ts_to_ns(c) - sl->cpu_parked > MOVED_CPU_NS)
+        int64_t now = mono_ns();
+        if (clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0) {
+            /* ended while parked, since we last saw it: charged to halfway */
+            if (atomic_exchange(&sl->parked, 0)) {
+                int64_t end = sl->seen_ns + (now - sl->seen_ns) / 2;
+                int64_t prev = atomic_exchange(&sl->accounted, end);
+                write_repeat(sl->tid, sl->ident, end, end - prev);
+            }
+            continue;
+        }
+        sl->seen_ns = now;
+        if (ts_to_ns(c) - sl->cpu_parked > MOVED_CPU_NS)
             send_wake(sl);
     }
 }
