@@ -6,6 +6,7 @@
 #   make fuzz     differential tests and corrupt captures, longer (SEED= N= CAPTURES=)
 #   make bench    overhead vs peers on every CPython found -> benchmarks/RESULTS.md
 #   make accuracy the sampler's accuracy against known time splits -> benchmarks/RESULTS.md
+#   make bench-threads  wall sampling beside 1-1000 idle threads, against py-spy and pyinstrument
 #   make deps     system packages (apt-get when root)
 #   make venv     create/update .venv/3.X for every version found
 #   make pythons  list the interpreters that would be used
@@ -48,7 +49,7 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 APT_REQUIRED := zlib1g-dev
 APT_OPTIONAL := libunwind-dev graphviz valgrind golang-go chromium openmpi-bin libopenmpi-dev
 
-.PHONY: help deps pythons venv test demo asan bench accuracy clean
+.PHONY: help deps pythons venv test demo asan bench accuracy bench-threads clean
 
 # Shell helpers prepended to the recipes that need them (one shell per recipe).
 define SH_LIB
@@ -344,7 +345,7 @@ asan: deps
 	done <<< "$$sel"
 	exit $$failed
 
-bench accuracy: deps
+bench accuracy bench-threads: deps
 	@$(SH_LIB)
 	pythons_or_die
 	declare -a args=()
@@ -354,7 +355,7 @@ bench accuracy: deps
 	  install_pkg "$$dir" "cp$${minor/./}"
 	  args+=(--python "$$dir/bin/python")
 	done <<< "$$PYS"
-	script=benchmarks/$(if $(filter accuracy,$@),accuracy,run).py
+	script=benchmarks/$(if $(filter accuracy,$@),accuracy,$(if $(filter bench-threads,$@),idle_threads,run)).py
 	msg "$$script $${args[*]} $(BENCH_ARGS)"
 	"$$dir/bin/python" "$$script" "$${args[@]}" $(BENCH_ARGS)
 

@@ -285,18 +285,21 @@ TRACER_CASES = ["c2-05", "c2-25", "c2-50", "c2-75", "c2-95"]
 
 # ----------------------------------------------------------------- the worker
 def _calls_in_stacks(session, names):
-    """Samples per part (a sample counts for every part on its stack), and the
+    """Time per part (the samples' weights: what each stands for; a sample
+    counts for every part on its stack) in samples of the mean weight, and the
     number of samples with any part."""
-    got = dict.fromkeys(names, 0)
-    total = 0
+    got = dict.fromkeys(names, 0.0)
+    total = weight = 0
     for (t, sid, state), c in session.samples.items():
         fnames = {session.functions[fid].name for fid, _ in session.stacks[sid].frames}
         hit = [n for n in names if n in fnames]
         for n in hit:
-            got[n] += c.count
+            got[n] += c.weight
         if hit:
             total += c.count
-    return got, total
+            weight += c.weight
+    scale = total / weight if weight else 0.0
+    return {n: v * scale for n, v in got.items()}, total
 
 
 def worker(case, mode, seconds, pairs):

@@ -171,7 +171,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             "\"throttled\":%llu,"
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
             "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s,"
-            "\"weighting\":\"%s\",\"weighted_s\":%.6f}",
+            "\"weighting\":\"%s\",\"weighted_s\":%.6f,"
+            "\"parked\":%llu,\"woken\":%llu,\"idle_ticks\":%llu}",
             p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu",
             p->sm.opts.native ? "true" : "false",
             p->sm.opts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
@@ -183,7 +184,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             si.replaced ? "true" : "false",
             /* what a sample weighs: captures without this key weighed interval_ns */
             p->sm.opts.mode == PP_SAMPLE_CPU ? "thread_cpu_clock" : "thread_wall_clock",
-            (double)si.weight_ns / 1e9);
+            (double)si.weight_ns / 1e9, (unsigned long long)si.parked,
+            (unsigned long long)si.woken, (unsigned long long)si.idle_ticks);
     }
     if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */

@@ -19,6 +19,9 @@
 
 #include "frames.h"
 #include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030C0000
+#include "internal/pycore_interp.h"
+#endif
 
 #if PY_VERSION_HEX < 0x030C0000
 /* 3.11: where a _PyInterpreterFrame keeps its code object and its owner. */
@@ -40,6 +43,10 @@ PyThreadState *pp_signal_tstate(int *attached)
 #else
     PyThreadState *current = _PyThreadState_UncheckedGet();
 #endif
+    /* A subinterpreter's thread: its objects live in (and die with) another
+     * interpreter's memory, which pyprof's registry must never reference. */
+    if (mine != NULL && mine->interp != PyInterpreterState_Main())
+        mine = NULL;
     *attached = mine != NULL && current == mine;
     return mine;
 }
@@ -220,6 +227,10 @@ int pp_frames_code_is_shim(PyObject *code)
 {
 #ifdef CO_NO_MONITORING_EVENTS
     return (((PyCodeObject *)code)->co_flags & CO_NO_MONITORING_EVENTS) != 0;
+#elif PY_VERSION_HEX >= 0x030C0000
+    /* 3.12's entry frames: owned by the C stack, but a sample can land while
+     * one is being set up */
+    return code == (PyObject *)PyInterpreterState_Main()->interpreter_trampoline;
 #else
     (void)code;
     return 0;
@@ -347,3 +358,36 @@ PyObject *pp_frames_legacy_profile_swap(int c_raise, PyObject *cb)
     return old;
 }
 #endif
+
+/* ------------------------------------------------------------- the GIL */
+
+#if PY_VERSION_HEX < 0x030C0000
+#include "internal/pycore_interp.h"
+#include "internal/pycore_runtime.h"
+#endif
+
+uintptr_t pp_gil_holder(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
+    if (g == NULL || !__atomic_load_n(&g->locked, __ATOMIC_RELAXED))
+        return 0;
+    return (uintptr_t)__atomic_load_n(&g->last_holder, __ATOMIC_RELAXED);
+#elif PY_VERSION_HEX >= 0x030C0000
+    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
+    if (g == NULL || !__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
+        return 0;
+    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
+#else
+    struct _gil_runtime_state *g = &_PyRuntime.ceval.gil;
+    if (!__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
+        return 0;
+    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
+#endif
+}
+
+uintptr_t pp_interp_threads_head(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Main();
+    return (uintptr_t)__atomic_load_n(&interp->threads.head, __ATOMIC_RELAXED);
+}

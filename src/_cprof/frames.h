@@ -43,6 +43,12 @@ int pp_frames_code_alive(uintptr_t p);
  * _Py_InitCleanup, between a caller and a Python __init__): sys._getframe()
  * and tracebacks skip its frame, so do pyprof's stacks. GIL held, code alive. */
 int pp_frames_code_is_shim(PyObject *code);
+/* Without the GIL (the sampler's helper): the thread state holding the GIL
+ * (0 if it is free), and the newest thread state of the main interpreter,
+ * which changes when a thread state is made. Hints: the values may be stale
+ * by the time they are used. */
+uintptr_t pp_gil_holder(void);
+uintptr_t pp_interp_threads_head(void);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);

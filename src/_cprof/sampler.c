@@ -1,4 +1,4 @@
-/* sampler.c — timers, the SIGPROF handler, the ring, the drain (sampler.h).
+/* sampler.c — timers, the SIGPROF handler, the ring's writers, the helper (sampler.h).
  *
  * Signal handler (on_sigprof): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
@@ -11,16 +11,12 @@
  * previous record), not the interval asked: CPU timers fire at most once per
  * kernel tick.
  *
- * Helper thread (sampler_main): a plain pthread. In wall mode it sends
- * SIGPROF to every known Python thread at the rate; in both modes it drains
- * the ring every DRAIN_NS with the GIL (PyGILState_Ensure).
+ * Helper thread (sampler_main): a plain pthread. In wall mode it gives each
+ * Python thread its timers, wakes parked threads it sees running, and writes
+ * their idle time; in both modes it drains the ring every DRAIN_NS with the
+ * GIL (PyGILState_Ensure).
  *
- * Drain (GIL held): resolves code pointers to function ids (the profiler's
- * registry then keeps the code objects alive) and offsets to lines, and
- * aggregates stacks. A code object that dies before its samples are drained
- * would leave a dangling pointer in the ring: a code watcher (3.12+) or a
- * tp_dealloc shim (3.11) drains first; the dying object itself is recorded by
- * name (a "ghost" entry), never referenced.
+ * Drain (GIL held): sampler_drain.c.
  *
  * fork: timers are paused around fork(); the child inherits no sampler.
  *
@@ -29,91 +25,71 @@
  * kills the process.
  */
 #define _GNU_SOURCE
-#include "sampler.h"
+#include "sampler_int.h"
 
 #include "clock.h"
 #include "unwind.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_FRAMES 256
-#define MAX_NATIVE 128
-#define RING_BYTES (8u << 20)           /* 8 MiB: ~30 s of deep stacks at 1 kHz */
-#define RING_SLACK (64u << 10)          /* a record never wraps: it may spill here */
-/* Draining takes the GIL from the program: seldom (or when half full). */
-#define DRAIN_NS (250 * 1000 * 1000)
-/* Wall mode: how often the helper looks for new threads to give a timer. */
-#define SCAN_NS (10 * 1000 * 1000)
-/* A thread is named by `threading` a little after the kernel shows it. */
-#define NAME_NS (30 * 1000 * 1000)
-#define REC_ALIGN 8
+pp_sampler_global pp_sampler_g;
 
-/* One raw sample, as the handler writes it. */
-typedef struct {
-    _Atomic uint32_t len;       /* bytes with padding; 0 until published */
-    uint32_t tid;               /* kernel thread id */
-    uint64_t ident;             /* threading.get_ident() of its thread state, 0 if none */
-    int64_t t_ns;               /* CLOCK_MONOTONIC */
-    uint8_t state;
-    uint8_t truncated;
-    uint16_t nframes;
-    uint16_t nnative;
-    uint16_t pad;
-    int64_t weight_ns;          /* the time this sample stands for (see on_sigprof) */
-    /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
-} rawrec;
+/* Wall mode. A thread that has released the GIL and uses no CPU cannot change
+ * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
+ * samples its wall timer stops (it is "parked") and the time it stays so is charged to its last stack, in the
+ * idle state, without interrupting it (REPEAT records). It is woken - the
+ * wall timer runs again - by a CPU-clock timer on the thread itself (it used
+ * WAKE_CPU_NS of CPU: C code without the GIL, or Python) or by the helper when
+ * it sees the thread hold the GIL. A tick then costs a signal per running
+ * thread, nothing per parked one.
+ *
+ * A slot lives in an arena that is never unmapped (signals carry its address,
+ * and one may arrive late), so the handler can check an address it is given. */
+#define PARK_TICKS 2
+#define PARK_MIN_NS (20 * 1000 * 1000)  /* a program alternating short waits never parks */
+#define WAKE_CPU_NS (200 * 1000)
+#define MAX_SLOTS 65536
+#define SLOT_MAGIC 0x70707773u
+enum { SIG_TICK = 0, SIG_WAKE = 1 };
 
-#define MAX_BASE 512           /* threads whose CPU clock start reads at start */
+typedef struct wslot {
+    _Atomic uint32_t magic;     /* SLOT_MAGIC while in use */
+    pid_t tid;
+    uint64_t ts_id;             /* the thread state's serial */
+    uint64_t ident;
+    uintptr_t tstate;
+    uint64_t run;               /* S.run it belongs to */
+    timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
+    int have_wake;
+    int alive;                  /* seen by the current refresh */
+    _Atomic int parked;
+    _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
+    int64_t cpu_parked;         /* its CPU clock when it parked */
+    int64_t seen_ns;            /* when the helper last saw it alive, parked */
+    struct wslot *next_free;
+} wslot;
 
-static struct {
-    /* shared with the handler */
-    _Atomic int active;
-    _Atomic int paused;             /* around fork() */
-    int native;
-    int mode;
-    int64_t interval_ns;
-    unsigned char *buf;
-    _Atomic uint64_t head, tail;
-    _Atomic uint64_t signals, recorded, dropped, foreign, throttled;
-    /* helper thread and control (GIL held) */
-    pthread_t thread;
-    int have_thread;
-    _Atomic int stop;
-    _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
-    _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
-    pid_t pid;
-    pid_t helper_tid;
-    /* wall mode: one kernel timer per Python thread, signalling that thread
-     * directly (touched with the GIL held: start, the helper's refresh, stop) */
-    struct wall_timer { uint64_t ts_id; pid_t tid; timer_t timer; int alive; } *timers;
-    uint32_t ntimers, cap_timers;
-    pp_sampling *prof;              /* the sampling state (its owner kept alive) */
-    PyObject *owner;                /* strong while sampling */
-    int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
-    double rate_hz;
-    int draining;
-    int corrupt;
-    /* CPU mode: the CPU clocks of the threads alive at start (read-only while
-     * active: the handler scans it for a thread's first sample of the run) */
-    uint64_t run;                   /* bumped per start: tells a TLS reading of an older run */
-    uint32_t nbase;
-    struct { pid_t tid; int64_t cpu_ns; } base[MAX_BASE];
-    _Atomic int64_t weight_ns;      /* total weight recorded (the achieved rate's time) */
-} S;
+static wslot *arena;
+static uint32_t arena_used;
+static wslot *free_slots;
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
+    int64_t idle_since;         /* wall mode: first of the idle samples in a row (0: none) */
+    uint64_t idle_run;          /* S.run of idle_since */
     int64_t cpu_ns, wall_ns;
     int64_t done_ns;            /* when this thread's last sample ended */
     uint64_t run;               /* S.run of `last` */
@@ -190,13 +166,123 @@ static int64_t sample_weight(int64_t now, int64_t *clock_now)
     return *clock_now > base ? *clock_now - base : 0;
 }
 
+static int64_t ts_to_ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static struct itimerspec itimer_ns(int64_t value, int64_t interval)
+{
+    struct itimerspec its;
+    its.it_value.tv_sec = (time_t)(value / 1000000000);
+    its.it_value.tv_nsec = (long)(value % 1000000000);
+    its.it_interval.tv_sec = (time_t)(interval / 1000000000);
+    its.it_interval.tv_nsec = (long)(interval % 1000000000);
+    return its;
+}
+
+/* A record with no frames: `weight` of the thread's time, idle, on the stack
+ * of its previous record. Async-signal-safe (the handler and the helper). */
+static void write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
+{
+    if (weight <= 0)
+        return;
+    uint32_t len = (uint32_t)((sizeof(rawrec) + REC_ALIGN - 1) & ~(size_t)(REC_ALIGN - 1));
+    rawrec *r = ring_reserve(len);
+    if (r == NULL) {
+        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
+        return;
+    }
+    r->tid = (uint32_t)tid;
+    r->ident = ident;
+    r->t_ns = now;
+    r->state = PP_STATE_IDLE;
+    r->truncated = 0;
+    r->nframes = 0;
+    r->nnative = 0;
+    r->pad = REC_REPEAT;
+    r->weight_ns = weight;
+    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
+    atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)((weight + S.interval_ns / 2) / S.interval_ns),
+                              memory_order_relaxed);
+    atomic_store_explicit(&r->len, len, memory_order_release);
+}
+
+/* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
+ * CPU mode, a signal from elsewhere, a stale one. */
+static wslot *signal_slot(const siginfo_t *info, int *kind)
+{
+    if (S.mode != PP_SAMPLE_WALL || arena == NULL || info == NULL
+        || (info->si_code != SI_TIMER && info->si_code != SI_QUEUE))
+        return NULL;
+    uintptr_t v = (uintptr_t)info->si_value.sival_ptr, a = (uintptr_t)arena;
+    uintptr_t p = v & ~(uintptr_t)3;
+    uint32_t used = __atomic_load_n(&arena_used, __ATOMIC_ACQUIRE);
+    if (p < a || p >= a + (uintptr_t)used * sizeof(wslot) || (p - a) % sizeof(wslot))
+        return NULL;
+    wslot *sl = (wslot *)p;
+    if (atomic_load_explicit(&sl->magic, memory_order_acquire) != SLOT_MAGIC
+        || sl->run != S.run || sl->tid != (pid_t)syscall(SYS_gettid))
+        return NULL;
+    *kind = (int)(v & 3);
+    return sl;
+}
+
+/* On the thread, idle for PARK_NS: its tick stops, a CPU-clock timer wakes it. */
+static void park(wslot *sl)
+{
+    struct timespec c;
+    if (!sl->have_wake || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0)
+        return;
+    struct itimerspec off = itimer_ns(0, 0), at = itimer_ns(ts_to_ns(c) + WAKE_CPU_NS, 0);
+    if (timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
+        return;
+    sl->cpu_parked = ts_to_ns(c);
+    sl->seen_ns = mono_ns();
+    atomic_store(&sl->parked, 1);
+    timer_settime(sl->tick, 0, &off, NULL);
+    atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
+    s_tls.idle_since = 0;
+}
+
+/* On the thread (its CPU timer fired, or the helper saw it hold the GIL): the
+ * time parked goes to its last stack, then its tick runs again. It is seen
+ * some time after it woke: the CPU it used since it parked (a blocked thread
+ * uses none) is that time, and goes to its next sample's stack instead. */
+static void unpark(wslot *sl)
+{
+    if (!atomic_exchange(&sl->parked, 0))
+        return;
+    struct itimerspec off = itimer_ns(0, 0), tick = itimer_ns(S.interval_ns, S.interval_ns);
+    timer_settime(sl->wake, 0, &off, NULL);
+    int64_t now = mono_ns(), ran = thread_cpu_ns() - sl->cpu_parked;
+    int64_t prev = atomic_load(&sl->accounted), since;
+    do
+        since = ran > 0 && now - ran > prev ? now - ran : ran > 0 ? prev : now;
+    while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
+    write_repeat(sl->tid, sl->ident, now, since - prev);
+    timer_settime(sl->tick, 0, &tick, NULL);
+    atomic_fetch_add_explicit(&S.woken, 1, memory_order_relaxed);
+    s_tls.cpu_ns = thread_cpu_ns();
+    s_tls.wall_ns = now;
+    s_tls.idle_since = 0;
+}
+
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
 {
-    (void)sig; (void)info;
+    (void)sig;
     int saved_errno = errno;
     if (!atomic_load_explicit(&S.active, memory_order_acquire)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
+    int kind = SIG_TICK;
+    wslot *sl = signal_slot(info, &kind);
+    if (sl && kind == SIG_WAKE) {
+        unpark(sl);
+        goto out;
+    }
+    if (sl && atomic_load(&sl->parked))
+        goto out;                       /* a tick sent before it parked */
     atomic_fetch_add_explicit(&S.signals, 1, memory_order_relaxed);
     /* A signal already pending when the last sample ended (the rate is more
      * than this thread's samples can take): skip it, or the thread would do
@@ -238,7 +324,15 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     }
     if (S.native)
         nnative = pp_unwind_signal(uctx, native, MAX_NATIVE);
-    int64_t clock_now, weight = sample_weight(now, &clock_now);
+    int64_t clock_now, weight;
+    if (sl) {                           /* wall mode: since the slot's time was last charged */
+        clock_now = now;
+        int64_t prev = atomic_exchange(&sl->accounted, now);
+        weight = now > prev ? now - prev : 0;
+    }
+    else {
+        weight = sample_weight(now, &clock_now);
+    }
 
     uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
                               + (size_t)nnative * sizeof(uintptr_t));
@@ -267,286 +361,21 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
     atomic_store_explicit(&r->len, len, memory_order_release);
     atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
+    if (sl) {                           /* after the record: parked time repeats this stack */
+        if (state != PP_STATE_IDLE)
+            s_tls.idle_since = 0;
+        else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run)
+            s_tls.idle_since = now;
+        else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
+                 && now - s_tls.idle_since >= PARK_MIN_NS)
+            park(sl);
+        s_tls.idle_run = S.run;
+    }
 done:
     s_tls.done_ns = mono_ns();
 out:
     errno = saved_errno;
 }
-
-/* ------------------------------------------------------- stack table */
-
-static int grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    uint32_t ncap = *cap ? *cap : 256;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*arr, (size_t)ncap * elem);
-    if (p == NULL)
-        return -1;
-    *arr = p;
-    *cap = ncap;
-    return 0;
-}
-
-int pp_samples_init(pp_samples *s)
-{
-    memset(s, 0, sizeof *s);
-    if (pp_index_init(&s->stackidx, 256) < 0 || pp_index_init(&s->sampleidx, 256) < 0
-        || pp_index_init(&s->linecache, 1024) < 0) {
-        pp_samples_free(s);
-        return -1;
-    }
-    return 0;
-}
-
-void pp_samples_free(pp_samples *s)
-{
-    free(s->frames);
-    free(s->native);
-    free(s->stacks);
-    free(s->samples);
-    pp_index_free(&s->stackidx);
-    pp_index_free(&s->sampleidx);
-    pp_index_free(&s->linecache);
-    memset(s, 0, sizeof *s);
-}
-
-void pp_samples_clear(pp_samples *s)
-{
-    s->nframes = s->nnative = s->nstacks = s->nsamples = 0;
-    pp_index_clear(&s->stackidx);
-    pp_index_clear(&s->sampleidx);
-    s->drained = s->truncated = s->foreign = 0;
-}
-
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-    return h;
-}
-
-/* The id of the stack (frames root first, native leaf first), added if new. */
-static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
-                         uint32_t nn)
-{
-    uint64_t h = 0xCBF29CE484222325ull ^ n ^ ((uint64_t)nn << 32);
-    for (uint32_t i = 0; i < n; i++)
-        h = mix(h, fr[i]);
-    for (uint32_t i = 0; i < nn; i++)
-        h = mix(h, nat[i]);
-    if (h == 0)
-        h = 1;
-    uint32_t i = pp_hash64(h, s->stackidx.mask);
-    for (;;) {
-        pp_ient *e = &s->stackidx.e[i];
-        if (e->key == 0)
-            break;
-        if (e->key == h) {
-            pp_stackent *st = &s->stacks[e->val];
-            if (st->nframes == n && st->nnative == nn
-                && (n == 0 || memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0)
-                && (nn == 0 || memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0))
-                return e->val;
-        }
-        i = (i + 1) & s->stackidx.mask;
-    }
-    if (grow_array((void **)&s->frames, &s->capframes, s->nframes + n, sizeof *s->frames) < 0
-        || grow_array((void **)&s->native, &s->capnative, s->nnative + nn, sizeof *s->native) < 0
-        || grow_array((void **)&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) < 0
-        || pp_index_put(&s->stackidx, h, s->nstacks) < 0)
-        return PP_NONE;
-    pp_stackent *st = &s->stacks[s->nstacks];
-    st->hash = h;
-    st->start = s->nframes;
-    st->nframes = n;
-    st->nstart = s->nnative;
-    st->nnative = nn;
-    if (n)              /* (no arrays yet when every stack so far was empty) */
-        memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
-    if (nn)
-        memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
-    s->nframes += n;
-    s->nnative += nn;
-    return s->nstacks++;
-}
-
-static int add_sample(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
-                      int64_t weight)
-{
-    uint64_t key = ((uint64_t)stack + 1) << 24 ^ ((uint64_t)thread << 4) ^ state;
-    key = key ? key : 1;
-    uint32_t i = pp_hash64(key, s->sampleidx.mask);
-    for (;;) {
-        pp_ient *e = &s->sampleidx.e[i];
-        if (e->key == 0)
-            break;
-        pp_sampleent *x = &s->samples[e->val];
-        if (e->key == key && x->thread == thread && x->stack == stack && x->state == state) {
-            x->count++;
-            x->weight_ns += weight;
-            return 0;
-        }
-        i = (i + 1) & s->sampleidx.mask;
-    }
-    if (grow_array((void **)&s->samples, &s->capsamples, s->nsamples + 1, sizeof *s->samples) < 0
-        || pp_index_put(&s->sampleidx, key, s->nsamples) < 0)
-        return -1;
-    pp_sampleent *x = &s->samples[s->nsamples++];
-    memset(x, 0, sizeof *x);
-    x->thread = thread;
-    x->stack = stack;
-    x->state = state;
-    x->count = 1;
-    x->weight_ns = weight;
-    return 0;
-}
-
-/* ---------------------------------------------------------------- drain */
-
-static PyObject *dying_code;    /* set while draining for a code object being destroyed */
-static uint32_t dying_fid;
-
-/* Function id of a sampled code object: registered (and so kept alive), or,
- * for the one being destroyed, a ghost entry that only keeps its names. */
-static uint32_t code_fid(pp_sampling *p, PyObject *code)
-{
-    uint64_t key = (uint64_t)(uintptr_t)code;
-    if (code == dying_code) {
-        if (dying_fid == PP_NONE)
-            dying_fid = pp_registry_ghost(p->reg, code);
-        return dying_fid;
-    }
-    uint32_t fid = pp_registry_get(p->reg, key);
-    if (fid != PP_NONE)
-        return fid;
-    /* Checked again: a pointer read from a half-linked frame may name a code
-     * object that was already freed when the handler read it, or has died
-     * since (its drain can run before the record is published). */
-    if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
-        return PP_NONE;
-    return pp_registry_code(p->reg, code);
-}
-
-static uint32_t frame_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
-{
-    uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
-    uint32_t line = pp_index_get(&s->linecache, key);
-    if (line != PP_NONE)
-        return line;
-    int l = offset < (uint32_t)Py_SIZE(code)
-            ? PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2)) : -1;
-    line = l < 0 ? 0 : (uint32_t)l;
-    if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
-        pp_index_put(&s->linecache, key, line);
-    return line;
-}
-
-/* A sampled thread's index (its record made when new). */
-static uint32_t sample_thread(pp_sampling *p, uint32_t tid, uint64_t ident)
-{
-    pp_thread *ts = pp_threads_sampled(p->threads, tid, ident);
-    if (ts == NULL)
-        return PP_NONE;
-    ts->events++;
-    return ts->index;
-}
-
-static void drain_locked(pp_sampling *p)
-{
-    pp_samples *s = &p->samples;
-    uint64_t fr[MAX_FRAMES];
-    int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
-    for (;;) {
-        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
-        uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
-        if (tail == head)
-            break;
-        rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
-        uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
-        if (len == 0)
-            break;                      /* reserved, not yet published */
-        if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
-            S.corrupt = 1;              /* cannot happen; never read past it */
-            break;
-        }
-        const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
-        const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
-        uint32_t n = r->nframes;
-        /* Frames from the root up to the runner's (the CLI's frame running
-         * the program) are pyprof's, not the program's. */
-        int runner_only = 0;
-        for (uint32_t i = 0; p->root && i < n; i++) {
-            if (raw[i].code == (uintptr_t)p->root) {
-                /* In the runner's own work (waiting for threads...), not the
-                 * program's: its frame calls something else than the program. */
-                runner_only = i == 0 || (p->program
-                                         && raw[i - 1].code != (uintptr_t)p->program);
-                n = i;
-                break;
-            }
-        }
-        uint32_t kept = 0;
-        for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
-            PyObject *code = (PyObject *)raw[i].code;
-            uint32_t fid = code_fid(p, code);
-            if (fid == PP_NONE)
-                continue;
-            uint32_t line = frame_line(s, fid, code, raw[i].offset);
-            if (S.native && (raw[i].flags & PP_RAW_ENTRY))
-                line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
-            fr[kept++] = (uint64_t)fid << 32 | line;
-        }
-        n = kept;
-        uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
-        uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
-        if (st != PP_NONE)
-            add_sample(s, thread, st, r->state, r->weight_ns);
-        s->drained++;
-        s->truncated += r->truncated;
-        s->foreign += r->state == PP_STATE_OTHER;
-        /* All of it, not just the header: a later record may start anywhere
-         * in here, and a stale nonzero len would publish it unwritten. */
-        memset(r, 0, len);
-        atomic_store_explicit(&S.tail, tail + len, memory_order_release);
-    }
-    if (gc_was)
-        PyGC_Enable();
-}
-
-void pp_sampler_drain(pp_sampling *p)
-{
-    if (S.buf == NULL || p != S.prof || S.draining)
-        return;
-    S.draining = 1;
-    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
-    drain_locked(p);
-    pp_memory_self_end(was);
-    S.draining = 0;
-}
-
-static int pending(void)
-{
-    return S.buf != NULL && atomic_load(&S.head) != atomic_load(&S.tail);
-}
-
-/* Before a code object goes, the samples that name it are drained. */
-static void drain_for_dying(PyObject *code)
-{
-    pp_frames_forget_code(code);
-    if (!pending() || S.prof == NULL || S.draining)
-        return;
-    pp_err_state es;
-    pp_err_save(&es);
-    dying_code = code;
-    dying_fid = PP_NONE;
-    pp_sampler_drain(S.prof);
-    dying_code = NULL;
-    PyErr_Clear();
-    pp_err_restore(&es);
-}
-
 
 /* ---------------------------------------------------------- helper thread */
 
@@ -558,15 +387,119 @@ static void drain_for_dying(PyObject *code)
  * kernel sends to that thread at expiry. A helper sending the signals instead
  * must itself be scheduled on time: on a busy CPU it runs late while the
  * program computes and on time while it sleeps, which biases wall shares
- * toward sleeping code. Timers of threads that are gone are deleted (GIL
- * held: the thread list cannot change under us). */
+ * toward sleeping code. A thread idle long enough parks (see PARK_TICKS): its
+ * timer stops until it runs again. Slots of threads that are gone are dropped
+ * (GIL held: the thread list cannot change under us). */
 
-static void refresh_timers(void)
+static wslot *new_slot(void)
 {
+    if (free_slots) {
+        wslot *sl = free_slots;
+        free_slots = sl->next_free;
+        return sl;
+    }
+    if (arena == NULL) {
+        void *m = mmap(NULL, (size_t)MAX_SLOTS * sizeof(wslot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        arena = m;
+    }
+    if (arena_used == MAX_SLOTS)
+        return NULL;
+    wslot *sl = &arena[arena_used];
+    __atomic_store_n(&arena_used, arena_used + 1, __ATOMIC_RELEASE);
+    return sl;
+}
+
+/* The time a parked thread has been idle goes into the ring (before a drain,
+ * at stop; GIL held, so the slot list is stable). */
+static void flush_parked(void)
+{
+    int64_t now = mono_ns();
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        wslot *sl = S.slots[i];
+        if (atomic_load(&sl->parked)) {
+            int64_t prev = atomic_exchange(&sl->accounted, now);
+            write_repeat(sl->tid, sl->ident, now, now - prev);
+        }
+    }
+}
+
+static void drop_slot(wslot *sl, int own_process)
+{
+    if (atomic_load(&sl->parked)) {
+        int64_t now = mono_ns();
+        int64_t prev = atomic_exchange(&sl->accounted, now);
+        write_repeat(sl->tid, sl->ident, now, now - prev);
+    }
+    atomic_store(&sl->magic, 0);
+    if (own_process) {
+        timer_delete(sl->tick);
+        if (sl->have_wake)
+            timer_delete(sl->wake);
+    }
+    sl->next_free = free_slots;
+    free_slots = sl;
+}
+
+/* When a thread of this process started, on CLOCK_MONOTONIC (Linux: its
+ * start in clock ticks since boot), or 0: a thread found a few ticks after it
+ * started is charged from its start, as it would have been sampled. */
+static int64_t thread_start_ns(pid_t tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", (long)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');        /* the name may hold spaces */
+    if (p == NULL)
+        return 0;
+    for (int field = 2; field < 22 && p; field++)   /* starttime is field 22 */
+        p = strchr(p + 1, ' ');
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot, mono;
+    if (p == NULL || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0
+        || clock_gettime(CLOCK_MONOTONIC, &mono) != 0)
+        return 0;
+    unsigned long long ticks = strtoull(p + 1, NULL, 10);
+    int64_t since_boot = (int64_t)(ticks * (1000000000ull / (unsigned long long)hz));
+    return ts_to_ns(mono) - (ts_to_ns(boot) - since_boot);
+}
+
+static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
+{
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SIGPROF;
+    ev.sigev_notify_thread_id = tid;
+    ev.sigev_value.sival_ptr = value;
+    return timer_create(clock, &ev, out);
+}
+
+/* GIL held: a slot with its timers for every Python thread with a kernel
+ * thread; the slots of threads that are gone are dropped. */
+static void refresh_slots(void)
+{
+    static pp_index by_tid;
     int unbound = 0;
-    for (uint32_t i = 0; i < S.ntimers; i++)
-        S.timers[i].alive = 0;
+    if (by_tid.e == NULL && pp_index_init(&by_tid, 64) < 0)
+        return;
+    pp_index_clear(&by_tid);
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        S.slots[i]->alive = 0;
+        (void)pp_index_put(&by_tid, (uint64_t)S.slots[i]->tid + 1, i);
+    }
+    S.threads_head = pp_interp_threads_head();
     PyInterpreterState *interp = PyInterpreterState_Main();
+    int64_t now = mono_ns();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = (pid_t)pp_tstate_native_tid(ts);
@@ -574,89 +507,137 @@ static void refresh_timers(void)
             unbound = 1;                /* started, not yet running: look again soon */
         if (tid == 0 || tid == S.helper_tid)
             continue;
-        if (pp_tstate_prealloc(interp, ts)) {
+        uint32_t i = pp_index_get(&by_tid, (uint64_t)tid + 1);
+        if (i != PP_NONE && S.slots[i]->ts_id == pp_tstate_serial(ts)) {
+            S.slots[i]->alive = 1;
+            S.slots[i]->tstate = (uintptr_t)ts;
+            continue;
+        }
+        if (pp_tstate_prealloc(interp, ts)) {      /* O(threads): new states only */
             unbound = 1;
             continue;
         }
-        if (S.prof)
+        if (S.prof)             /* its record, in the order threads appear */
             (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
-        uint32_t i = 0;
-        while (i < S.ntimers
-               && !(S.timers[i].ts_id == pp_tstate_serial(ts) && S.timers[i].tid == tid))
-            i++;
-        if (i < S.ntimers) {
-            S.timers[i].alive = 1;
-            continue;
-        }
-        if (S.ntimers == S.cap_timers
-            && grow_array((void **)&S.timers, &S.cap_timers, S.ntimers + 1,
-                          sizeof *S.timers) < 0)
+        if (S.nslots == S.cap_slots
+            && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
             break;
-        struct sigevent ev;
-        memset(&ev, 0, sizeof ev);
-        ev.sigev_notify = SIGEV_THREAD_ID;
-        ev.sigev_signo = SIGPROF;
-        ev.sigev_notify_thread_id = tid;
-        timer_t t;
-        if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0)
-            continue;                   /* the thread just exited, or out of timers */
-        struct itimerspec its;
-        its.it_interval.tv_sec = (time_t)(S.interval_ns / 1000000000);
-        its.it_interval.tv_nsec = (long)(S.interval_ns % 1000000000);
-        its.it_value = its.it_interval;
-        if (timer_settime(t, 0, &its, NULL) != 0) {
-            timer_delete(t);
+        wslot *sl = new_slot();
+        if (sl == NULL)
+            break;
+        sl->tid = tid;
+        sl->ts_id = pp_tstate_serial(ts);
+        sl->ident = (uint64_t)pp_tstate_ident(ts);
+        sl->tstate = (uintptr_t)ts;
+        sl->run = S.run;
+        sl->alive = 1;
+        atomic_store(&sl->parked, 0);
+        /* threads alive at start count from the start, later ones from theirs */
+        int64_t born = thread_start_ns(tid);
+        atomic_store(&sl->accounted, born <= 0 || born > now ? now
+                                     : born < S.started_ns ? S.started_ns : born);
+        if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
+            sl->next_free = free_slots;     /* the thread just exited, or out of timers */
+            free_slots = sl;
             continue;
         }
-        S.timers[S.ntimers++] = (struct wall_timer){pp_tstate_serial(ts), tid, t, 1};
+        /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): the thread's CPU clock */
+        sl->have_wake = make_timer((clockid_t)((~(unsigned)tid << 3) | 6), tid,
+                                   (char *)sl + SIG_WAKE, &sl->wake) == 0;
+        atomic_store_explicit(&sl->magic, SLOT_MAGIC, memory_order_release);
+        struct itimerspec its = itimer_ns(S.interval_ns, S.interval_ns);
+        if (timer_settime(sl->tick, 0, &its, NULL) != 0) {
+            drop_slot(sl, 1);
+            continue;
+        }
+        S.slots[S.nslots++] = sl;
     }
     uint32_t k = 0;
-    for (uint32_t i = 0; i < S.ntimers; i++) {
-        if (S.timers[i].alive)
-            S.timers[k++] = S.timers[i];
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        if (S.slots[i]->alive)
+            S.slots[k++] = S.slots[i];
         else
-            timer_delete(S.timers[i].timer);
+            drop_slot(S.slots[i], 1);
     }
-    S.ntimers = k;
+    S.nslots = k;
     atomic_store(&S.unbound, unbound);
 }
 
-static void delete_timers(void)
+static void delete_slots(int own_process)
 {
-    for (uint32_t i = 0; i < S.ntimers; i++)
-        timer_delete(S.timers[i].timer);
-    S.ntimers = 0;
+    for (uint32_t i = 0; i < S.nslots; i++)
+        drop_slot(S.slots[i], own_process);
+    S.nslots = 0;
 }
 
-/* Wall mode: has the process a kernel thread not seen before? Listing
- * /proc/self/task needs neither the GIL nor Python: a new thread then gets
- * the interpreter's thread list refreshed at once, not at the next drain. */
-static int new_kernel_thread(void)
+static void send_wake(wslot *sl)
 {
-    static pid_t seen[4096];
-    static uint32_t nseen;
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return 0;
-    int fresh = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        pid_t tid = (pid_t)atoi(e->d_name);
-        if (tid <= 0)
-            continue;
-        uint32_t i = 0;
-        while (i < nseen && seen[i] != tid)
-            i++;
-        if (i == nseen) {
-            fresh = 1;
-            if (nseen < sizeof seen / sizeof seen[0])
-                seen[nseen++] = tid;
-            else
-                nseen = 0;              /* pathological churn: start over */
-        }
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = SIGPROF;
+    si.si_code = SI_QUEUE;
+    si.si_pid = getpid();
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = (char *)sl + SIG_WAKE;
+    syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
+}
+
+/* Without the GIL: a parked thread seen holding the GIL runs Python again. */
+static void wake_gil_holder(void)
+{
+    static uintptr_t holder;
+    static wslot *slot;
+    uintptr_t h = pp_gil_holder();
+    if (h == 0)
+        return;
+    if (h != holder || slot == NULL || slot->tstate != h) {
+        holder = h;
+        slot = NULL;
+        for (uint32_t i = 0; i < S.nslots; i++)
+            if (S.slots[i]->tstate == h) {
+                slot = S.slots[i];
+                break;
+            }
     }
-    closedir(d);
-    return fresh;
+    if (slot != NULL && atomic_load(&slot->parked))
+        send_wake(slot);
+}
+
+/* Without the GIL: a parked thread whose CPU clock moved ran since it parked
+ * (a short run between two blocking calls can escape both the CPU timer,
+ * checked at kernel ticks, and the GIL check): it is woken to be sampled
+ * again. Reads are budgeted per second, round robin: each parked thread is
+ * looked at every tick while there are few, every CHECKS_PER_S / n s when
+ * there are many. */
+#define CHECKS_PER_S 50000
+#define MOVED_CPU_NS (20 * 1000)
+
+static void check_parked(int64_t tick_ns)
+{
+    static uint32_t cursor;
+    uint32_t budget = (uint32_t)(CHECKS_PER_S * tick_ns / 1000000000);
+    if (budget < 8)
+        budget = 8;
+    for (uint32_t k = 0; k < S.nslots && budget; k++) {
+        wslot *sl = S.slots[cursor++ % S.nslots];
+        if (!atomic_load(&sl->parked))
+            continue;
+        budget--;
+        struct timespec c;
+        int64_t now = mono_ns();
+        if (clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0) {
+            /* ended while parked, since we last saw it: charged to halfway */
+            if (atomic_exchange(&sl->parked, 0)) {
+                int64_t end = sl->seen_ns + (now - sl->seen_ns) / 2;
+                int64_t prev = atomic_exchange(&sl->accounted, end);
+                write_repeat(sl->tid, sl->ident, end, end - prev);
+            }
+            continue;
+        }
+        sl->seen_ns = now;
+        if (ts_to_ns(c) - sl->cpu_parked > MOVED_CPU_NS)
+            send_wake(sl);
+    }
 }
 
 /* The helper sleeps on a condition variable, so that stop() wakes it at once
@@ -727,8 +708,11 @@ static void *sampler_main(void *arg)
     sigaddset(&set, SIGPROF);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     S.helper_tid = (pid_t)syscall(SYS_gettid);
-    int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
-    int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS;
+    int64_t tick = DRAIN_NS;
+    if (S.mode == PP_SAMPLE_WALL)       /* a parked thread holding the GIL wakes within a tick */
+        tick = S.interval_ns < 1000000 ? 1000000 : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
+    int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS, flush_due = next_drain;
+    int64_t next_refresh = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
@@ -738,8 +722,15 @@ static void *sampler_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         check_takeover();
-        int refresh = S.mode == PP_SAMPLE_WALL
-                      && (new_kernel_thread() || atomic_load(&S.unbound));
+        if (S.mode == PP_SAMPLE_WALL) {
+            wake_gil_holder();
+            check_parked(tick);
+        }
+        /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
+        int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
+                      && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound));
+        if (refresh)
+            next_refresh = now + SCAN_NS;
         if (refresh && next_drain > now + NAME_NS)
             next_drain = now + NAME_NS;     /* again soon: the new thread's name */
         if (refresh || now >= next_drain
@@ -750,9 +741,13 @@ static void *sampler_main(void *arg)
                 break;
             PyGILState_STATE g = PyGILState_Ensure();
             if (!atomic_load(&S.stop) && S.prof) {
+                if (S.mode == PP_SAMPLE_WALL && now >= flush_due) {
+                    flush_parked();         /* per drain period, not per new thread */
+                    flush_due = now + DRAIN_NS;
+                }
                 pp_sampler_drain(S.prof);
                 if (S.mode == PP_SAMPLE_WALL)
-                    refresh_timers();
+                    refresh_slots();
                 if (S.prof->periodic)
                     S.prof->periodic(S.prof->periodic_arg);    /* --dump-every */
             }
@@ -910,7 +905,7 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
         return -1;
     }
-    if (pp_frames_watch_code(drain_for_dying, 1) < 0)
+    if (pp_frames_watch_code(pp_sampler_drain_for_dying, 1) < 0)
         return -1;
     if (!atfork_done && pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0)
         atfork_done = 1;
@@ -929,6 +924,10 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.throttled, 0);
     atomic_store(&S.replaced, 0);
     atomic_store(&S.unbound, 0);
+    atomic_store(&S.parked, 0);
+    atomic_store(&S.woken, 0);
+    atomic_store(&S.idle_ticks, 0);
+    pp_sampler_drain_reset();
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);
     S.corrupt = 0;
@@ -952,7 +951,7 @@ int pp_sampler_start(pp_sampling *p)
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
     if (S.mode == PP_SAMPLE_WALL)
-        refresh_timers();
+        refresh_slots();
     if (pthread_create(&S.thread, NULL, sampler_main, NULL) != 0) {
         atomic_store(&S.active, 0);
         S.prof = NULL;
@@ -983,10 +982,7 @@ int pp_sampler_stop(pp_sampling *p)
         atomic_store(&S.stop, 1);
     if (own_process && S.mode == PP_SAMPLE_CPU)
         timer_arm(0);
-    if (own_process)
-        delete_timers();
-    else
-        S.ntimers = 0;                  /* a forked child has none of them */
+    delete_slots(own_process);          /* a forked child has none of the timers */
     if (S.have_thread) {
         if (own_process) {
             /* The helper may be waiting for the GIL we hold. */
@@ -1001,7 +997,7 @@ int pp_sampler_stop(pp_sampling *p)
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     pp_sampler_drain(p);
-    pp_frames_watch_code(drain_for_dying, 0);
+    pp_frames_watch_code(pp_sampler_drain_for_dying, 0);
     PyObject *owner = S.owner;
     S.prof = NULL;
     S.owner = NULL;
@@ -1025,6 +1021,9 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
     out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
+    out->parked = atomic_load(&S.parked);
+    out->woken = atomic_load(&S.woken);
+    out->idle_ticks = atomic_load(&S.idle_ticks);
 }
 
 /* Signals per CPU second in cpu mode (the requested rate's unit), per second in wall mode. */
@@ -1033,7 +1032,7 @@ double pp_sampler_achieved(const pp_sampler_info *si)
     double elapsed = (double)(si->stopped_ns - si->started_ns) / 1e9;
     if (si->mode == PP_SAMPLE_CPU)
         return si->cpu_ns > 0 ? (double)si->signals / ((double)si->cpu_ns / 1e9) : 0.0;
-    return elapsed > 0 ? (double)si->signals / elapsed : 0.0;
+    return elapsed > 0 ? (double)(si->signals + si->idle_ticks) / elapsed : 0.0;
 }
 
 int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threadset *threads)

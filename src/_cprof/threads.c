@@ -21,6 +21,8 @@ void pp_threads_init(pp_threadset *s)
     s->head = NULL;
     s->tail = &s->head;
     s->n = 0;
+    s->byindex = NULL;
+    s->cap_byindex = 0;
 }
 
 static pp_thread *new_record(pp_threadset *s, unsigned long ident, unsigned long native_id)
@@ -35,6 +37,18 @@ static pp_thread *new_record(pp_threadset *s, unsigned long ident, unsigned long
     ts->index = s->n++;
     *s->tail = ts;
     s->tail = &ts->next;
+    if (ts->index >= s->cap_byindex) {     /* many threads: find a record without a walk */
+        uint32_t cap = s->cap_byindex ? s->cap_byindex * 2 : 64;
+        pp_thread **a = realloc(s->byindex, (size_t)cap * sizeof *a);
+        if (a) {                        /* filled from the list: no gap after a failure */
+            s->byindex = a;
+            s->cap_byindex = cap;
+            for (pp_thread *o = s->head; o; o = o->next)
+                a[o->index] = o;
+        }
+    }
+    if (ts->index < s->cap_byindex)
+        s->byindex[ts->index] = ts;
     return ts;
 }
 
@@ -157,8 +171,11 @@ pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident)
     uint32_t index = pp_index_get(&s->native, key);
     pp_thread *ts;
     if (index != PP_NONE) {
-        for (ts = s->head; ts && ts->index != index; ts = ts->next)
-            ;
+        if (index < s->cap_byindex && index < s->n)
+            ts = s->byindex[index];
+        else
+            for (ts = s->head; ts && ts->index != index; ts = ts->next)
+                ;
     }
     else {
         ts = new_record(s, (unsigned long)ident, tid);
@@ -197,6 +214,7 @@ void pp_threads_free(pp_threadset *s)
         free(ts);
         ts = next;
     }
+    free(s->byindex);
     pp_threads_init(s);
 }
 

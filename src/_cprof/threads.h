@@ -42,6 +42,8 @@ typedef struct pp_threadset {
     int timeline;               /* new records keep a timeline */
     int oom;                    /* a record could not be made */
     pp_index native;            /* sampled threads: kernel thread id + 1 -> index */
+    pp_thread **byindex;        /* record of each index (NULL if it could not grow) */
+    uint32_t cap_byindex;
 } pp_threadset;
 
 /* The calling thread's record for the enabled profiler. initial-exec: a plain

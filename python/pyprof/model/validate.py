@@ -168,7 +168,8 @@ def _memstacks_frames(memory_stacks, functions):
 _N, _S, _ANY = "n", "s", "?"
 _SAMPLING = {"mode": _S, "native": _ANY, **{k: (_N, None) for k in (
     "rate_requested", "interval_ns", "signals", "recorded", "dropped", "throttled",
-    "other_threads", "drained", "truncated", "elapsed_s", "cpu_s", "rate_achieved")}}
+    "other_threads", "drained", "truncated", "elapsed_s", "cpu_s", "rate_achieved",
+    "parked", "woken", "idle_ticks")}}
 _MEMORY = {"mode": _S, "hooks_linked": _ANY, **{k: (_N, None) for k in (
     "sample_bytes", "peak_bytes", "current_bytes", "allocated_bytes", "live_blocks",
     "unknown_frees", "rss_peak_bytes", "rss_end_bytes", "dropped_blocks")}}

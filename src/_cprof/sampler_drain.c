@@ -1,0 +1,343 @@
+/* sampler_drain.c — the ring into the stack table, with the GIL (sampler.h).
+ *
+ * Owns: the stack table (stacks of (function, line) frames and native
+ * addresses, root first, each stored once) and the drain of the handlers'
+ * ring: code pointers become function ids (the registry then keeps the code
+ * objects alive), offsets become lines. A code object that dies before its
+ * samples are drained is caught by the code watcher, which drains first and
+ * records the dying object by name (a "ghost"), never by reference. Wall
+ * mode's REPEAT records charge a thread's last stack.
+ * Never: runs in the signal handler; reads a ring record not yet published.
+ */
+#define _GNU_SOURCE
+#include "sampler_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------- stack table */
+
+int pp_sampler_grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    uint32_t ncap = *cap ? *cap : 256;
+    while (ncap < need)
+        ncap *= 2;
+    void *p = realloc(*arr, (size_t)ncap * elem);
+    if (p == NULL)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+int pp_samples_init(pp_samples *s)
+{
+    memset(s, 0, sizeof *s);
+    if (pp_index_init(&s->stackidx, 256) < 0 || pp_index_init(&s->sampleidx, 256) < 0
+        || pp_index_init(&s->linecache, 1024) < 0) {
+        pp_samples_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void pp_samples_free(pp_samples *s)
+{
+    free(s->frames);
+    free(s->native);
+    free(s->stacks);
+    free(s->samples);
+    pp_index_free(&s->stackidx);
+    pp_index_free(&s->sampleidx);
+    pp_index_free(&s->linecache);
+    memset(s, 0, sizeof *s);
+}
+
+void pp_samples_clear(pp_samples *s)
+{
+    s->nframes = s->nnative = s->nstacks = s->nsamples = 0;
+    pp_index_clear(&s->stackidx);
+    pp_index_clear(&s->sampleidx);
+    s->drained = s->truncated = s->foreign = 0;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+/* The id of the stack (frames root first, native leaf first), added if new. */
+static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
+                         uint32_t nn)
+{
+    uint64_t h = 0xCBF29CE484222325ull ^ n ^ ((uint64_t)nn << 32);
+    for (uint32_t i = 0; i < n; i++)
+        h = mix(h, fr[i]);
+    for (uint32_t i = 0; i < nn; i++)
+        h = mix(h, nat[i]);
+    if (h == 0)
+        h = 1;
+    uint32_t i = pp_hash64(h, s->stackidx.mask);
+    for (;;) {
+        pp_ient *e = &s->stackidx.e[i];
+        if (e->key == 0)
+            break;
+        if (e->key == h) {
+            pp_stackent *st = &s->stacks[e->val];
+            if (st->nframes == n && st->nnative == nn
+                && (n == 0 || memcmp(s->frames + st->start, fr, n * sizeof *fr) == 0)
+                && (nn == 0 || memcmp(s->native + st->nstart, nat, nn * sizeof *nat) == 0))
+                return e->val;
+        }
+        i = (i + 1) & s->stackidx.mask;
+    }
+    if (pp_sampler_grow_array((void **)&s->frames, &s->capframes, s->nframes + n, sizeof *s->frames) < 0
+        || pp_sampler_grow_array((void **)&s->native, &s->capnative, s->nnative + nn, sizeof *s->native) < 0
+        || pp_sampler_grow_array((void **)&s->stacks, &s->capstacks, s->nstacks + 1, sizeof *s->stacks) < 0
+        || pp_index_put(&s->stackidx, h, s->nstacks) < 0)
+        return PP_NONE;
+    pp_stackent *st = &s->stacks[s->nstacks];
+    st->hash = h;
+    st->start = s->nframes;
+    st->nframes = n;
+    st->nstart = s->nnative;
+    st->nnative = nn;
+    if (n)              /* (no arrays yet when every stack so far was empty) */
+        memcpy(s->frames + s->nframes, fr, n * sizeof *fr);
+    if (nn)
+        memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
+    s->nframes += n;
+    s->nnative += nn;
+    return s->nstacks++;
+}
+
+static int add_sample(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
+                      int64_t weight, uint64_t count)
+{
+    uint64_t key = ((uint64_t)stack + 1) << 24 ^ ((uint64_t)thread << 4) ^ state;
+    key = key ? key : 1;
+    uint32_t i = pp_hash64(key, s->sampleidx.mask);
+    for (;;) {
+        pp_ient *e = &s->sampleidx.e[i];
+        if (e->key == 0)
+            break;
+        pp_sampleent *x = &s->samples[e->val];
+        if (e->key == key && x->thread == thread && x->stack == stack && x->state == state) {
+            x->count += count;
+            x->weight_ns += weight;
+            return 0;
+        }
+        i = (i + 1) & s->sampleidx.mask;
+    }
+    if (pp_sampler_grow_array((void **)&s->samples, &s->capsamples, s->nsamples + 1, sizeof *s->samples) < 0
+        || pp_index_put(&s->sampleidx, key, s->nsamples) < 0)
+        return -1;
+    pp_sampleent *x = &s->samples[s->nsamples++];
+    memset(x, 0, sizeof *x);
+    x->thread = thread;
+    x->stack = stack;
+    x->state = state;
+    x->count = count;
+    x->weight_ns = weight;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- drain */
+
+static PyObject *dying_code;    /* set while draining for a code object being destroyed */
+static uint32_t dying_fid;
+
+/* Function id of a sampled code object: registered (and so kept alive), or,
+ * for the one being destroyed, a ghost entry that only keeps its names. */
+static uint32_t code_fid(pp_sampling *p, PyObject *code)
+{
+    uint64_t key = (uint64_t)(uintptr_t)code;
+    if (code == dying_code) {
+        if (dying_fid == PP_NONE)
+            dying_fid = pp_registry_ghost(p->reg, code);
+        return dying_fid;
+    }
+    uint32_t fid = pp_registry_get(p->reg, key);
+    if (fid != PP_NONE)
+        return fid;
+    /* Checked again: a pointer read from a half-linked frame may name a code
+     * object that was already freed when the handler read it, or has died
+     * since (its drain can run before the record is published). */
+    if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
+        return PP_NONE;
+    return pp_registry_code(p->reg, code);
+}
+
+static uint32_t frame_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
+{
+    uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
+    uint32_t line = pp_index_get(&s->linecache, key);
+    if (line != PP_NONE)
+        return line;
+    int l = offset < (uint32_t)Py_SIZE(code)
+            ? PyCode_Addr2Line((PyCodeObject *)code, (int)(offset * 2)) : -1;
+    line = l < 0 ? 0 : (uint32_t)l;
+    if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
+        pp_index_put(&s->linecache, key, line);
+    return line;
+}
+
+/* A sampled thread's index (its record made when new). */
+static uint32_t sample_thread(pp_sampling *p, uint32_t tid, uint64_t ident)
+{
+    pp_thread *ts = pp_threads_sampled(p->threads, tid, ident);
+    if (ts == NULL)
+        return PP_NONE;
+    ts->events++;
+    return ts->index;
+}
+
+/* Wall mode: each thread's last recorded stack (by thread index), which its
+ * REPEAT records charge; PP_NONE when it was the runner's own. */
+static uint32_t *last_stack;
+static uint32_t nlast;
+
+static void set_last_stack(uint32_t thread, uint32_t st)
+{
+    if (thread >= nlast) {
+        uint32_t n = nlast ? nlast : 64;
+        while (n <= thread)
+            n *= 2;
+        uint32_t *a = realloc(last_stack, (size_t)n * sizeof *a);
+        if (a == NULL)
+            return;
+        for (uint32_t i = nlast; i < n; i++)
+            a[i] = PP_NONE;
+        last_stack = a;
+        nlast = n;
+    }
+    last_stack[thread] = st;
+}
+
+void pp_sampler_drain_reset(void)
+{
+    for (uint32_t i = 0; i < nlast; i++)
+        last_stack[i] = PP_NONE;
+}
+
+static uint32_t get_last_stack(uint32_t thread)
+{
+    return thread < nlast ? last_stack[thread] : PP_NONE;
+}
+
+static void drain_locked(pp_sampling *p)
+{
+    pp_samples *s = &p->samples;
+    uint64_t fr[MAX_FRAMES];
+    int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
+    for (;;) {
+        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
+        uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
+        if (tail == head)
+            break;
+        rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
+        uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
+        if (len == 0)
+            break;                      /* reserved, not yet published */
+        if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
+            S.corrupt = 1;              /* cannot happen; never read past it */
+            break;
+        }
+        if (r->pad & REC_REPEAT) {
+            uint32_t thread = sample_thread(p, r->tid, r->ident);
+            uint32_t st = thread == PP_NONE ? PP_NONE : get_last_stack(thread);
+            if (st != PP_NONE)
+                add_sample(s, thread, st, PP_STATE_IDLE, r->weight_ns,
+                           (uint64_t)((r->weight_ns + S.interval_ns / 2) / S.interval_ns));
+            s->drained++;
+            memset(r, 0, len);
+            atomic_store_explicit(&S.tail, tail + len, memory_order_release);
+            continue;
+        }
+        const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
+        const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
+        uint32_t n = r->nframes;
+        /* Frames from the root up to the runner's (the CLI's frame running
+         * the program) are pyprof's, not the program's. */
+        int runner_only = 0;
+        for (uint32_t i = 0; p->root && i < n; i++) {
+            if (raw[i].code == (uintptr_t)p->root) {
+                /* In the runner's own work (waiting for threads...), not the
+                 * program's: its frame calls something else than the program. */
+                runner_only = i == 0 || (p->program
+                                         && raw[i - 1].code != (uintptr_t)p->program);
+                n = i;
+                break;
+            }
+        }
+        uint32_t kept = 0;
+        for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
+            PyObject *code = (PyObject *)raw[i].code;
+            uint32_t fid = code_fid(p, code);
+            if (fid == PP_NONE)
+                continue;
+            uint32_t line = frame_line(s, fid, code, raw[i].offset);
+            if (S.native && (raw[i].flags & PP_RAW_ENTRY))
+                line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
+            fr[kept++] = (uint64_t)fid << 32 | line;
+        }
+        n = kept;
+        uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
+        uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
+        if (st != PP_NONE)
+            add_sample(s, thread, st, r->state, r->weight_ns, 1);
+        if (thread != PP_NONE)
+            set_last_stack(thread, st);
+        else if (runner_only) {
+            uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
+            if (ix != PP_NONE)
+                set_last_stack(ix, PP_NONE);
+        }
+        s->drained++;
+        s->truncated += r->truncated;
+        s->foreign += r->state == PP_STATE_OTHER;
+        /* All of it, not just the header: a later record may start anywhere
+         * in here, and a stale nonzero len would publish it unwritten. */
+        memset(r, 0, len);
+        atomic_store_explicit(&S.tail, tail + len, memory_order_release);
+    }
+    if (gc_was)
+        PyGC_Enable();
+}
+
+void pp_sampler_drain(pp_sampling *p)
+{
+    if (S.buf == NULL || p != S.prof || S.draining)
+        return;
+    S.draining = 1;
+    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
+    drain_locked(p);
+    pp_memory_self_end(was);
+    S.draining = 0;
+}
+
+static int pending(void)
+{
+    return S.buf != NULL && atomic_load(&S.head) != atomic_load(&S.tail);
+}
+
+/* Before a code object goes, the samples that name it are drained. */
+void pp_sampler_drain_for_dying(PyObject *code)
+{
+    pp_frames_forget_code(code);
+    if (!pending() || S.prof == NULL || S.draining)
+        return;
+    pp_err_state es;
+    pp_err_save(&es);
+    dying_code = code;
+    dying_fid = PP_NONE;
+    pp_sampler_drain(S.prof);
+    dying_code = NULL;
+    PyErr_Clear();
+    pp_err_restore(&es);
+}
+
+
