@@ -1026,13 +1026,14 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->idle_ticks = atomic_load(&S.idle_ticks);
 }
 
-/* Signals per CPU second in cpu mode (the requested rate's unit), per second in wall mode. */
+/* Signals per CPU second in cpu mode (the requested rate's unit); in wall mode, per
+ * thread: samples (recorded and parked ticks) per second of the time they weigh. */
 double pp_sampler_achieved(const pp_sampler_info *si)
 {
-    double elapsed = (double)(si->stopped_ns - si->started_ns) / 1e9;
     if (si->mode == PP_SAMPLE_CPU)
         return si->cpu_ns > 0 ? (double)si->signals / ((double)si->cpu_ns / 1e9) : 0.0;
-    return elapsed > 0 ? (double)(si->signals + si->idle_ticks) / elapsed : 0.0;
+    return si->weight_ns > 0 ? (double)(si->recorded + si->idle_ticks) / ((double)si->weight_ns / 1e9)
+                             : 0.0;
 }
 
 int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threadset *threads)
