@@ -183,15 +183,15 @@ static struct itimerspec itimer_ns(int64_t value, int64_t interval)
 
 /* A record with no frames: `weight` of the thread's time, idle, on the stack
  * of its previous record. Async-signal-safe (the handler and the helper). */
-static void write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
+static int write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
 {
     if (weight <= 0)
-        return;
+        return 1;
     uint32_t len = (uint32_t)((sizeof(rawrec) + REC_ALIGN - 1) & ~(size_t)(REC_ALIGN - 1));
     rawrec *r = ring_reserve(len);
     if (r == NULL) {
         atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        return;
+        return 0;
     }
     r->tid = (uint32_t)tid;
     r->ident = ident;
@@ -206,6 +206,7 @@ static void write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
     atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)((weight + S.interval_ns / 2) / S.interval_ns),
                               memory_order_relaxed);
     atomic_store_explicit(&r->len, len, memory_order_release);
+    return 1;
 }
 
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
@@ -326,8 +327,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         nnative = pp_unwind_signal(uctx, native, MAX_NATIVE);
     int64_t clock_now, weight;
     if (sl) {                           /* wall mode: since the slot's time was last charged */
-        clock_now = now;
-        int64_t prev = atomic_exchange(&sl->accounted, now);
+        clock_now = now;                /* moved once recorded: a dropped sample's time carries */
+        int64_t prev = atomic_load(&sl->accounted);
         weight = now > prev ? now - prev : 0;
     }
     else {
@@ -342,6 +343,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
         goto done;
     }
+    if (sl)                             /* not parked: only this thread moves it now */
+        atomic_store(&sl->accounted, now);
     r->tid = ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid);
     r->ident = ts ? (uint64_t)pp_tstate_ident(ts) : 0;
     r->t_ns = now;
@@ -421,7 +424,9 @@ static void flush_parked(void)
         wslot *sl = S.slots[i];
         if (atomic_load(&sl->parked)) {
             int64_t prev = atomic_exchange(&sl->accounted, now);
-            write_repeat(sl->tid, sl->ident, now, now - prev);
+            if (!write_repeat(sl->tid, sl->ident, now, now - prev))
+                atomic_compare_exchange_strong(&sl->accounted, &now, prev);    /* carries */
+            now = mono_ns();
         }
     }
 }
