@@ -433,10 +433,14 @@ static void flush_parked(void)
 
 static void drop_slot(wslot *sl, int own_process)
 {
-    if (atomic_load(&sl->parked)) {
-        int64_t now = mono_ns();
-        int64_t prev = atomic_exchange(&sl->accounted, now);
-        write_repeat(sl->tid, sl->ident, now, now - prev);
+    if (atomic_exchange(&sl->parked, 0)) {
+        /* a thread that ended while parked: up to when it was last seen alive */
+        struct timespec c;
+        int64_t end = mono_ns();
+        if (own_process && clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0)
+            end = sl->seen_ns;
+        int64_t prev = atomic_exchange(&sl->accounted, end);
+        write_repeat(sl->tid, sl->ident, end, end - prev);
     }
     atomic_store(&sl->magic, 0);
     if (own_process) {
