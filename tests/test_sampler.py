@@ -893,9 +893,10 @@ def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
     interval = 1e9 / rate
     # in all, the idle threads' blocked time is on their blocking stack, idle,
     # within 2% and two ticks each (a first sample also weighs its thread's start,
-    # from Thread.start(): allowed for); one thread's share is looser (within 15%):
-    # with 100-1,000 threads a thread sometimes reads up to ~10% off, not yet
-    # explained (issue 21's note)
+    # from Thread.start(): allowed for); per thread, within 5% but for 1 in 100,
+    # within 10% all (a thread that ends while parked is charged to halfway
+    # between two looks at it: a thousand threads woken at once once lost up
+    # to 15% each while the helper waited for the GIL)
     spans = {k: v for k, v in out["spans"].items() if k in out["per"]}
     assert len(spans) >= n - 1             # a thread's name can be unknown (not yet resolved)
     total_span = sum(span for span, _ in spans.values()) * 1e9
@@ -904,9 +905,13 @@ def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
     slack = 2 * interval * len(spans)
     assert total_span * 0.98 - slack <= total_got <= total_span * 1.02 + slack + total_start + 1e7 * len(spans), \
         (total_got, total_span, total_start)
+    off = []
     for name, (span, startup) in spans.items():
-        got = out["per"][name]["blocked"]
-        assert abs(got - span * 1e9) <= 0.15 * span * 1e9 + startup * 1e9 + 2 * interval, (name, got, span)
+        err = abs(out["per"][name]["blocked"] - span * 1e9) - startup * 1e9 - 2 * interval
+        off.append((err / (span * 1e9), name))
+    off.sort(reverse=True)
+    assert off[0][0] <= 0.10, off[:5]
+    assert sum(1 for e, _ in off if e > 0.05) <= len(off) // 100, off[:15]
     # the idle threads were interrupted for their first ticks only, not all along
     assert out["signals"] < 0.1 * n * rate * out["elapsed"], out["signals"]
 

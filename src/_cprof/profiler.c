@@ -58,9 +58,11 @@ static PyObject *fork_before(PyObject *m, PyObject *unused)
 {
     (void)m, (void)unused;
     fork_depth++;
-    pid_t a = pp_sampler_helper_pause();
+    pid_t tids[2];
+    int n = pp_sampler_helper_pause(tids);
     pid_t b = pp_memory_curve_pause();
-    wait_gone(a);
+    for (int i = 0; i < n; i++)
+        wait_gone(tids[i]);
     wait_gone(b);
     Py_RETURN_NONE;
 }

@@ -11,10 +11,15 @@
  * previous record), not the interval asked: CPU timers fire at most once per
  * kernel tick.
  *
- * Helper thread (sampler_main): a plain pthread. In wall mode it gives each
- * Python thread its timers, wakes parked threads it sees running, and writes
- * their idle time; in both modes it drains the ring every DRAIN_NS with the
- * GIL (PyGILState_Ensure).
+ * Helper thread (sampler_main): a plain pthread. It drains the ring every
+ * DRAIN_NS with the GIL (PyGILState_Ensure); in wall mode it also gives each
+ * Python thread its timers and writes parked threads' idle time.
+ *
+ * Ticker (ticker_main, wall mode): a plain pthread that never takes the GIL,
+ * so that it keeps time while the helper waits for it (a thousand threads
+ * woken at once can hold the GIL for most of a second): every tick it wakes
+ * parked threads it sees running and notes when each parked one was last seen
+ * alive, which bounds the charge of one that ends while parked.
  *
  * Drain (GIL held): sampler_drain.c.
  *
@@ -78,13 +83,14 @@ typedef struct wslot {
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
     int64_t cpu_parked;         /* its CPU clock when it parked */
-    int64_t seen_ns;            /* when the helper last saw it alive, parked */
+    _Atomic int64_t seen_ns;    /* when it was last seen alive, parked */
     struct wslot *next_free;
 } wslot;
 
 static wslot *arena;
 static uint32_t arena_used;
 static wslot *free_slots;
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;   /* S.slots: helper vs ticker */
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
@@ -239,7 +245,7 @@ static void park(wslot *sl)
     if (timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
         return;
     sl->cpu_parked = ts_to_ns(c);
-    sl->seen_ns = mono_ns();
+    atomic_store(&sl->seen_ns, mono_ns());
     atomic_store(&sl->parked, 1);
     timer_settime(sl->tick, 0, &off, NULL);
     atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
@@ -431,6 +437,17 @@ static void flush_parked(void)
     }
 }
 
+/* A parked thread found gone at `now`: it ended after it was last seen, and
+ * before the ticker's next look at it; charged to halfway. */
+static int64_t ended_at(wslot *sl, int64_t now)
+{
+    int64_t seen = atomic_load(&sl->seen_ns), gap = now - seen;
+    int64_t recheck = atomic_load(&S.recheck_ns);
+    if (recheck > 0 && gap > recheck)
+        gap = recheck;
+    return gap > 0 ? seen + gap / 2 : now;
+}
+
 static void drop_slot(wslot *sl, int own_process)
 {
     if (atomic_exchange(&sl->parked, 0)) {
@@ -438,7 +455,7 @@ static void drop_slot(wslot *sl, int own_process)
         struct timespec c;
         int64_t end = mono_ns();
         if (own_process && clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0)
-            end = sl->seen_ns;
+            end = ended_at(sl, end);
         int64_t prev = atomic_exchange(&sl->accounted, end);
         write_repeat(sl->tid, sl->ident, end, end - prev);
     }
@@ -599,7 +616,8 @@ static void wake_gil_holder(void)
     uintptr_t h = pp_gil_holder();
     if (h == 0)
         return;
-    if (h != holder || slot == NULL || slot->tstate != h) {
+    if (h != holder || slot == NULL || slot->tstate != h
+        || atomic_load(&slot->magic) != SLOT_MAGIC) {
         holder = h;
         slot = NULL;
         for (uint32_t i = 0; i < S.nslots; i++)
@@ -621,12 +639,16 @@ static void wake_gil_holder(void)
 #define CHECKS_PER_S 50000
 #define MOVED_CPU_NS (20 * 1000)
 
-static void check_parked(int64_t tick_ns)
+static void check_parked(int64_t since_ns)
 {
     static uint32_t cursor;
-    uint32_t budget = (uint32_t)(CHECKS_PER_S * tick_ns / 1000000000);
+    uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000), nparked = 0;
     if (budget < 8)
         budget = 8;
+    for (uint32_t i = 0; i < S.nslots; i++)
+        nparked += (uint32_t)atomic_load_explicit(&S.slots[i]->parked, memory_order_relaxed);
+    int64_t per = (int64_t)nparked * 1000000000 / CHECKS_PER_S;
+    atomic_store(&S.recheck_ns, per > since_ns ? per : since_ns);
     for (uint32_t k = 0; k < S.nslots && budget; k++) {
         wslot *sl = S.slots[cursor++ % S.nslots];
         if (!atomic_load(&sl->parked))
@@ -637,13 +659,13 @@ static void check_parked(int64_t tick_ns)
         if (clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0) {
             /* ended while parked, since we last saw it: charged to halfway */
             if (atomic_exchange(&sl->parked, 0)) {
-                int64_t end = sl->seen_ns + (now - sl->seen_ns) / 2;
+                int64_t end = ended_at(sl, now);
                 int64_t prev = atomic_exchange(&sl->accounted, end);
                 write_repeat(sl->tid, sl->ident, end, end - prev);
             }
             continue;
         }
-        sl->seen_ns = now;
+        atomic_store(&sl->seen_ns, now);
         if (ts_to_ns(c) - sl->cpu_parked > MOVED_CPU_NS)
             send_wake(sl);
     }
@@ -684,7 +706,7 @@ static void wake_helper(void)
 {
     pthread_mutex_lock(&wake_mu);
     atomic_store(&S.stop, 1);
-    pthread_cond_signal(&wake_cv);
+    pthread_cond_broadcast(&wake_cv);   /* the helper and the ticker */
     pthread_mutex_unlock(&wake_mu);
 }
 
@@ -717,9 +739,7 @@ static void *sampler_main(void *arg)
     sigaddset(&set, SIGPROF);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     S.helper_tid = (pid_t)syscall(SYS_gettid);
-    int64_t tick = DRAIN_NS;
-    if (S.mode == PP_SAMPLE_WALL)       /* a parked thread holding the GIL wakes within a tick */
-        tick = S.interval_ns < 1000000 ? 1000000 : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
+    int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
     int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0;
     while (!atomic_load(&S.stop)) {
@@ -731,10 +751,6 @@ static void *sampler_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         check_takeover();
-        if (S.mode == PP_SAMPLE_WALL) {
-            wake_gil_holder();
-            check_parked(tick);
-        }
         /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
         int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
                       && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound));
@@ -751,12 +767,17 @@ static void *sampler_main(void *arg)
             PyGILState_STATE g = PyGILState_Ensure();
             if (!atomic_load(&S.stop) && S.prof) {
                 if (S.mode == PP_SAMPLE_WALL && now >= flush_due) {
+                    pthread_mutex_lock(&slots_mu);
                     flush_parked();         /* per drain period, not per new thread */
+                    pthread_mutex_unlock(&slots_mu);
                     flush_due = now + DRAIN_NS;
                 }
                 pp_sampler_drain(S.prof);
-                if (S.mode == PP_SAMPLE_WALL)
+                if (S.mode == PP_SAMPLE_WALL) {
+                    pthread_mutex_lock(&slots_mu);
                     refresh_slots();
+                    pthread_mutex_unlock(&slots_mu);
+                }
                 if (S.prof->periodic)
                     S.prof->periodic(S.prof->periodic_arg);    /* --dump-every */
             }
@@ -764,6 +785,59 @@ static void *sampler_main(void *arg)
         }
     }
     return NULL;
+}
+
+/* Wall mode, never with the GIL: a parked thread holding the GIL wakes
+ * within a tick; parked threads are looked at (check_parked). */
+static void *ticker_main(void *arg)
+{
+    (void)arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    S.ticker_tid = (pid_t)syscall(SYS_gettid);
+    int64_t tick = S.interval_ns < 1000000 ? 1000000 : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
+    int64_t last = mono_ns(), next = last + tick;
+    while (!atomic_load(&S.stop)) {
+        sleep_until(next);
+        int64_t now = mono_ns();
+        next += tick;
+        if (next < now)                 /* fell behind: skip ticks, do not burst */
+            next = now + tick;
+        if (atomic_load(&S.stop))
+            break;
+        pthread_mutex_lock(&slots_mu);
+        wake_gil_holder();
+        check_parked(now - last);
+        pthread_mutex_unlock(&slots_mu);
+        last = now;
+    }
+    return NULL;
+}
+
+static int start_helpers(void)
+{
+    atomic_store(&S.stop, 0);
+    S.have_thread = pthread_create(&S.thread, NULL, sampler_main, NULL) == 0;
+    if (S.have_thread && S.mode == PP_SAMPLE_WALL)
+        S.have_ticker = pthread_create(&S.ticker, NULL, ticker_main, NULL) == 0;
+    return S.have_thread && (S.mode != PP_SAMPLE_WALL || S.have_ticker) ? 0 : -1;
+}
+
+/* GIL held; waits for them with it released (the helper may be waiting for it). */
+static void join_helpers(void)
+{
+    pthread_t th = S.thread, tk = S.ticker;
+    int h = S.have_thread, t = S.have_ticker;
+    S.have_thread = S.have_ticker = 0;
+    wake_helper();
+    Py_BEGIN_ALLOW_THREADS
+    if (h)
+        pthread_join(th, NULL);
+    if (t)
+        pthread_join(tk, NULL);
+    Py_END_ALLOW_THREADS
 }
 
 /* ------------------------------------------------------ start / stop */
@@ -784,22 +858,22 @@ static int timer_arm(int64_t interval_ns)
  * handler keeps filling the ring. */
 static int helper_paused, helper_joining;
 
-pid_t pp_sampler_helper_pause(void)
+int pp_sampler_helper_pause(pid_t tids[2])
 {
     if (S.pid != getpid())
         return 0;
-    if (!S.have_thread)
-        return helper_paused ? S.helper_tid : 0;    /* another thread's fork paused it */
-    pthread_t th = S.thread;
-    pid_t tid = S.helper_tid;
-    S.have_thread = 0;
-    helper_paused = helper_joining = 1;
-    wake_helper();
-    Py_BEGIN_ALLOW_THREADS              /* it may be waiting for our GIL */
-    pthread_join(th, NULL);
-    Py_END_ALLOW_THREADS
-    helper_joining = 0;
-    return tid;
+    int n = 0;
+    if (!S.have_thread && !helper_paused)
+        return 0;
+    tids[n++] = S.helper_tid;           /* paused already: by another thread's fork */
+    if (S.mode == PP_SAMPLE_WALL)
+        tids[n++] = S.ticker_tid;
+    if (S.have_thread) {
+        helper_paused = helper_joining = 1;
+        join_helpers();
+        helper_joining = 0;
+    }
+    return n;
 }
 
 void pp_sampler_helper_resume(void)
@@ -809,8 +883,7 @@ void pp_sampler_helper_resume(void)
     helper_paused = 0;
     if (!atomic_load(&S.active) || S.have_thread || S.pid != getpid())
         return;                         /* stopped meanwhile */
-    atomic_store(&S.stop, 0);
-    S.have_thread = pthread_create(&S.thread, NULL, sampler_main, NULL) == 0;
+    (void)start_helpers();
 }
 
 static void atfork_prepare(void)
@@ -833,8 +906,9 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
-    /* The helper may have held the mutex at fork(): the child's copy is new. */
+    /* The helper may have held the mutexes at fork(): the child's copies are new. */
     pthread_mutex_init(&wake_mu, NULL);
+    pthread_mutex_init(&slots_mu, NULL);
     wake_cv_ready = 0;
     /* No helper thread here: the child does not sample (its profiler's stop
      * knows, by pid). */
@@ -959,16 +1033,22 @@ int pp_sampler_start(pp_sampling *p)
     S.started_ns = mono_ns();
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
-    if (S.mode == PP_SAMPLE_WALL)
+    if (S.mode == PP_SAMPLE_WALL) {
+        pthread_mutex_lock(&slots_mu);
         refresh_slots();
-    if (pthread_create(&S.thread, NULL, sampler_main, NULL) != 0) {
+        pthread_mutex_unlock(&slots_mu);
+    }
+    if (start_helpers() != 0) {
+        join_helpers();
         atomic_store(&S.active, 0);
+        pthread_mutex_lock(&slots_mu);
+        delete_slots(1);
+        pthread_mutex_unlock(&slots_mu);
         S.prof = NULL;
         Py_CLEAR(S.owner);
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
         return -1;
     }
-    S.have_thread = 1;
     if (S.mode == PP_SAMPLE_CPU && timer_arm(S.interval_ns) != 0) {
         pp_sampler_stop(p);
         PyErr_SetFromErrno(PyExc_OSError);
@@ -991,16 +1071,12 @@ int pp_sampler_stop(pp_sampling *p)
         atomic_store(&S.stop, 1);
     if (own_process && S.mode == PP_SAMPLE_CPU)
         timer_arm(0);
+    pthread_mutex_lock(&slots_mu);
     delete_slots(own_process);          /* a forked child has none of the timers */
-    if (S.have_thread) {
-        if (own_process) {
-            /* The helper may be waiting for the GIL we hold. */
-            Py_BEGIN_ALLOW_THREADS
-            pthread_join(S.thread, NULL);
-            Py_END_ALLOW_THREADS
-        }
-        S.have_thread = 0;
-    }
+    pthread_mutex_unlock(&slots_mu);
+    if (own_process)
+        join_helpers();
+    S.have_thread = S.have_ticker = 0;
     atomic_store_explicit(&S.active, 0, memory_order_release);
     S.stopped_ns = mono_ns();
     S.cpu1_ns = process_cpu_ns();

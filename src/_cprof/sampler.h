@@ -89,9 +89,9 @@ void pp_sampling_free(pp_sampling *p);
 /* Start / stop sampling with p's options (GIL held). One sampler per process. */
 int pp_sampler_start(pp_sampling *p);
 int pp_sampler_stop(pp_sampling *p);
-/* Around fork (GIL held, in the forking process): stop the helper thread,
- * returning its kernel tid (0: none ran), and start it again. */
-pid_t pp_sampler_helper_pause(void);
+/* Around fork (GIL held, in the forking process): stop the helper threads,
+ * giving their kernel tids in tids (returns how many), and start them again. */
+int pp_sampler_helper_pause(pid_t tids[2]);
 void pp_sampler_helper_resume(void);
 /* Move what the handler recorded into p's stack table (GIL held). */
 void pp_sampler_drain(pp_sampling *p);

@@ -57,13 +57,19 @@ typedef struct {
     /* helper thread and control (GIL held) */
     pthread_t thread;
     int have_thread;
+    /* wall mode: the ticker, which never takes the GIL (see sampler.c) */
+    pthread_t ticker;
+    int have_ticker;
+    pid_t ticker_tid;
+    _Atomic int64_t recheck_ns;     /* how often the ticker looks at each parked thread */
     _Atomic int stop;
     _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
     _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
     pid_t pid;
     pid_t helper_tid;
-    /* wall mode: one slot per Python thread (its timers; the list is touched
-     * with the GIL held: start, the helper's refresh, stop) */
+    /* wall mode: one slot per Python thread (its timers; the list changes
+     * with the GIL and slots_mu held: start, the helper's refresh, stop; the
+     * ticker reads it under slots_mu) */
     struct wslot **slots;
     uint32_t nslots, cap_slots;
     uintptr_t threads_head;         /* the interpreter's newest thread state at the last refresh */
