@@ -19,7 +19,9 @@
  * so that it keeps time while the helper waits for it (a thousand threads
  * woken at once can hold the GIL for most of a second): every tick it wakes
  * parked threads it sees running and notes when each parked one was last seen
- * alive, which bounds the charge of one that ends while parked.
+ * alive, which bounds the charge of one that ends while parked. When the ring
+ * is three quarters full (the helper waiting for the GIL), it moves the
+ * records to a spill buffer (sampler_drain.c) rather than let samples drop.
  *
  * Drain (GIL held): sampler_drain.c.
  *
@@ -100,6 +102,8 @@ static __thread struct {
     int64_t done_ns;            /* when this thread's last sample ended */
     uint64_t run;               /* S.run of `last` */
     int64_t last;               /* the clock (CPU or wall, per mode) at the last recorded sample */
+    pid_t tid;                  /* this thread's kernel id, read once per run (a forked child's differs) */
+    uint64_t tid_run;
 } s_tls __attribute__((tls_model("initial-exec")));
 
 static int64_t mono_ns(void)
@@ -228,8 +232,12 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
     if (p < a || p >= a + (uintptr_t)used * sizeof(wslot) || (p - a) % sizeof(wslot))
         return NULL;
     wslot *sl = (wslot *)p;
+    if (s_tls.tid_run != S.run) {
+        s_tls.tid = (pid_t)syscall(SYS_gettid);
+        s_tls.tid_run = S.run;
+    }
     if (atomic_load_explicit(&sl->magic, memory_order_acquire) != SLOT_MAGIC
-        || sl->run != S.run || sl->tid != (pid_t)syscall(SYS_gettid))
+        || sl->run != S.run || sl->tid != s_tls.tid)
         return NULL;
     *kind = (int)(v & 3);
     return sl;
@@ -264,10 +272,13 @@ static void unpark(wslot *sl)
     timer_settime(sl->wake, 0, &off, NULL);
     int64_t now = mono_ns(), ran = thread_cpu_ns() - sl->cpu_parked;
     int64_t prev = atomic_load(&sl->accounted), since;
-    do
-        since = ran > 0 && now - ran > prev ? now - ran : ran > 0 ? prev : now;
-    while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
-    write_repeat(sl->tid, sl->ident, now, since - prev);
+    do {
+        since = now;                    /* blocked all along */
+        if (ran > 0)                    /* it ran: up to when it started to, at the earliest */
+            since = now - ran > prev ? now - ran : prev;
+    } while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
+    if (!write_repeat(sl->tid, sl->ident, now, since - prev))
+        atomic_compare_exchange_strong(&sl->accounted, &since, prev);  /* carries to its next sample */
     timer_settime(sl->tick, 0, &tick, NULL);
     atomic_fetch_add_explicit(&S.woken, 1, memory_order_relaxed);
     s_tls.cpu_ns = thread_cpu_ns();
@@ -524,6 +535,8 @@ static void refresh_slots(void)
         (void)pp_index_put(&by_tid, (uint64_t)S.slots[i]->tid + 1, i);
     }
     S.threads_head = pp_interp_threads_head();
+    if (S.prof)
+        S.prof->threads->sample_pass++;
     PyInterpreterState *interp = PyInterpreterState_Main();
     int64_t now = mono_ns();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
@@ -812,6 +825,9 @@ static void *ticker_main(void *arg)
         check_parked(now - last);
         pthread_mutex_unlock(&slots_mu);
         last = now;
+        /* the helper drains at half full; if it is kept waiting for the GIL */
+        if (atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 4 * 3)
+            pp_sampler_spill();
     }
     return NULL;
 }
@@ -909,6 +925,7 @@ static void atfork_child(void)
     /* The helper may have held the mutexes at fork(): the child's copies are new. */
     pthread_mutex_init(&wake_mu, NULL);
     pthread_mutex_init(&slots_mu, NULL);
+    pp_sampler_drain_atfork_child();
     wake_cv_ready = 0;
     /* No helper thread here: the child does not sample (its profiler's stop
      * knows, by pid). */

@@ -6,7 +6,8 @@
  * objects alive), offsets become lines. A code object that dies before its
  * samples are drained is caught by the code watcher, which drains first and
  * records the dying object by name (a "ghost"), never by reference. Wall
- * mode's REPEAT records charge a thread's last stack.
+ * mode's REPEAT records charge a thread's last stack. The spill: records
+ * the ticker moves out of the ring (no GIL) while the drain cannot run.
  * Never: runs in the signal handler; reads a ring record not yet published.
  */
 #define _GNU_SOURCE
@@ -228,84 +229,160 @@ static uint32_t get_last_stack(uint32_t thread)
     return thread < nlast ? last_stack[thread] : PP_NONE;
 }
 
-static void drain_locked(pp_sampling *p)
+/* One published record into the stack table. */
+static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
 {
     pp_samples *s = &p->samples;
+    s->drained++;
+    if (r->pad & REC_REPEAT) {
+        uint32_t thread = sample_thread(p, r->tid, r->ident);
+        uint32_t st = thread == PP_NONE ? PP_NONE : get_last_stack(thread);
+        if (st != PP_NONE)
+            add_sample(s, thread, st, PP_STATE_IDLE, r->weight_ns,
+                       (uint64_t)((r->weight_ns + S.interval_ns / 2) / S.interval_ns));
+        return;
+    }
+    const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
+    const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
+    uint32_t n = r->nframes;
+    /* Frames from the root up to the runner's (the CLI's frame running
+     * the program) are pyprof's, not the program's. */
+    int runner_only = 0;
+    for (uint32_t i = 0; p->root && i < n; i++) {
+        if (raw[i].code == (uintptr_t)p->root) {
+            /* In the runner's own work (waiting for threads...), not the
+             * program's: its frame calls something else than the program. */
+            runner_only = i == 0 || (p->program
+                                     && raw[i - 1].code != (uintptr_t)p->program);
+            n = i;
+            break;
+        }
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
+        PyObject *code = (PyObject *)raw[i].code;
+        uint32_t fid = code_fid(p, code);
+        if (fid == PP_NONE)
+            continue;
+        uint32_t line = frame_line(s, fid, code, raw[i].offset);
+        if (S.native && (raw[i].flags & PP_RAW_ENTRY))
+            line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
+        fr[kept++] = (uint64_t)fid << 32 | line;
+    }
+    n = kept;
+    uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
+    uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
+    if (st != PP_NONE)
+        add_sample(s, thread, st, r->state, r->weight_ns, 1);
+    if (thread != PP_NONE)
+        set_last_stack(thread, st);
+    else if (runner_only) {
+        uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
+        if (ix != PP_NONE)
+            set_last_stack(ix, PP_NONE);
+    }
+    s->truncated += r->truncated;
+    s->foreign += r->state == PP_STATE_OTHER;
+}
+
+/* The ring's consumers - the drain (GIL held) and the spill (the ticker,
+ * without it) - take records from its tail one at a time, under ring_mu. */
+static pthread_mutex_t ring_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The oldest published record, or NULL (none; or a corrupt length: never
+ * read past it). */
+static rawrec *ring_next(uint32_t *len_out)
+{
+    uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
+    if (tail == head)
+        return NULL;
+    rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
+    uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
+    if (len == 0)
+        return NULL;                    /* reserved, not yet published */
+    if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
+        S.corrupt = 1;                  /* cannot happen */
+        return NULL;
+    }
+    *len_out = len;
+    return r;
+}
+
+static void ring_pop(rawrec *r, uint32_t len)
+{
+    /* All of it, not just the header: a later record may start anywhere in
+     * here, and a stale nonzero len would publish it unwritten. */
+    memset(r, 0, len);
+    atomic_store_explicit(&S.tail, atomic_load_explicit(&S.tail, memory_order_relaxed) + len,
+                          memory_order_release);
+}
+
+/* Records moved out of the ring while the drain could not run (it waits for
+ * the GIL, which a crowd of threads can hold for seconds): drained first,
+ * in order. Bounded; past it the ring fills and drops, counted. */
+#define SPILL_MAX ((size_t)64 << 20)
+static unsigned char *spill;
+static size_t spill_used, spill_cap;
+static _Atomic int spill_pending;
+
+void pp_sampler_spill(void)
+{
+    pthread_mutex_lock(&ring_mu);
+    uint32_t len;
+    rawrec *r;
+    while ((r = ring_next(&len)) != NULL) {
+        if (spill_used + len > spill_cap) {
+            size_t cap = spill_cap ? spill_cap * 2 : (size_t)RING_BYTES;
+            while (cap < spill_used + len)
+                cap *= 2;
+            if (cap > SPILL_MAX)
+                break;
+            unsigned char *b = realloc(spill, cap);
+            if (b == NULL)
+                break;
+            spill = b;
+            spill_cap = cap;
+        }
+        memcpy(spill + spill_used, r, len);
+        spill_used += len;
+        atomic_store(&spill_pending, 1);
+        ring_pop(r, len);
+    }
+    pthread_mutex_unlock(&ring_mu);
+}
+
+static void drain_locked(pp_sampling *p)
+{
     uint64_t fr[MAX_FRAMES];
     int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
-    for (;;) {
-        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_relaxed);
-        uint64_t head = atomic_load_explicit(&S.head, memory_order_acquire);
-        if (tail == head)
-            break;
-        rawrec *r = (rawrec *)(S.buf + (tail & (RING_BYTES - 1)));
-        uint32_t len = atomic_load_explicit(&r->len, memory_order_acquire);
-        if (len == 0)
-            break;                      /* reserved, not yet published */
-        if (len < sizeof(rawrec) || len > head - tail || len > RING_SLACK) {
-            S.corrupt = 1;              /* cannot happen; never read past it */
-            break;
-        }
-        if (r->pad & REC_REPEAT) {
-            uint32_t thread = sample_thread(p, r->tid, r->ident);
-            uint32_t st = thread == PP_NONE ? PP_NONE : get_last_stack(thread);
-            if (st != PP_NONE)
-                add_sample(s, thread, st, PP_STATE_IDLE, r->weight_ns,
-                           (uint64_t)((r->weight_ns + S.interval_ns / 2) / S.interval_ns));
-            s->drained++;
-            memset(r, 0, len);
-            atomic_store_explicit(&S.tail, tail + len, memory_order_release);
-            continue;
-        }
-        const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
-        const uintptr_t *nat = (const uintptr_t *)(raw + r->nframes);
-        uint32_t n = r->nframes;
-        /* Frames from the root up to the runner's (the CLI's frame running
-         * the program) are pyprof's, not the program's. */
-        int runner_only = 0;
-        for (uint32_t i = 0; p->root && i < n; i++) {
-            if (raw[i].code == (uintptr_t)p->root) {
-                /* In the runner's own work (waiting for threads...), not the
-                 * program's: its frame calls something else than the program. */
-                runner_only = i == 0 || (p->program
-                                         && raw[i - 1].code != (uintptr_t)p->program);
-                n = i;
-                break;
-            }
-        }
-        uint32_t kept = 0;
-        for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
-            PyObject *code = (PyObject *)raw[i].code;
-            uint32_t fid = code_fid(p, code);
-            if (fid == PP_NONE)
-                continue;
-            uint32_t line = frame_line(s, fid, code, raw[i].offset);
-            if (S.native && (raw[i].flags & PP_RAW_ENTRY))
-                line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
-            fr[kept++] = (uint64_t)fid << 32 | line;
-        }
-        n = kept;
-        uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
-        uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
-        if (st != PP_NONE)
-            add_sample(s, thread, st, r->state, r->weight_ns, 1);
-        if (thread != PP_NONE)
-            set_last_stack(thread, st);
-        else if (runner_only) {
-            uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
-            if (ix != PP_NONE)
-                set_last_stack(ix, PP_NONE);
-        }
-        s->drained++;
-        s->truncated += r->truncated;
-        s->foreign += r->state == PP_STATE_OTHER;
-        /* All of it, not just the header: a later record may start anywhere
-         * in here, and a stale nonzero len would publish it unwritten. */
-        memset(r, 0, len);
-        atomic_store_explicit(&S.tail, tail + len, memory_order_release);
+    p->threads->sample_pass++;
+    pthread_mutex_lock(&ring_mu);
+    for (size_t off = 0; off < spill_used;) {
+        const rawrec *r = (const rawrec *)(spill + off);
+        drain_record(p, r, fr);
+        off += atomic_load_explicit(&r->len, memory_order_relaxed);
     }
+    if (spill_used) {
+        free(spill);
+        spill = NULL;
+        spill_used = spill_cap = 0;
+        atomic_store(&spill_pending, 0);
+    }
+    uint32_t len;
+    rawrec *r;
+    while ((r = ring_next(&len)) != NULL) {
+        drain_record(p, r, fr);
+        ring_pop(r, len);
+    }
+    pthread_mutex_unlock(&ring_mu);
     if (gc_was)
         PyGC_Enable();
+}
+
+void pp_sampler_drain_atfork_child(void)
+{
+    pthread_mutex_init(&ring_mu, NULL);     /* the ticker may have held it */
 }
 
 void pp_sampler_drain(pp_sampling *p)
@@ -321,7 +398,8 @@ void pp_sampler_drain(pp_sampling *p)
 
 static int pending(void)
 {
-    return S.buf != NULL && atomic_load(&S.head) != atomic_load(&S.tail);
+    return S.buf != NULL && (atomic_load(&S.head) != atomic_load(&S.tail)
+                             || atomic_load(&spill_pending));
 }
 
 /* Before a code object goes, the samples that name it are drained. */

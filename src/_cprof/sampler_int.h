@@ -97,5 +97,9 @@ int pp_sampler_grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem)
 void pp_sampler_drain_reset(void);
 /* The code watcher's callback: samples naming a dying code object are drained. */
 void pp_sampler_drain_for_dying(PyObject *code);
+/* Without the GIL (the ticker): the ring's published records move to a
+ * buffer the next drain takes first. */
+void pp_sampler_spill(void);
+void pp_sampler_drain_atfork_child(void);
 
 #endif

@@ -182,11 +182,16 @@ pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident)
         if (ts == NULL)
             return NULL;
         ts->name_tries = ident ? 8 : 0;
+        ts->name_pass = s->sample_pass - 1;
         if (pp_index_put(&s->native, key, ts->index) < 0)
             return NULL;
     }
-    if (ts && ts->name_tries && ts->name == NULL)
+    /* Once per pass: the records of one drain are all read before the
+     * thread can enter threading._active (the drain holds the GIL). */
+    if (ts && ts->name_tries && ts->name == NULL && ts->name_pass != s->sample_pass) {
+        ts->name_pass = s->sample_pass;
         pp_thread_resolve_name(ts);
+    }
     return ts;
 }
 

@@ -28,6 +28,7 @@ typedef struct pp_thread {
     PyObject *name;             /* threading.Thread name, once known (strong) */
     uintptr_t cstack_guard;     /* 3.11 eval hook steps aside below this address (0: never) */
     int name_tries;             /* lookups left before giving up (raw threads) */
+    uint32_t name_pass;         /* sampled threads: the sampler pass of the last lookup */
     pp_tables t;
     pp_stack st;
     pp_stepbase step;           /* counters at the last pyprof.step() mark */
@@ -44,6 +45,7 @@ typedef struct pp_threadset {
     pp_index native;            /* sampled threads: kernel thread id + 1 -> index */
     pp_thread **byindex;        /* record of each index (NULL if it could not grow) */
     uint32_t cap_byindex;
+    uint32_t sample_pass;       /* bumped per drain and refresh: one name lookup per pass */
 } pp_threadset;
 
 /* The calling thread's record for the enabled profiler. initial-exec: a plain
