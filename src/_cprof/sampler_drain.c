@@ -218,11 +218,7 @@ static void set_last_stack(uint32_t thread, uint32_t st)
     last_stack[thread] = st;
 }
 
-void pp_sampler_drain_reset(void)
-{
-    for (uint32_t i = 0; i < nlast; i++)
-        last_stack[i] = PP_NONE;
-}
+
 
 static uint32_t get_last_stack(uint32_t thread)
 {
@@ -378,6 +374,18 @@ static void drain_locked(pp_sampling *p)
     pthread_mutex_unlock(&ring_mu);
     if (gc_was)
         PyGC_Enable();
+}
+
+void pp_sampler_drain_reset(void)
+{
+    for (uint32_t i = 0; i < nlast; i++)
+        last_stack[i] = PP_NONE;
+    pthread_mutex_lock(&ring_mu);       /* no helper runs: a spill left by an older run */
+    free(spill);
+    spill = NULL;
+    spill_used = spill_cap = 0;
+    atomic_store(&spill_pending, 0);
+    pthread_mutex_unlock(&ring_mu);
 }
 
 void pp_sampler_drain_atfork_child(void)
