@@ -66,7 +66,7 @@ pp_sampler_global pp_sampler_g;
  * A slot lives in an arena that is never unmapped (signals carry its address,
  * and one may arrive late), so the handler can check an address it is given. */
 #define PARK_TICKS 2
-#define PARK_MIN_NS (20 * 1000 * 1000)  /* a program alternating short waits never parks */
+#define PARK_MIN_NS (5 * 1000 * 1000)  /* a program alternating short waits never parks */
 #define WAKE_CPU_NS (200 * 1000)
 #define MAX_SLOTS 65536
 #define SLOT_MAGIC 0x70707773u
@@ -84,7 +84,8 @@ typedef struct wslot {
     int alive;                  /* seen by the current refresh */
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
-    int64_t cpu_parked;         /* its CPU clock when it parked */
+    _Atomic int64_t cpu_parked; /* its CPU clock when it parked (at the handler's end) */
+
     _Atomic int64_t seen_ns;    /* when it was last seen alive, parked */
     struct wslot *next_free;
 } wslot;
@@ -252,7 +253,7 @@ static void park(wslot *sl)
     struct itimerspec off = itimer_ns(0, 0), at = itimer_ns(ts_to_ns(c) + WAKE_CPU_NS, 0);
     if (timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
         return;
-    sl->cpu_parked = ts_to_ns(c);
+    atomic_store(&sl->cpu_parked, ts_to_ns(c));
     atomic_store(&sl->seen_ns, mono_ns());
     atomic_store(&sl->parked, 1);
     timer_settime(sl->tick, 0, &off, NULL);
@@ -270,7 +271,7 @@ static void unpark(wslot *sl)
         return;
     struct itimerspec off = itimer_ns(0, 0), tick = itimer_ns(S.interval_ns, S.interval_ns);
     timer_settime(sl->wake, 0, &off, NULL);
-    int64_t now = mono_ns(), ran = thread_cpu_ns() - sl->cpu_parked;
+    int64_t now = mono_ns(), ran = thread_cpu_ns() - atomic_load(&sl->cpu_parked);
     int64_t prev = atomic_load(&sl->accounted), since;
     do {
         since = now;                    /* blocked all along */
@@ -382,7 +383,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     atomic_store_explicit(&r->len, len, memory_order_release);
     atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
     if (sl) {                           /* after the record: parked time repeats this stack */
-        if (state != PP_STATE_IDLE)
+        /* no frames: a thread starting or ending, which will soon run */
+        if (state != PP_STATE_IDLE || nframes == 0)
             s_tls.idle_since = 0;
         else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run)
             s_tls.idle_since = now;
@@ -390,6 +392,11 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
                  && now - s_tls.idle_since >= PARK_MIN_NS)
             park(sl);
         s_tls.idle_run = S.run;
+    }
+    if (sl && atomic_load_explicit(&sl->parked, memory_order_relaxed)) {
+        struct timespec c;              /* the handler's own CPU is not a run */
+        if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0)
+            atomic_store(&sl->cpu_parked, ts_to_ns(c));
     }
 done:
     s_tls.done_ns = mono_ns();
@@ -647,12 +654,12 @@ static void wake_gil_holder(void)
  * (a short run between two blocking calls can escape both the CPU timer,
  * checked at kernel ticks, and the GIL check): it is woken to be sampled
  * again. Reads are budgeted per second, round robin: each parked thread is
- * looked at every tick while there are few, every CHECKS_PER_S / n s when
+ * looked at every tick while there are few, every n / CHECKS_PER_S s when
  * there are many. */
 #define CHECKS_PER_S 50000
 #define MOVED_CPU_NS (20 * 1000)
 
-static void check_parked(int64_t since_ns)
+static uint32_t check_parked(int64_t since_ns)
 {
     static uint32_t cursor;
     uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000), nparked = 0;
@@ -679,9 +686,10 @@ static void check_parked(int64_t since_ns)
             continue;
         }
         atomic_store(&sl->seen_ns, now);
-        if (ts_to_ns(c) - sl->cpu_parked > MOVED_CPU_NS)
+        if (ts_to_ns(c) - atomic_load(&sl->cpu_parked) > MOVED_CPU_NS)
             send_wake(sl);
     }
+    return nparked;
 }
 
 /* The helper sleeps on a condition variable, so that stop() wakes it at once
@@ -801,7 +809,11 @@ static void *sampler_main(void *arg)
 }
 
 /* Wall mode, never with the GIL: a parked thread holding the GIL wakes
- * within a tick; parked threads are looked at (check_parked). */
+ * within a tick; parked threads are looked at (check_parked). A tick is the
+ * interval, 2 ms at least: each costs a timed wake-up (tens of µs on a VM),
+ * and a late wake-up moves no time (unpark gives the CPU used since parking
+ * to the next sample). */
+#define TICKER_MIN_NS (2 * 1000 * 1000)
 static void *ticker_main(void *arg)
 {
     (void)arg;
@@ -810,7 +822,7 @@ static void *ticker_main(void *arg)
     sigaddset(&set, SIGPROF);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     S.ticker_tid = (pid_t)syscall(SYS_gettid);
-    int64_t tick = S.interval_ns < 1000000 ? 1000000 : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
+    int64_t tick = S.interval_ns < TICKER_MIN_NS ? TICKER_MIN_NS : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
     int64_t last = mono_ns(), next = last + tick;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
@@ -822,9 +834,11 @@ static void *ticker_main(void *arg)
             break;
         pthread_mutex_lock(&slots_mu);
         wake_gil_holder();
-        check_parked(now - last);
+        uint32_t nparked = check_parked(now - last);
         pthread_mutex_unlock(&slots_mu);
         last = now;
+        if (nparked == 0)               /* nothing to look at: seldom (a park is seen late, not wrong) */
+            next = now + SCAN_NS;
         /* the helper drains at half full; if it is kept waiting for the GIL */
         if (atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 4 * 3)
             pp_sampler_spill();
