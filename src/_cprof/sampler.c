@@ -751,15 +751,20 @@ static void check_takeover(void)
         atomic_store(&S.replaced, 1);
 }
 
-static void *sampler_main(void *arg)
+/* pyprof's own threads are not sampled: SIGPROF is kept away from them. */
+static pid_t own_thread_init(void)
 {
-    (void)arg;
-    /* The helper is not sampled: keep SIGPROF away from it. */
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPROF);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    S.helper_tid = (pid_t)syscall(SYS_gettid);
+    return (pid_t)syscall(SYS_gettid);
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    S.helper_tid = own_thread_init();
     int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
     int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0;
@@ -817,11 +822,7 @@ static void *sampler_main(void *arg)
 static void *ticker_main(void *arg)
 {
     (void)arg;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPROF);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    S.ticker_tid = (pid_t)syscall(SYS_gettid);
+    S.ticker_tid = own_thread_init();
     int64_t tick = S.interval_ns < TICKER_MIN_NS ? TICKER_MIN_NS : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
     int64_t last = mono_ns(), next = last + tick;
     while (!atomic_load(&S.stop)) {
