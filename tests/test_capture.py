@@ -63,14 +63,23 @@ def test_truncated_file_is_a_clear_error(capture, tmp_path, cut):
 
 
 def test_corrupt_bytes_are_a_clear_error(capture, tmp_path):
+    import zlib
+    from pyprof.model.codec import HEADER
     data = bytearray(capture[0].read_bytes())
+    payload = zlib.decompress(bytes(data[HEADER.size:]))
     for pos in range(30, len(data), max(1, len(data) // 25)):
         bad = bytearray(data)
         bad[pos] ^= 0x5A
         p = tmp_path / "c.cprof"
         p.write_bytes(bytes(bad))
-        with pytest.raises(pyprof.PyprofError, match="truncated or corrupt"):
+        try:
             Session.load(p)
+        except pyprof.PyprofError as e:
+            assert "truncated or corrupt" in str(e)
+            continue
+        # read without error: the flip hit bits the deflate stream ignores
+        # (seen once in a few hundred runs), and what is read is the original
+        assert zlib.decompress(bytes(bad[HEADER.size:])) == payload, pos
 
 
 def test_foreign_files(tmp_path):
