@@ -916,6 +916,60 @@ def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
     assert out["signals"] < 0.1 * n * rate * out["elapsed"], out["signals"]
 
 
+# Threads started under wall sampling start parked: the helper reads the new
+# thread's stack (it holds the GIL: the thread cannot be running Python) and
+# the thread gets no signal (one with --native, to unwind its native stack).
+QUIET_START = textwrap.dedent("""
+    import json, sys, threading, time
+    import pyprof
+
+    n, native = int(sys.argv[1]), sys.argv[2] == "1"
+    ev = threading.Event()
+
+    def blocked_here():
+        ev.wait()
+
+    p = pyprof.Profile(mode="sample", wall=True, rate=1000, native=native)
+    p.enable()
+    ts = [threading.Thread(target=blocked_here, name=f"w-{i}") for i in range(n)]
+    for t in ts:
+        t.start()
+    time.sleep(1.0)
+    p.disable()
+    ev.set()
+    for t in ts:
+        t.join()
+    s = p.session()
+    per = {}
+    for (t, sid, state), c in s.samples.items():
+        name = s.threads[t].name
+        if name and name.startswith("w-"):
+            fnames = {s.functions[fid].name for fid, _ in s.stacks[sid].frames}
+            key = "blocked" if "blocked_here" in fnames and state == 2 else "other"
+            per.setdefault(name, {"blocked": 0, "other": 0})[key] += c.weight
+    print(json.dumps({"per": per, "signals": s.info["sampling"]["signals"]}))
+""")
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_new_threads_start_parked_without_signals(tmp_path, native):
+    if native and "libunwind" not in pyprof._cprof.FEATURES:
+        pytest.skip("built without libunwind")
+    script = tmp_path / "quiet.py"
+    script.write_text(QUIET_START)
+    n = 300
+    r = subprocess.run([sys.executable, str(script), str(n), "1" if native else "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["per"]) == n
+    # every thread's second after the last start is on the stack it blocks in
+    for name, c in out["per"].items():
+        assert c["blocked"] >= 0.95e9 and c["other"] <= 0.02e9, (name, c)
+    # the main thread's ticks until it parks in sleep(); one signal per thread with --native
+    assert out["signals"] <= (n + 200 if native else 200), out["signals"]
+
+
 SUBINTERPRETERS = textwrap.dedent('''
     import sys
     code = """

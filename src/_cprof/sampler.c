@@ -56,44 +56,18 @@ pp_sampler_global pp_sampler_g;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
  * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
- * samples its wall timer stops (it is "parked") and the time it stays so is charged to its last stack, in the
- * idle state, without interrupting it (REPEAT records). It is woken - the
- * wall timer runs again - by a CPU-clock timer on the thread itself (it used
- * WAKE_CPU_NS of CPU: C code without the GIL, or Python) or by the helper when
- * it sees the thread hold the GIL. A tick then costs a signal per running
- * thread, nothing per parked one.
- *
- * A slot lives in an arena that is never unmapped (signals carry its address,
- * and one may arrive late), so the handler can check an address it is given. */
+ * samples its wall timer stops (it is "parked") and the time it stays so is
+ * charged to its last stack, in the idle state, without interrupting it
+ * (REPEAT records). A new thread starts parked, its first stack read by the
+ * helper. A parked thread is woken (SIG_WAKE) by a CPU-clock timer on itself
+ * (it used WAKE_CPU_NS of CPU) or by the ticker, which sees its CPU clock move
+ * or it hold the GIL. Woken, it is sampled; if it runs (holds the GIL, or
+ * uses CPU) its tick starts again, else (waiting for the GIL, blocked again)
+ * it stays parked on the new stack. A tick then costs a signal per running
+ * thread, nothing per parked one; a thread's wake-up costs one sample.
+ * The slots: sampler_wall.c. */
 #define PARK_TICKS 2
 #define PARK_MIN_NS (5 * 1000 * 1000)  /* a program alternating short waits never parks */
-#define WAKE_CPU_NS (200 * 1000)
-#define MAX_SLOTS 65536
-#define SLOT_MAGIC 0x70707773u
-enum { SIG_TICK = 0, SIG_WAKE = 1 };
-
-typedef struct wslot {
-    _Atomic uint32_t magic;     /* SLOT_MAGIC while in use */
-    pid_t tid;
-    uint64_t ts_id;             /* the thread state's serial */
-    uint64_t ident;
-    uintptr_t tstate;
-    uint64_t run;               /* S.run it belongs to */
-    timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
-    int have_wake;
-    int alive;                  /* seen by the current refresh */
-    _Atomic int parked;
-    _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
-    _Atomic int64_t cpu_parked; /* its CPU clock when it parked (at the handler's end) */
-
-    _Atomic int64_t seen_ns;    /* when it was last seen alive, parked */
-    struct wslot *next_free;
-} wslot;
-
-static wslot *arena;
-static uint32_t arena_used;
-static wslot *free_slots;
-static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;   /* S.slots: helper vs ticker */
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
@@ -106,13 +80,6 @@ static __thread struct {
     pid_t tid;                  /* this thread's kernel id, read once per run (a forked child's differs) */
     uint64_t tid_run;
 } s_tls __attribute__((tls_model("initial-exec")));
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int64_t process_cpu_ns(void)
 {
@@ -177,24 +144,9 @@ static int64_t sample_weight(int64_t now, int64_t *clock_now)
     return *clock_now > base ? *clock_now - base : 0;
 }
 
-static int64_t ts_to_ns(struct timespec t)
-{
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static struct itimerspec itimer_ns(int64_t value, int64_t interval)
-{
-    struct itimerspec its;
-    its.it_value.tv_sec = (time_t)(value / 1000000000);
-    its.it_value.tv_nsec = (long)(value % 1000000000);
-    its.it_interval.tv_sec = (time_t)(interval / 1000000000);
-    its.it_interval.tv_nsec = (long)(interval % 1000000000);
-    return its;
-}
-
 /* A record with no frames: `weight` of the thread's time, idle, on the stack
  * of its previous record. Async-signal-safe (the handler and the helper). */
-static int write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
+int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
 {
     if (weight <= 0)
         return 1;
@@ -220,16 +172,48 @@ static int write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
     return 1;
 }
 
+/* A sample into the ring, or 0 (full: dropped, counted). Async-signal-safe
+ * (the handler; the helper for a new thread's first sample). */
+int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
+                        const pp_rawframe *frames, int nframes, const uintptr_t *native,
+                        int nnative, int64_t weight)
+{
+    uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
+                              + (size_t)nnative * sizeof(uintptr_t));
+    len = (len + REC_ALIGN - 1) & ~(uint32_t)(REC_ALIGN - 1);
+    rawrec *r = ring_reserve(len);
+    if (r == NULL) {
+        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
+        return 0;
+    }
+    r->tid = tid;
+    r->ident = ident;
+    r->t_ns = now;
+    r->state = state;
+    r->truncated = (uint8_t)truncated;
+    r->nframes = (uint16_t)nframes;
+    r->nnative = (uint16_t)nnative;
+    r->pad = 0;
+    r->weight_ns = weight;
+    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
+    unsigned char *p = (unsigned char *)(r + 1);
+    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
+    memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
+    atomic_store_explicit(&r->len, len, memory_order_release);
+    atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
+    return 1;
+}
+
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
  * CPU mode, a signal from elsewhere, a stale one. */
 static wslot *signal_slot(const siginfo_t *info, int *kind)
 {
-    if (S.mode != PP_SAMPLE_WALL || arena == NULL || info == NULL
+    if (S.mode != PP_SAMPLE_WALL || pp_wall_arena == NULL || info == NULL
         || (info->si_code != SI_TIMER && info->si_code != SI_QUEUE))
         return NULL;
-    uintptr_t v = (uintptr_t)info->si_value.sival_ptr, a = (uintptr_t)arena;
+    uintptr_t v = (uintptr_t)info->si_value.sival_ptr, a = (uintptr_t)pp_wall_arena;
     uintptr_t p = v & ~(uintptr_t)3;
-    uint32_t used = __atomic_load_n(&arena_used, __ATOMIC_ACQUIRE);
+    uint32_t used = __atomic_load_n(&pp_wall_arena_used, __ATOMIC_ACQUIRE);
     if (p < a || p >= a + (uintptr_t)used * sizeof(wslot) || (p - a) % sizeof(wslot))
         return NULL;
     wslot *sl = (wslot *)p;
@@ -244,47 +228,65 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
     return sl;
 }
 
-/* On the thread, idle for PARK_NS: its tick stops, a CPU-clock timer wakes it. */
-static void park(wslot *sl)
+/* On the thread, idle for PARK_MIN_NS (or found blocked at a wake-up): its
+ * tick stops. */
+static void park(wslot *sl, int tick_running)
 {
-    struct timespec c;
-    if (!sl->have_wake || clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0)
-        return;
-    struct itimerspec off = itimer_ns(0, 0), at = itimer_ns(ts_to_ns(c) + WAKE_CPU_NS, 0);
-    if (timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
-        return;
-    atomic_store(&sl->cpu_parked, ts_to_ns(c));
-    atomic_store(&sl->seen_ns, mono_ns());
-    atomic_store(&sl->parked, 1);
-    timer_settime(sl->tick, 0, &off, NULL);
-    atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
+    struct itimerspec off = pp_itimer(0, 0);
+    if (pp_wall_set_parked(sl, thread_cpu_ns()) && tick_running)
+        timer_settime(sl->tick, 0, &off, NULL);
     s_tls.idle_since = 0;
 }
 
-/* On the thread (its CPU timer fired, or the helper saw it hold the GIL): the
- * time parked goes to its last stack, then its tick runs again. It is seen
- * some time after it woke: the CPU it used since it parked (a blocked thread
- * uses none) is that time, and goes to its next sample's stack instead. */
-static void unpark(wslot *sl)
+static void start_tick(wslot *sl)
+{
+    struct itimerspec tick = pp_itimer(S.interval_ns, S.interval_ns);
+    timer_settime(sl->tick, 0, &tick, NULL);
+}
+
+/* On the thread (its CPU timer fired, the ticker saw its CPU clock move or it
+ * hold the GIL): the time parked goes to its last stack. It is seen some time
+ * after it woke: the CPU it used since it parked (a blocked thread uses none)
+ * is that time, and goes to its next sample's stack instead. */
+static void unpark(wslot *sl, int64_t now, int64_t ran)
 {
     if (!atomic_exchange(&sl->parked, 0))
         return;
-    struct itimerspec off = itimer_ns(0, 0), tick = itimer_ns(S.interval_ns, S.interval_ns);
-    timer_settime(sl->wake, 0, &off, NULL);
-    int64_t now = mono_ns(), ran = thread_cpu_ns() - atomic_load(&sl->cpu_parked);
-    int64_t prev = atomic_load(&sl->accounted), since;
-    do {
-        since = now;                    /* blocked all along */
-        if (ran > 0)                    /* it ran: up to when it started to, at the earliest */
-            since = now - ran > prev ? now - ran : prev;
-    } while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
-    if (!write_repeat(sl->tid, sl->ident, now, since - prev))
-        atomic_compare_exchange_strong(&sl->accounted, &since, prev);  /* carries to its next sample */
-    timer_settime(sl->tick, 0, &tick, NULL);
+    atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&S.woken, 1, memory_order_relaxed);
+    struct itimerspec off = pp_itimer(0, 0);
+    timer_settime(sl->wake, 0, &off, NULL);
+    if (atomic_load(&sl->sampled)) {    /* else its first sample counts from its start */
+        /* it ran: up to when it started to, at the latest (it may have run
+         * slower), or when the ticker first saw it had run, if earlier */
+        int64_t left = ran > 0 ? now - ran : now, seen = atomic_load(&sl->left_ns);
+        if (seen > 0 && seen < left)
+            left = seen;
+        int64_t prev = atomic_load(&sl->accounted), since;
+        do {
+            since = left > prev ? left : prev;
+        } while (!atomic_compare_exchange_weak(&sl->accounted, &prev, since));
+        if (!pp_ring_write_repeat(sl->tid, sl->ident, now, since - prev))
+            atomic_compare_exchange_strong(&sl->accounted, &since, prev);  /* carries to its next sample */
+    }
     s_tls.cpu_ns = thread_cpu_ns();
     s_tls.wall_ns = now;
     s_tls.idle_since = 0;
+}
+
+/* A parked thread woken: does it run (its tick starts again) or was it woken
+ * by a short run and is blocked again (it is sampled once and stays parked)?
+ * It runs if it holds the GIL, or if it used a tenth of the time since it
+ * parked on a CPU and at least half the CPU timer's amount (C code without
+ * the GIL; a blocked thread uses ~0, and taking a signal a few µs). A
+ * thread waiting for the GIL, or back in a blocking call, stays parked: a
+ * convoy of woken threads costs one sample each, not one per tick. One
+ * judged blocked that runs is woken again by its CPU timer. */
+static int woken_runs(wslot *sl, int64_t now, int64_t ran)
+{
+    int attached = 0;
+    (void)pp_signal_tstate(&attached);
+    return attached || (ran >= WAKE_CPU_NS / 2 && ran * 10 > now - atomic_load(&sl->parked_ns));
 }
 
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
@@ -294,20 +296,28 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     if (!atomic_load_explicit(&S.active, memory_order_acquire)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
-    int kind = SIG_TICK;
+    int kind = SIG_TICK, repark = 0;
     wslot *sl = signal_slot(info, &kind);
+    int64_t now = pp_mono_ns();
     if (sl && kind == SIG_WAKE) {
-        unpark(sl);
-        goto out;
+        if (!atomic_load(&sl->parked))
+            goto out;
+        int64_t ran = thread_cpu_ns() - atomic_load(&sl->cpu_parked);
+        repark = !woken_runs(sl, now, ran);
+        unpark(sl, now, ran);
+        if (!repark) {
+            start_tick(sl);
+            goto out;
+        }
+        /* sampled now, then parked again (below) */
     }
-    if (sl && atomic_load(&sl->parked))
+    else if (sl && atomic_load(&sl->parked))
         goto out;                       /* a tick sent before it parked */
     atomic_fetch_add_explicit(&S.signals, 1, memory_order_relaxed);
     /* A signal already pending when the last sample ended (the rate is more
      * than this thread's samples can take): skip it, or the thread would do
      * nothing but sample. */
-    int64_t now = mono_ns();
-    if (now - s_tls.done_ns < S.interval_ns / 4) {
+    if (!repark && now - s_tls.done_ns < S.interval_ns / 4) {
         atomic_fetch_add_explicit(&S.throttled, 1, memory_order_relaxed);
         goto out;
     }
@@ -328,11 +338,12 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             /* Detached: C code that released the GIL (using CPU since the last
              * sample: a blocked thread uses ~0; a runnable one short of a CPU
              * still gets a share) or blocked. */
-            int64_t cpu = thread_cpu_ns(), wall = mono_ns();
+            int64_t cpu = thread_cpu_ns(), wall = pp_mono_ns();
             int64_t dcpu = cpu - s_tls.cpu_ns, dwall = wall - s_tls.wall_ns;
             /* A first sample in CPU mode: the kernel picked a running thread. */
             int busy = s_tls.wall_ns ? dwall > 0 && dcpu * 10 > dwall
                                      : S.mode == PP_SAMPLE_CPU;
+            busy = busy && !repark;     /* found blocked */
             state = busy ? PP_STATE_NATIVE : PP_STATE_IDLE;
             s_tls.cpu_ns = cpu;
             s_tls.wall_ns = wall;
@@ -353,36 +364,19 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         weight = sample_weight(now, &clock_now);
     }
 
-    uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
-                              + (size_t)nnative * sizeof(uintptr_t));
-    len = (len + REC_ALIGN - 1) & ~(uint32_t)(REC_ALIGN - 1);
-    rawrec *r = ring_reserve(len);
-    if (r == NULL) {
-        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
+    if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
+                      ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
+                      frames, nframes, native, nnative, weight))
         goto done;
-    }
-    if (sl)                             /* not parked: only this thread moves it now */
+    if (sl) {                           /* not parked: only this thread moves it now */
         atomic_store(&sl->accounted, now);
-    r->tid = ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid);
-    r->ident = ts ? (uint64_t)pp_tstate_ident(ts) : 0;
-    r->t_ns = now;
-    r->state = state;
-    r->truncated = (uint8_t)truncated;
-    r->nframes = (uint16_t)nframes;
-    r->nnative = (uint16_t)nnative;
-    r->pad = 0;
-    r->weight_ns = weight;
+        atomic_store(&sl->sampled, 1);
+    }
     /* Only a recorded sample moves the base: a throttled or dropped one
      * carries its time into the next. */
     s_tls.run = S.run;
     s_tls.last = clock_now;
-    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
-    unsigned char *p = (unsigned char *)(r + 1);
-    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
-    memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
-    atomic_store_explicit(&r->len, len, memory_order_release);
-    atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
-    if (sl) {                           /* after the record: parked time repeats this stack */
+    if (sl && !repark) {                /* after the record: parked time repeats this stack */
         /* no frames: a thread starting or ending, which will soon run */
         if (state != PP_STATE_IDLE || nframes == 0)
             s_tls.idle_since = 0;
@@ -390,307 +384,27 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             s_tls.idle_since = now;
         else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
                  && now - s_tls.idle_since >= PARK_MIN_NS)
-            park(sl);
+            park(sl, 1);
         s_tls.idle_run = S.run;
+    }
+done:
+    if (repark) {                       /* a recorded stack to repeat, or it runs */
+        if (atomic_load(&sl->sampled) && nframes > 0)
+            park(sl, 0);
+        if (!atomic_load(&sl->parked))
+            start_tick(sl);
     }
     if (sl && atomic_load_explicit(&sl->parked, memory_order_relaxed)) {
         struct timespec c;              /* the handler's own CPU is not a run */
         if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0)
-            atomic_store(&sl->cpu_parked, ts_to_ns(c));
+            atomic_store(&sl->cpu_parked, pp_ts_ns(c));
     }
-done:
-    s_tls.done_ns = mono_ns();
+    s_tls.done_ns = pp_mono_ns();
 out:
     errno = saved_errno;
 }
 
-/* ---------------------------------------------------------- helper thread */
-
-#ifndef sigev_notify_thread_id
-#define sigev_notify_thread_id _sigev_un._tid
-#endif
-
-/* Wall mode: every Python thread gets a CLOCK_MONOTONIC timer whose signal the
- * kernel sends to that thread at expiry. A helper sending the signals instead
- * must itself be scheduled on time: on a busy CPU it runs late while the
- * program computes and on time while it sleeps, which biases wall shares
- * toward sleeping code. A thread idle long enough parks (see PARK_TICKS): its
- * timer stops until it runs again. Slots of threads that are gone are dropped
- * (GIL held: the thread list cannot change under us). */
-
-static wslot *new_slot(void)
-{
-    if (free_slots) {
-        wslot *sl = free_slots;
-        free_slots = sl->next_free;
-        return sl;
-    }
-    if (arena == NULL) {
-        void *m = mmap(NULL, (size_t)MAX_SLOTS * sizeof(wslot), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m == MAP_FAILED)
-            return NULL;
-        arena = m;
-    }
-    if (arena_used == MAX_SLOTS)
-        return NULL;
-    wslot *sl = &arena[arena_used];
-    __atomic_store_n(&arena_used, arena_used + 1, __ATOMIC_RELEASE);
-    return sl;
-}
-
-/* The time a parked thread has been idle goes into the ring (before a drain,
- * at stop; GIL held, so the slot list is stable). */
-static void flush_parked(void)
-{
-    int64_t now = mono_ns();
-    for (uint32_t i = 0; i < S.nslots; i++) {
-        wslot *sl = S.slots[i];
-        if (atomic_load(&sl->parked)) {
-            int64_t prev = atomic_exchange(&sl->accounted, now);
-            if (!write_repeat(sl->tid, sl->ident, now, now - prev))
-                atomic_compare_exchange_strong(&sl->accounted, &now, prev);    /* carries */
-            now = mono_ns();
-        }
-    }
-}
-
-/* A parked thread found gone at `now`: it ended after it was last seen, and
- * before the ticker's next look at it; charged to halfway. */
-static int64_t ended_at(wslot *sl, int64_t now)
-{
-    int64_t seen = atomic_load(&sl->seen_ns), gap = now - seen;
-    int64_t recheck = atomic_load(&S.recheck_ns);
-    if (recheck > 0 && gap > recheck)
-        gap = recheck;
-    return gap > 0 ? seen + gap / 2 : now;
-}
-
-static void drop_slot(wslot *sl, int own_process)
-{
-    if (atomic_exchange(&sl->parked, 0)) {
-        /* a thread that ended while parked: up to when it was last seen alive */
-        struct timespec c;
-        int64_t end = mono_ns();
-        if (own_process && clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0)
-            end = ended_at(sl, end);
-        int64_t prev = atomic_exchange(&sl->accounted, end);
-        write_repeat(sl->tid, sl->ident, end, end - prev);
-    }
-    atomic_store(&sl->magic, 0);
-    if (own_process) {
-        timer_delete(sl->tick);
-        if (sl->have_wake)
-            timer_delete(sl->wake);
-    }
-    sl->next_free = free_slots;
-    free_slots = sl;
-}
-
-/* When a thread of this process started, on CLOCK_MONOTONIC (Linux: its
- * start in clock ticks since boot), or 0: a thread found a few ticks after it
- * started is charged from its start, as it would have been sampled. */
-static int64_t thread_start_ns(pid_t tid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", (long)tid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');        /* the name may hold spaces */
-    if (p == NULL)
-        return 0;
-    for (int field = 2; field < 22 && p; field++)   /* starttime is field 22 */
-        p = strchr(p + 1, ' ');
-    long hz = sysconf(_SC_CLK_TCK);
-    struct timespec boot, mono;
-    if (p == NULL || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0
-        || clock_gettime(CLOCK_MONOTONIC, &mono) != 0)
-        return 0;
-    unsigned long long ticks = strtoull(p + 1, NULL, 10);
-    int64_t since_boot = (int64_t)(ticks * (1000000000ull / (unsigned long long)hz));
-    return ts_to_ns(mono) - (ts_to_ns(boot) - since_boot);
-}
-
-static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
-{
-    struct sigevent ev;
-    memset(&ev, 0, sizeof ev);
-    ev.sigev_notify = SIGEV_THREAD_ID;
-    ev.sigev_signo = SIGPROF;
-    ev.sigev_notify_thread_id = tid;
-    ev.sigev_value.sival_ptr = value;
-    return timer_create(clock, &ev, out);
-}
-
-/* GIL held: a slot with its timers for every Python thread with a kernel
- * thread; the slots of threads that are gone are dropped. */
-static void refresh_slots(void)
-{
-    static pp_index by_tid;
-    int unbound = 0;
-    if (by_tid.e == NULL && pp_index_init(&by_tid, 64) < 0)
-        return;
-    pp_index_clear(&by_tid);
-    for (uint32_t i = 0; i < S.nslots; i++) {
-        S.slots[i]->alive = 0;
-        (void)pp_index_put(&by_tid, (uint64_t)S.slots[i]->tid + 1, i);
-    }
-    S.threads_head = pp_interp_threads_head();
-    if (S.prof)
-        S.prof->threads->sample_pass++;
-    PyInterpreterState *interp = PyInterpreterState_Main();
-    int64_t now = mono_ns();
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
-         ts = PyThreadState_Next(ts)) {
-        pid_t tid = (pid_t)pp_tstate_native_tid(ts);
-        if (tid == 0)
-            unbound = 1;                /* started, not yet running: look again soon */
-        if (tid == 0 || tid == S.helper_tid)
-            continue;
-        uint32_t i = pp_index_get(&by_tid, (uint64_t)tid + 1);
-        if (i != PP_NONE && S.slots[i]->ts_id == pp_tstate_serial(ts)) {
-            S.slots[i]->alive = 1;
-            S.slots[i]->tstate = (uintptr_t)ts;
-            continue;
-        }
-        if (pp_tstate_prealloc(interp, ts)) {      /* O(threads): new states only */
-            unbound = 1;
-            continue;
-        }
-        if (S.prof)             /* its record, in the order threads appear */
-            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
-        if (S.nslots == S.cap_slots
-            && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
-            break;
-        wslot *sl = new_slot();
-        if (sl == NULL)
-            break;
-        sl->tid = tid;
-        sl->ts_id = pp_tstate_serial(ts);
-        sl->ident = (uint64_t)pp_tstate_ident(ts);
-        sl->tstate = (uintptr_t)ts;
-        sl->run = S.run;
-        sl->alive = 1;
-        atomic_store(&sl->parked, 0);
-        /* threads alive at start count from the start, later ones from theirs */
-        int64_t born = thread_start_ns(tid);
-        atomic_store(&sl->accounted, born <= 0 || born > now ? now
-                                     : born < S.started_ns ? S.started_ns : born);
-        if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
-            sl->next_free = free_slots;     /* the thread just exited, or out of timers */
-            free_slots = sl;
-            continue;
-        }
-        /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): the thread's CPU clock */
-        sl->have_wake = make_timer((clockid_t)((~(unsigned)tid << 3) | 6), tid,
-                                   (char *)sl + SIG_WAKE, &sl->wake) == 0;
-        atomic_store_explicit(&sl->magic, SLOT_MAGIC, memory_order_release);
-        struct itimerspec its = itimer_ns(S.interval_ns, S.interval_ns);
-        if (timer_settime(sl->tick, 0, &its, NULL) != 0) {
-            drop_slot(sl, 1);
-            continue;
-        }
-        S.slots[S.nslots++] = sl;
-    }
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < S.nslots; i++) {
-        if (S.slots[i]->alive)
-            S.slots[k++] = S.slots[i];
-        else
-            drop_slot(S.slots[i], 1);
-    }
-    S.nslots = k;
-    atomic_store(&S.unbound, unbound);
-}
-
-static void delete_slots(int own_process)
-{
-    for (uint32_t i = 0; i < S.nslots; i++)
-        drop_slot(S.slots[i], own_process);
-    S.nslots = 0;
-}
-
-static void send_wake(wslot *sl)
-{
-    siginfo_t si;
-    memset(&si, 0, sizeof si);
-    si.si_signo = SIGPROF;
-    si.si_code = SI_QUEUE;
-    si.si_pid = getpid();
-    si.si_uid = getuid();
-    si.si_value.sival_ptr = (char *)sl + SIG_WAKE;
-    syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
-}
-
-/* Without the GIL: a parked thread seen holding the GIL runs Python again. */
-static void wake_gil_holder(void)
-{
-    static uintptr_t holder;
-    static wslot *slot;
-    uintptr_t h = pp_gil_holder();
-    if (h == 0)
-        return;
-    if (h != holder || slot == NULL || slot->tstate != h
-        || atomic_load(&slot->magic) != SLOT_MAGIC) {
-        holder = h;
-        slot = NULL;
-        for (uint32_t i = 0; i < S.nslots; i++)
-            if (S.slots[i]->tstate == h) {
-                slot = S.slots[i];
-                break;
-            }
-    }
-    if (slot != NULL && atomic_load(&slot->parked))
-        send_wake(slot);
-}
-
-/* Without the GIL: a parked thread whose CPU clock moved ran since it parked
- * (a short run between two blocking calls can escape both the CPU timer,
- * checked at kernel ticks, and the GIL check): it is woken to be sampled
- * again. Reads are budgeted per second, round robin: each parked thread is
- * looked at every tick while there are few, every n / CHECKS_PER_S s when
- * there are many. */
-#define CHECKS_PER_S 50000
-#define MOVED_CPU_NS (20 * 1000)
-
-static uint32_t check_parked(int64_t since_ns)
-{
-    static uint32_t cursor;
-    uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000), nparked = 0;
-    if (budget < 8)
-        budget = 8;
-    for (uint32_t i = 0; i < S.nslots; i++)
-        nparked += (uint32_t)atomic_load_explicit(&S.slots[i]->parked, memory_order_relaxed);
-    int64_t per = (int64_t)nparked * 1000000000 / CHECKS_PER_S;
-    atomic_store(&S.recheck_ns, per > since_ns ? per : since_ns);
-    for (uint32_t k = 0; k < S.nslots && budget; k++) {
-        wslot *sl = S.slots[cursor++ % S.nslots];
-        if (!atomic_load(&sl->parked))
-            continue;
-        budget--;
-        struct timespec c;
-        int64_t now = mono_ns();
-        if (clock_gettime((clockid_t)((~(unsigned)sl->tid << 3) | 6), &c) != 0) {
-            /* ended while parked, since we last saw it: charged to halfway */
-            if (atomic_exchange(&sl->parked, 0)) {
-                int64_t end = ended_at(sl, now);
-                int64_t prev = atomic_exchange(&sl->accounted, end);
-                write_repeat(sl->tid, sl->ident, end, end - prev);
-            }
-            continue;
-        }
-        atomic_store(&sl->seen_ns, now);
-        if (ts_to_ns(c) - atomic_load(&sl->cpu_parked) > MOVED_CPU_NS)
-            send_wake(sl);
-    }
-    return nparked;
-}
+/* ---------------------------------------------------- helper and ticker */
 
 /* The helper sleeps on a condition variable, so that stop() wakes it at once
  * (joining it must not wait out a drain period). */
@@ -717,7 +431,7 @@ static void sleep_until(int64_t t)
 {
     struct timespec ts = {(time_t)(t / 1000000000), (long)(t % 1000000000)};
     pthread_mutex_lock(&wake_mu);
-    while (!atomic_load(&S.stop) && mono_ns() < t)
+    while (!atomic_load(&S.stop) && pp_mono_ns() < t)
         if (pthread_cond_timedwait(&wake_cv, &wake_mu, &ts) == ETIMEDOUT)
             break;
     pthread_mutex_unlock(&wake_mu);
@@ -751,9 +465,11 @@ static void check_takeover(void)
         atomic_store(&S.replaced, 1);
 }
 
-/* pyprof's own threads are not sampled: SIGPROF is kept away from them. */
-static pid_t own_thread_init(void)
+/* pyprof's own threads are not sampled: SIGPROF is kept away from them.
+ * Named, for top, ps and debuggers. */
+static pid_t own_thread_init(const char *name)
 {
+    pthread_setname_np(pthread_self(), name);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPROF);
@@ -764,14 +480,14 @@ static pid_t own_thread_init(void)
 static void *sampler_main(void *arg)
 {
     (void)arg;
-    S.helper_tid = own_thread_init();
+    S.helper_tid = own_thread_init("pyprof-helper");
     int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
-    int64_t next = mono_ns() + tick, next_drain = mono_ns() + DRAIN_NS, flush_due = next_drain;
+    int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
-        int64_t now = mono_ns();
+        int64_t now = pp_mono_ns();
         if (next < now)                 /* fell behind: skip ticks, do not burst */
             next = now + tick;
         if (atomic_load(&S.stop))
@@ -793,16 +509,16 @@ static void *sampler_main(void *arg)
             PyGILState_STATE g = PyGILState_Ensure();
             if (!atomic_load(&S.stop) && S.prof) {
                 if (S.mode == PP_SAMPLE_WALL && now >= flush_due) {
-                    pthread_mutex_lock(&slots_mu);
-                    flush_parked();         /* per drain period, not per new thread */
-                    pthread_mutex_unlock(&slots_mu);
+                    pthread_mutex_lock(&pp_wall_mu);
+                    pp_wall_flush();         /* per drain period, not per new thread */
+                    pthread_mutex_unlock(&pp_wall_mu);
                     flush_due = now + DRAIN_NS;
                 }
                 pp_sampler_drain(S.prof);
                 if (S.mode == PP_SAMPLE_WALL) {
-                    pthread_mutex_lock(&slots_mu);
-                    refresh_slots();
-                    pthread_mutex_unlock(&slots_mu);
+                    pthread_mutex_lock(&pp_wall_mu);
+                    pp_wall_refresh();
+                    pthread_mutex_unlock(&pp_wall_mu);
                 }
                 if (S.prof->periodic)
                     S.prof->periodic(S.prof->periodic_arg);    /* --dump-every */
@@ -818,25 +534,25 @@ static void *sampler_main(void *arg)
  * interval, 2 ms at least: each costs a timed wake-up (tens of µs on a VM),
  * and a late wake-up moves no time (unpark gives the CPU used since parking
  * to the next sample). */
-#define TICKER_MIN_NS (2 * 1000 * 1000)
+#define TICKER_MIN_NS (5 * 1000 * 1000)
 static void *ticker_main(void *arg)
 {
     (void)arg;
-    S.ticker_tid = own_thread_init();
+    S.ticker_tid = own_thread_init("pyprof-ticker");
     int64_t tick = S.interval_ns < TICKER_MIN_NS ? TICKER_MIN_NS : S.interval_ns > SCAN_NS ? SCAN_NS : S.interval_ns;
-    int64_t last = mono_ns(), next = last + tick;
+    int64_t last = pp_mono_ns(), next = last + tick;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
-        int64_t now = mono_ns();
+        int64_t now = pp_mono_ns();
         next += tick;
         if (next < now)                 /* fell behind: skip ticks, do not burst */
             next = now + tick;
         if (atomic_load(&S.stop))
             break;
-        pthread_mutex_lock(&slots_mu);
-        wake_gil_holder();
-        uint32_t nparked = check_parked(now - last);
-        pthread_mutex_unlock(&slots_mu);
+        pthread_mutex_lock(&pp_wall_mu);
+        pp_wall_wake_gil_holder();
+        uint32_t nparked = pp_wall_check_parked(now - last);
+        pthread_mutex_unlock(&pp_wall_mu);
         last = now;
         if (nparked == 0)               /* nothing to look at: seldom (a park is seen late, not wrong) */
             next = now + SCAN_NS;
@@ -939,7 +655,7 @@ static void atfork_child(void)
 {
     /* The helper may have held the mutexes at fork(): the child's copies are new. */
     pthread_mutex_init(&wake_mu, NULL);
-    pthread_mutex_init(&slots_mu, NULL);
+    pthread_mutex_init(&pp_wall_mu, NULL);
     pp_sampler_drain_atfork_child();
     wake_cv_ready = 0;
     /* No helper thread here: the child does not sample (its profiler's stop
@@ -963,7 +679,7 @@ static void read_start_clocks(void)
         pid_t tid = (pid_t)atoi(e->d_name);
         struct timespec t;
         /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): what glibc's pthread_getcpuclockid gives */
-        if (tid > 0 && clock_gettime((clockid_t)((~(unsigned)tid << 3) | 6), &t) == 0) {
+        if (tid > 0 && clock_gettime(pp_thread_cpu_clock(tid), &t) == 0) {
             S.base[S.nbase].tid = tid;
             S.base[S.nbase++].cpu_ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
         }
@@ -1040,6 +756,7 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.replaced, 0);
     atomic_store(&S.unbound, 0);
     atomic_store(&S.parked, 0);
+    atomic_store(&S.nparked, 0);
     atomic_store(&S.woken, 0);
     atomic_store(&S.idle_ticks, 0);
     pp_sampler_drain_reset();
@@ -1062,20 +779,20 @@ int pp_sampler_start(pp_sampling *p)
         return -1;
     }
     read_start_clocks();
-    S.started_ns = mono_ns();
+    S.started_ns = pp_mono_ns();
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
     if (S.mode == PP_SAMPLE_WALL) {
-        pthread_mutex_lock(&slots_mu);
-        refresh_slots();
-        pthread_mutex_unlock(&slots_mu);
+        pthread_mutex_lock(&pp_wall_mu);
+        pp_wall_refresh();
+        pthread_mutex_unlock(&pp_wall_mu);
     }
     if (start_helpers() != 0) {
         join_helpers();
         atomic_store(&S.active, 0);
-        pthread_mutex_lock(&slots_mu);
-        delete_slots(1);
-        pthread_mutex_unlock(&slots_mu);
+        pthread_mutex_lock(&pp_wall_mu);
+        pp_wall_delete(1);
+        pthread_mutex_unlock(&pp_wall_mu);
         S.prof = NULL;
         Py_CLEAR(S.owner);
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
@@ -1103,14 +820,14 @@ int pp_sampler_stop(pp_sampling *p)
         atomic_store(&S.stop, 1);
     if (own_process && S.mode == PP_SAMPLE_CPU)
         timer_arm(0);
-    pthread_mutex_lock(&slots_mu);
-    delete_slots(own_process);          /* a forked child has none of the timers */
-    pthread_mutex_unlock(&slots_mu);
+    pthread_mutex_lock(&pp_wall_mu);
+    pp_wall_delete(own_process);          /* a forked child has none of the timers */
+    pthread_mutex_unlock(&pp_wall_mu);
     if (own_process)
         join_helpers();
     S.have_thread = S.have_ticker = 0;
     atomic_store_explicit(&S.active, 0, memory_order_release);
-    S.stopped_ns = mono_ns();
+    S.stopped_ns = pp_mono_ns();
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     pp_sampler_drain(p);
@@ -1135,7 +852,7 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->throttled = atomic_load(&S.throttled);
     out->weight_ns = atomic_load(&S.weight_ns);
     out->started_ns = S.started_ns;
-    out->stopped_ns = atomic_load(&S.active) ? mono_ns() : S.stopped_ns;
+    out->stopped_ns = atomic_load(&S.active) ? pp_mono_ns() : S.stopped_ns;
     out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
     out->parked = atomic_load(&S.parked);

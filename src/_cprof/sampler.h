@@ -104,7 +104,7 @@ typedef struct {
     int64_t started_ns, stopped_ns;
     int64_t cpu_ns;             /* process CPU time while sampling */
     int replaced;               /* the program replaced our SIGPROF handler or timer */
-    uint64_t parked, woken;     /* wall mode: idle threads whose timer stopped; restarted */
+    uint64_t parked, woken;     /* wall mode: threads parked (their tick stopped); woken (sampled again) */
     uint64_t idle_ticks;        /* wall mode: the ticks parked threads were charged without a signal */
 } pp_sampler_info;
 void pp_sampler_get_info(pp_sampler_info *out);

@@ -5,11 +5,13 @@
 #ifndef PP_SAMPLER_INT_H
 #define PP_SAMPLER_INT_H
 
+#include "frames.h"
 #include "sampler.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/types.h>
+#include <time.h>
 
 #define MAX_FRAMES 256
 #define MAX_NATIVE 128
@@ -73,7 +75,8 @@ typedef struct {
     struct wslot **slots;
     uint32_t nslots, cap_slots;
     uintptr_t threads_head;         /* the interpreter's newest thread state at the last refresh */
-    _Atomic uint64_t parked, woken, idle_ticks;
+    _Atomic uint64_t parked, woken, idle_ticks;     /* counts, for the capture's info */
+    _Atomic uint32_t nparked;       /* slots parked now */
     pp_sampling *prof;              /* the sampling state (its owner kept alive) */
     PyObject *owner;                /* strong while sampling */
     int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
@@ -91,6 +94,89 @@ typedef struct {
 /* The process's one sampler. */
 extern pp_sampler_global pp_sampler_g;
 #define S pp_sampler_g
+
+static inline int64_t pp_ts_ns(struct timespec t)
+{
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline int64_t pp_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return pp_ts_ns(ts);
+}
+
+static inline struct itimerspec pp_itimer(int64_t value, int64_t interval)
+{
+    struct itimerspec its;
+    its.it_value.tv_sec = (time_t)(value / 1000000000);
+    its.it_value.tv_nsec = (long)(value % 1000000000);
+    its.it_interval.tv_sec = (time_t)(interval / 1000000000);
+    its.it_interval.tv_nsec = (long)(interval % 1000000000);
+    return its;
+}
+
+/* Linux: another thread's CPU clock (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED),
+ * what glibc's pthread_getcpuclockid gives). */
+static inline clockid_t pp_thread_cpu_clock(pid_t tid)
+{
+    return (clockid_t)((~(unsigned)tid << 3) | 6);
+}
+
+/* The ring's writers (sampler.c): async-signal-safe; 0 if the ring is full
+ * (dropped, counted). A repeat is `weight` of the thread's time, idle, on the
+ * stack of its previous record. */
+int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight);
+int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
+                         const pp_rawframe *frames, int nframes, const uintptr_t *native,
+                         int nnative, int64_t weight);
+
+/* ---- wall mode's thread slots (sampler_wall.c; see sampler.c on parking) */
+
+#define WAKE_CPU_NS (200 * 1000)        /* a parked thread that used this much CPU is woken */
+#define MAX_SLOTS 65536
+#define SLOT_MAGIC 0x70707773u
+enum { SIG_TICK = 0, SIG_WAKE = 1 };    /* a signal's kind, in the low bits of its slot address */
+
+typedef struct wslot {
+    _Atomic uint32_t magic;     /* SLOT_MAGIC while in use */
+    pid_t tid;
+    uint64_t ts_id;             /* the thread state's serial */
+    uint64_t ident;
+    uintptr_t tstate;
+    uint64_t run;               /* S.run it belongs to */
+    timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
+    int have_wake;
+    int alive;                  /* seen by the current refresh */
+    _Atomic int parked;
+    _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
+    _Atomic int64_t cpu_parked; /* its CPU clock when it parked (at the handler's end) */
+    _Atomic int64_t seen_ns;    /* when it was last seen alive, parked */
+    _Atomic int64_t parked_ns;  /* when it last parked */
+    _Atomic int64_t left_ns;    /* parked, seen to have run since about then (0: not seen) */
+    _Atomic int sampled;        /* it has a record this run (a repeat needs a stack) */
+    struct wslot *next_free;
+} wslot;
+
+/* Slots live in an arena that is never unmapped (signals carry a slot's
+ * address, and one may arrive late), so the handler can check an address. */
+extern wslot *pp_wall_arena;
+extern uint32_t pp_wall_arena_used;
+extern pthread_mutex_t pp_wall_mu;      /* S.slots: the helper vs the ticker */
+
+/* Parks a slot whose thread's CPU clock reads `cpu` (its tick is stopped by
+ * the caller); 0 if it cannot be woken. Async-signal-safe. */
+int pp_wall_set_parked(wslot *sl, int64_t cpu);
+/* GIL and pp_wall_mu held: a slot for every new Python thread, the slots of
+ * threads that are gone dropped; parked threads' time into the ring; all. */
+void pp_wall_refresh(void);
+void pp_wall_flush(void);
+void pp_wall_delete(int own_process);
+/* The ticker (pp_wall_mu held, never the GIL): wake a parked GIL holder;
+ * look at parked threads' CPU clocks. Returns how many are parked. */
+void pp_wall_wake_gil_holder(void);
+uint32_t pp_wall_check_parked(int64_t since_ns);
 
 int pp_sampler_grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem);
 /* A new run: no thread has a last stack yet. */

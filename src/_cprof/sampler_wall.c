@@ -1,0 +1,423 @@
+/* sampler_wall.c — wall mode's thread slots (sampler_int.h).
+ *
+ * Owns: one slot per Python thread — its timers (a CLOCK_MONOTONIC tick, a
+ * CPU-clock wake-up), whether it is parked, the time charged for it — made
+ * and dropped by the helper (GIL held), looked at by the ticker (without the
+ * GIL), and parked or woken by the thread's own signal handler (sampler.c).
+ * The slot list changes under pp_wall_mu and the GIL; the ticker reads it
+ * under pp_wall_mu.
+ * Never: frees a slot's memory (a late signal may carry its address).
+ */
+#define _GNU_SOURCE
+#include "sampler_int.h"
+
+#include "frames.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+wslot *pp_wall_arena;
+uint32_t pp_wall_arena_used;
+static wslot *free_slots;
+pthread_mutex_t pp_wall_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void send_wake(wslot *sl);
+
+/* Parks a slot whose thread's CPU clock reads `cpu`: a CPU-clock timer will
+ * wake it; its tick is stopped by the caller. 0 if it cannot be woken. */
+int pp_wall_set_parked(wslot *sl, int64_t cpu)
+{
+    struct itimerspec at = pp_itimer(cpu + WAKE_CPU_NS, 0);
+    if (!sl->have_wake || timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
+        return 0;
+    int64_t now = pp_mono_ns();
+    atomic_store(&sl->cpu_parked, cpu);
+    atomic_store(&sl->seen_ns, now);
+    atomic_store(&sl->parked_ns, now);
+    atomic_store(&sl->left_ns, 0);
+    atomic_store(&sl->parked, 1);
+    atomic_fetch_add_explicit(&S.nparked, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
+    return 1;
+}
+
+/* ------------------------------------------------ the helper's side (GIL) */
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+/* Wall mode: every Python thread gets a CLOCK_MONOTONIC timer whose signal the
+ * kernel sends to that thread at expiry. A helper sending the signals instead
+ * must itself be scheduled on time: on a busy CPU it runs late while the
+ * program computes and on time while it sleeps, which biases wall shares
+ * toward sleeping code. A thread idle long enough parks (sampler.c): its
+ * timer stops until it runs again. Slots of threads that are gone are dropped
+ * (GIL held: the thread list cannot change under us). */
+
+static wslot *new_slot(void)
+{
+    if (free_slots) {
+        wslot *sl = free_slots;
+        free_slots = sl->next_free;
+        return sl;
+    }
+    if (pp_wall_arena == NULL) {
+        void *m = mmap(NULL, (size_t)MAX_SLOTS * sizeof(wslot), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        pp_wall_arena = m;
+    }
+    if (pp_wall_arena_used == MAX_SLOTS)
+        return NULL;
+    wslot *sl = &pp_wall_arena[pp_wall_arena_used];
+    __atomic_store_n(&pp_wall_arena_used, pp_wall_arena_used + 1, __ATOMIC_RELEASE);
+    return sl;
+}
+
+/* The time a parked thread has been idle goes into the ring (before a drain,
+ * at stop; GIL held, so the slot list is stable). */
+void pp_wall_flush(void)
+{
+    int64_t now = pp_mono_ns();
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        wslot *sl = S.slots[i];
+        if (atomic_load(&sl->parked) && atomic_load(&sl->sampled)) {
+            /* woken, not yet awake: its last stack only up to when it ran */
+            int64_t left = atomic_load(&sl->left_ns), upto = left > 0 && left < now ? left : now;
+            int64_t prev = atomic_load(&sl->accounted);
+            if (prev < upto && atomic_compare_exchange_strong(&sl->accounted, &prev, upto)
+                && !pp_ring_write_repeat(sl->tid, sl->ident, upto, upto - prev))
+                atomic_compare_exchange_strong(&sl->accounted, &upto, prev);   /* carries */
+            now = pp_mono_ns();
+        }
+    }
+}
+
+/* A parked thread found gone at `now`: it ended after it was last seen, and
+ * before the ticker's next look at it; charged to halfway. */
+static int64_t ended_at(wslot *sl, int64_t now)
+{
+    int64_t seen = atomic_load(&sl->seen_ns), gap = now - seen;
+    int64_t recheck = atomic_load(&S.recheck_ns);
+    if (recheck > 0 && gap > recheck)
+        gap = recheck;
+    return gap > 0 ? seen + gap / 2 : now;
+}
+
+/* A thread that ended while parked (its slot taken from the parked ones):
+ * its last stack is charged up to when it was seen to run again, if it was
+ * (woken, it could not take the signal: its exit had begun), the rest of its
+ * life, without Python frames, to none of its code; else up to `end`. */
+static void charge_ended(wslot *sl, int64_t end)
+{
+    int64_t prev = atomic_exchange(&sl->accounted, end);
+    int64_t left = atomic_load(&sl->left_ns);
+    pp_rawframe no_frames[1];
+    uintptr_t no_native[1];
+    if (left > prev && left < end) {
+        pp_ring_write_repeat(sl->tid, sl->ident, left, left - prev);
+        pp_ring_write_sample((uint32_t)sl->tid, sl->ident, end, PP_STATE_IDLE, 0, no_frames, 0,
+                     no_native, 0, end - left);
+    }
+    else
+        pp_ring_write_repeat(sl->tid, sl->ident, end, end - prev);
+}
+
+static void drop_slot(wslot *sl, int own_process)
+{
+    if (atomic_exchange(&sl->parked, 0)) {
+        /* a thread that ended while parked: up to when it was last seen alive
+         * (or now, if its kernel thread still exits) */
+        atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
+        struct timespec c;
+        int64_t end = pp_mono_ns();
+        if (own_process && clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
+            end = ended_at(sl, end);
+        charge_ended(sl, end);
+    }
+    atomic_store(&sl->magic, 0);
+    if (own_process) {
+        timer_delete(sl->tick);
+        if (sl->have_wake)
+            timer_delete(sl->wake);
+    }
+    sl->next_free = free_slots;
+    free_slots = sl;
+}
+
+/* When a thread of this process started, on CLOCK_MONOTONIC (Linux: its
+ * start in clock ticks since boot), or 0: a thread found a few ticks after it
+ * started is charged from its start, as it would have been sampled. */
+static int64_t thread_start_ns(pid_t tid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", (long)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');        /* the name may hold spaces */
+    if (p == NULL)
+        return 0;
+    for (int field = 2; field < 22 && p; field++)   /* starttime is field 22 */
+        p = strchr(p + 1, ' ');
+    long hz = sysconf(_SC_CLK_TCK);
+    struct timespec boot, mono;
+    if (p == NULL || hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0
+        || clock_gettime(CLOCK_MONOTONIC, &mono) != 0)
+        return 0;
+    unsigned long long ticks = strtoull(p + 1, NULL, 10);
+    int64_t since_boot = (int64_t)(ticks * (1000000000ull / (unsigned long long)hz));
+    return pp_ts_ns(mono) - (pp_ts_ns(boot) - since_boot);
+}
+
+static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
+{
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SIGPROF;
+    ev.sigev_notify_thread_id = tid;
+    ev.sigev_value.sival_ptr = value;
+    return timer_create(clock, &ev, out);
+}
+
+
+#define YOUNG_NS (50 * 1000 * 1000)
+
+/* GIL held. A new thread starts parked: it does not run Python now (we hold
+ * the GIL), and most threads a program starts wait for work. Its first
+ * sample is taken here, from its frames (the GIL keeps them still), unless
+ * native stacks are asked: then it is woken once to take it itself. If it
+ * runs, it is woken as any parked thread is, and its tick starts. 0: it
+ * ticks from now (the calling thread; a thread without Python frames yet). */
+static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
+{
+    struct timespec c;
+    if (sl->tid == self || clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
+        return 0;
+    if (S.native)
+        return pp_wall_set_parked(sl, pp_ts_ns(c)) ? (send_wake(sl), 1) : 0;
+    pp_rawframe frames[MAX_FRAMES];
+    uintptr_t no_native[1];
+    int truncated = 0;
+    int nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
+    int64_t now = pp_mono_ns(), from = atomic_load(&sl->accounted);
+    if (nframes <= 0 || !pp_ring_write_sample(sl->tid, sl->ident, now, PP_STATE_IDLE, truncated, frames,
+                                      nframes, no_native, 0, now > from ? now - from : 0))
+        return 0;
+    atomic_store(&sl->accounted, now);
+    atomic_store(&sl->sampled, 1);
+    return pp_wall_set_parked(sl, pp_ts_ns(c));
+}
+
+/* GIL held: a slot with its timers for every Python thread with a kernel
+ * thread; the slots of threads that are gone are dropped. */
+void pp_wall_refresh(void)
+{
+    static pp_index by_tid;
+    int unbound = 0;
+    if (by_tid.e == NULL && pp_index_init(&by_tid, 64) < 0)
+        return;
+    pp_index_clear(&by_tid);
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        S.slots[i]->alive = 0;
+        (void)pp_index_put(&by_tid, (uint64_t)S.slots[i]->tid + 1, i);
+    }
+    S.threads_head = pp_interp_threads_head();
+    if (S.prof)
+        S.prof->threads->sample_pass++;
+    PyInterpreterState *interp = PyInterpreterState_Main();
+    int64_t now = pp_mono_ns();
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
+         ts = PyThreadState_Next(ts)) {
+        pid_t tid = (pid_t)pp_tstate_native_tid(ts);
+        if (tid == 0)
+            unbound = 1;                /* started, not yet running: look again soon */
+        if (tid == 0 || tid == S.helper_tid)
+            continue;
+        uint32_t i = pp_index_get(&by_tid, (uint64_t)tid + 1);
+        if (i != PP_NONE && S.slots[i]->ts_id == pp_tstate_serial(ts)) {
+            S.slots[i]->alive = 1;
+            S.slots[i]->tstate = (uintptr_t)ts;
+            continue;
+        }
+        if (pp_tstate_prealloc(interp, ts)) {      /* O(threads): new states only */
+            unbound = 1;
+            continue;
+        }
+        /* A thread with no Python frames yet (its start waits for the GIL)
+         * is looked at again at the next refresh: it then has the stack it
+         * waits in, and starts parked rather than ticking until it parks. */
+        int64_t born = thread_start_ns(tid);
+        pp_rawframe top[1];
+        int cut = 0;
+        if (tid != self && born > 0 && now - born < YOUNG_NS && pp_frames_walk(ts, top, 1, &cut) == 0) {
+            unbound = 1;
+            continue;
+        }
+        if (S.prof)             /* its record, in the order threads appear */
+            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
+        if (S.nslots == S.cap_slots
+            && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
+            break;
+        wslot *sl = new_slot();
+        if (sl == NULL)
+            break;
+        sl->tid = tid;
+        sl->ts_id = pp_tstate_serial(ts);
+        sl->ident = (uint64_t)pp_tstate_ident(ts);
+        sl->tstate = (uintptr_t)ts;
+        sl->run = S.run;
+        sl->alive = 1;
+        atomic_store(&sl->parked, 0);
+        atomic_store(&sl->sampled, 0);
+        /* threads alive at start count from the start, later ones from theirs */
+        atomic_store(&sl->accounted, born <= 0 || born > now ? now
+                                     : born < S.started_ns ? S.started_ns : born);
+        if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
+            sl->next_free = free_slots;     /* the thread just exited, or out of timers */
+            free_slots = sl;
+            continue;
+        }
+        sl->have_wake = make_timer(pp_thread_cpu_clock(tid), tid,
+                                   (char *)sl + SIG_WAKE, &sl->wake) == 0;
+        atomic_store_explicit(&sl->magic, SLOT_MAGIC, memory_order_release);
+        if (!start_parked(sl, ts, self)) {
+            struct itimerspec its = pp_itimer(S.interval_ns, S.interval_ns);
+            if (timer_settime(sl->tick, 0, &its, NULL) != 0) {
+                drop_slot(sl, 1);
+                continue;
+            }
+        }
+        S.slots[S.nslots++] = sl;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        if (S.slots[i]->alive)
+            S.slots[k++] = S.slots[i];
+        else
+            drop_slot(S.slots[i], 1);
+    }
+    S.nslots = k;
+    atomic_store(&S.unbound, unbound);
+}
+
+void pp_wall_delete(int own_process)
+{
+    for (uint32_t i = 0; i < S.nslots; i++)
+        drop_slot(S.slots[i], own_process);
+    S.nslots = 0;
+}
+
+/* ------------------------------------------------ the ticker's side (no GIL) */
+
+static void send_wake(wslot *sl)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    si.si_signo = SIGPROF;
+    si.si_code = SI_QUEUE;
+    si.si_pid = getpid();
+    si.si_uid = getuid();
+    si.si_value.sival_ptr = (char *)sl + SIG_WAKE;
+    syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
+}
+
+/* Without the GIL: a parked thread seen holding the GIL runs Python again. */
+void pp_wall_wake_gil_holder(void)
+{
+    static uintptr_t holder;
+    static wslot *slot;
+    uintptr_t h = pp_gil_holder();
+    if (h == 0)
+        return;
+    if (h != holder || slot == NULL || slot->tstate != h
+        || atomic_load(&slot->magic) != SLOT_MAGIC) {
+        holder = h;
+        slot = NULL;
+        for (uint32_t i = 0; i < S.nslots; i++)
+            if (S.slots[i]->tstate == h) {
+                slot = S.slots[i];
+                break;
+            }
+    }
+    if (slot != NULL && atomic_load(&slot->parked))
+        send_wake(slot);
+}
+
+/* Without the GIL: a parked thread whose CPU clock moved ran since it parked
+ * (a short run between two blocking calls can escape both the CPU timer,
+ * checked at kernel ticks, and the GIL check): it is woken to be sampled
+ * again. Reads are budgeted per second, round robin: each parked thread is
+ * looked at every tick while there are few, every n / CHECKS_PER_S s when
+ * there are many. A read costs ~0.2 µs. MOVED_CPU_NS: a blocked thread's
+ * clock creeps (the kernel's wake-ups, CPython's 5 ms GIL waits: 1-5 µs
+ * each); returning from a blocking call into Python uses more. Wake-ups
+ * are budgeted too (WAKES_PER_S, a sample each): a crowd of threads queueing
+ * for the GIL moves all the time, and waking each at every move would slow
+ * the queue itself (it did: 48,000 signals for 1,000 threads, 10x the plain
+ * run's CPU). One woken that cannot take the signal (its exit has begun) is
+ * charged to its old stack only up to then (left_ns). */
+#define CHECKS_PER_S 50000
+#define WAKES_PER_S 10000
+#define MOVED_CPU_NS (10 * 1000)
+
+uint32_t pp_wall_check_parked(int64_t since_ns)
+{
+    static uint32_t cursor;
+    uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000);
+    uint32_t wakes = (uint32_t)(WAKES_PER_S * since_ns / 1000000000);
+    uint32_t nparked = atomic_load_explicit(&S.nparked, memory_order_relaxed);
+    if (budget < 8)
+        budget = 8;
+    if (wakes < 4)
+        wakes = 4;
+    int64_t per = (int64_t)nparked * 1000000000 / CHECKS_PER_S;
+    atomic_store(&S.recheck_ns, per > since_ns ? per : since_ns);
+    for (uint32_t k = 0; k < S.nslots && budget; k++) {
+        wslot *sl = S.slots[cursor++ % S.nslots];
+        if (!atomic_load(&sl->parked))
+            continue;
+        budget--;
+        struct timespec c;
+        int64_t now = pp_mono_ns();
+        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0) {
+            /* ended while parked, since we last saw it: charged to halfway */
+            if (atomic_exchange(&sl->parked, 0)) {
+                atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
+                int64_t end = ended_at(sl, now);
+                charge_ended(sl, end);
+            }
+            continue;
+        }
+        atomic_store(&sl->seen_ns, now);
+        int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
+        if (ran > MOVED_CPU_NS && wakes) {
+            /* it ran since it parked: from now - ran at the latest (the first
+             * look that woke it), in case it cannot take the signal */
+            int64_t none = 0, left = now - ran, since = atomic_load(&sl->parked_ns);
+            atomic_compare_exchange_strong(&sl->left_ns, &none, left > since ? left : since);
+            wakes--;
+            send_wake(sl);
+        }
+    }
+    return nparked;
+}
+
