@@ -175,8 +175,8 @@ int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
 /* A sample into the ring, or 0 (full: dropped, counted). Async-signal-safe
  * (the handler; the helper for a new thread's first sample). */
 int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
-                        const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                        int nnative, int64_t weight)
+                         const pp_rawframe *frames, int nframes, const uintptr_t *native,
+                         int nnative, int64_t weight)
 {
     uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
                               + (size_t)nnative * sizeof(uintptr_t));
@@ -365,8 +365,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     }
 
     if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
-                      ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
-                      frames, nframes, native, nnative, weight))
+                              ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
+                              frames, nframes, native, nnative, weight))
         goto done;
     if (sl) {                           /* not parked: only this thread moves it now */
         atomic_store(&sl->accounted, now);
@@ -530,10 +530,11 @@ static void *sampler_main(void *arg)
 }
 
 /* Wall mode, never with the GIL: a parked thread holding the GIL wakes
- * within a tick; parked threads are looked at (check_parked). A tick is the
- * interval, 2 ms at least: each costs a timed wake-up (tens of µs on a VM),
- * and a late wake-up moves no time (unpark gives the CPU used since parking
- * to the next sample). */
+ * within a tick; parked threads are looked at (pp_wall_check_parked). A tick
+ * is the interval, 5 ms at least: each costs a timed wake-up (tens of µs on a
+ * VM), and a late wake-up moves no time (unpark gives the CPU used since
+ * parking to the next sample; a parked thread's CPU timer catches it within
+ * a kernel tick of CPU anyway). */
 #define TICKER_MIN_NS (5 * 1000 * 1000)
 static void *ticker_main(void *arg)
 {

@@ -128,7 +128,7 @@ static void charge_ended(wslot *sl, int64_t end)
     if (left > prev && left < end) {
         pp_ring_write_repeat(sl->tid, sl->ident, left, left - prev);
         pp_ring_write_sample((uint32_t)sl->tid, sl->ident, end, PP_STATE_IDLE, 0, no_frames, 0,
-                     no_native, 0, end - left);
+                             no_native, 0, end - left);
     }
     else
         pp_ring_write_repeat(sl->tid, sl->ident, end, end - prev);
@@ -218,8 +218,9 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     int truncated = 0;
     int nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
     int64_t now = pp_mono_ns(), from = atomic_load(&sl->accounted);
-    if (nframes <= 0 || !pp_ring_write_sample(sl->tid, sl->ident, now, PP_STATE_IDLE, truncated, frames,
-                                      nframes, no_native, 0, now > from ? now - from : 0))
+    if (nframes <= 0
+        || !pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
+                                 frames, nframes, no_native, 0, now > from ? now - from : 0))
         return 0;
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
