@@ -228,10 +228,17 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
     return sl;
 }
 
-/* On the thread, idle for PARK_MIN_NS (or found blocked at a wake-up): its
- * tick stops. */
-static void park(wslot *sl, int tick_running)
+/* On the thread, idle for PARK_MIN_NS (or found blocked at a wake-up, at
+ * the leaf frame `leaf`): its tick stops. */
+static void park(wslot *sl, int tick_running, uint64_t leaf)
 {
+    int64_t moved = MOVED_CPU_NS;
+    if (!tick_running && leaf == sl->leaf) {
+        moved = atomic_load(&sl->moved_ns) * 2;
+        moved = moved < MOVED_CPU_NS ? MOVED_CPU_NS : moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
+    }
+    sl->leaf = leaf;
+    atomic_store(&sl->moved_ns, moved);
     struct itimerspec off = pp_itimer(0, 0);
     if (pp_wall_set_parked(sl, thread_cpu_ns()) && tick_running)
         timer_settime(sl->tick, 0, &off, NULL);
@@ -384,13 +391,13 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             s_tls.idle_since = now;
         else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
                  && now - s_tls.idle_since >= PARK_MIN_NS)
-            park(sl, 1);
+            park(sl, 1, pp_leaf_key(frames, nframes));
         s_tls.idle_run = S.run;
     }
 done:
     if (repark) {                       /* a recorded stack to repeat, or it runs */
         if (atomic_load(&sl->sampled) && nframes > 0)
-            park(sl, 0);
+            park(sl, 0, pp_leaf_key(frames, nframes));
         if (!atomic_load(&sl->parked))
             start_tick(sl);
     }

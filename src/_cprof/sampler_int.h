@@ -135,6 +135,17 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
 /* ---- wall mode's thread slots (sampler_wall.c; see sampler.c on parking) */
 
 #define WAKE_CPU_NS (200 * 1000)        /* a parked thread that used this much CPU is woken */
+/* A parked thread whose CPU clock moved this much is woken by the ticker: a
+ * blocked thread's clock creeps (kernel wake-ups, CPython's 5 ms GIL waits:
+ * 1-5 µs each); returning from a blocking call into Python uses more. Found
+ * blocked again at the same place (queueing for the GIL), twice as much, up
+ * to MOVED_MAX_NS: a crowd of waiters is not woken at every creep. */
+#define MOVED_CPU_NS (10 * 1000)
+#define MOVED_MAX_NS (40 * 1000)
+static inline uint64_t pp_leaf_key(const pp_rawframe *frames, int nframes)
+{
+    return nframes > 0 ? (uint64_t)frames[0].code ^ ((uint64_t)frames[0].offset << 1) : 0;
+}
 #define MAX_SLOTS 65536
 #define SLOT_MAGIC 0x70707773u
 enum { SIG_TICK = 0, SIG_WAKE = 1 };    /* a signal's kind, in the low bits of its slot address */
@@ -156,6 +167,8 @@ typedef struct wslot {
     _Atomic int64_t parked_ns;  /* when it last parked */
     _Atomic int64_t left_ns;    /* parked, seen to have run since about then (0: not seen) */
     _Atomic int sampled;        /* it has a record this run (a repeat needs a stack) */
+    _Atomic int64_t moved_ns;   /* parked: the CPU it must use to be woken by the ticker */
+    uint64_t leaf;              /* its last sample's leaf frame (code, offset) */
     struct wslot *next_free;
 } wslot;
 

@@ -211,6 +211,8 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     struct timespec c;
     if (sl->tid == self || clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
         return 0;
+    sl->leaf = 0;
+    atomic_store(&sl->moved_ns, MOVED_CPU_NS);
     if (S.native)
         return pp_wall_set_parked(sl, pp_ts_ns(c)) ? (send_wake(sl), 1) : 0;
     pp_rawframe frames[MAX_FRAMES];
@@ -224,6 +226,8 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
         return 0;
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
+    sl->leaf = pp_leaf_key(frames, nframes);
+    atomic_store(&sl->moved_ns, MOVED_CPU_NS);
     return pp_wall_set_parked(sl, pp_ts_ns(c));
 }
 
@@ -368,9 +372,8 @@ void pp_wall_wake_gil_holder(void)
  * checked at kernel ticks, and the GIL check): it is woken to be sampled
  * again. Reads are budgeted per second, round robin: each parked thread is
  * looked at every tick while there are few, every n / CHECKS_PER_S s when
- * there are many. A read costs ~0.2 µs. MOVED_CPU_NS: a blocked thread's
- * clock creeps (the kernel's wake-ups, CPython's 5 ms GIL waits: 1-5 µs
- * each); returning from a blocking call into Python uses more. Wake-ups
+ * there are many. A read costs ~0.2 µs. How much CPU is a move: the slot's
+ * moved_ns (MOVED_CPU_NS, sampler_int.h). Wake-ups
  * are budgeted too (WAKES_PER_S, a sample each): a crowd of threads queueing
  * for the GIL moves all the time, and waking each at every move would slow
  * the queue itself (it did: 48,000 signals for 1,000 threads, 10x the plain
@@ -378,7 +381,6 @@ void pp_wall_wake_gil_holder(void)
  * charged to its old stack only up to then (left_ns). */
 #define CHECKS_PER_S 50000
 #define WAKES_PER_S 10000
-#define MOVED_CPU_NS (10 * 1000)
 
 uint32_t pp_wall_check_parked(int64_t since_ns)
 {
@@ -410,7 +412,7 @@ uint32_t pp_wall_check_parked(int64_t since_ns)
         }
         atomic_store(&sl->seen_ns, now);
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
-        if (ran > MOVED_CPU_NS && wakes) {
+        if (ran > atomic_load(&sl->moved_ns) && wakes) {
             /* it ran since it parked: from now - ran at the latest (the first
              * look that woke it), in case it cannot take the signal */
             int64_t none = 0, left = now - ran, since = atomic_load(&sl->parked_ns);
