@@ -233,7 +233,8 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
 static void park(wslot *sl, int tick_running, uint64_t leaf)
 {
     int64_t moved = MOVED_CPU_NS;
-    if (!tick_running && leaf == sl->leaf) {
+    if (!tick_running && leaf == sl->leaf
+        && pp_mono_ns() - atomic_load(&sl->parked_ns) >= MOVED_GROW_AFTER_NS) {
         moved = atomic_load(&sl->moved_ns) * 2;
         moved = moved < MOVED_CPU_NS ? MOVED_CPU_NS : moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
     }

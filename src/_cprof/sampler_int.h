@@ -138,10 +138,13 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
 /* A parked thread whose CPU clock moved this much is woken by the ticker: a
  * blocked thread's clock creeps (kernel wake-ups, CPython's 5 ms GIL waits:
  * 1-5 µs each); returning from a blocking call into Python uses more. Found
- * blocked again at the same place (queueing for the GIL), twice as much, up
- * to MOVED_MAX_NS: a crowd of waiters is not woken at every creep. */
+ * blocked again at the same place after a while parked (queueing for the
+ * GIL), twice as much, up to MOVED_MAX_NS: a crowd of waiters is not woken at
+ * every creep (a program alternating short waits and work is not affected:
+ * benchmarks/accuracy.py c5 lost 1-2 pp when it was). */
 #define MOVED_CPU_NS (10 * 1000)
 #define MOVED_MAX_NS (40 * 1000)
+#define MOVED_GROW_AFTER_NS (20 * 1000 * 1000)  /* only for a thread that stayed parked this long */
 static inline uint64_t pp_leaf_key(const pp_rawframe *frames, int nframes)
 {
     return nframes > 0 ? (uint64_t)frames[0].code ^ ((uint64_t)frames[0].offset << 1) : 0;
