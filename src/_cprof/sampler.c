@@ -258,9 +258,8 @@ static void start_tick(wslot *sl)
  * is that time, and goes to its next sample's stack instead. */
 static void unpark(wslot *sl, int64_t now, int64_t ran)
 {
-    if (!atomic_exchange(&sl->parked, 0))
+    if (!pp_wall_take_parked(sl))
         return;
-    atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&S.woken, 1, memory_order_relaxed);
     struct itimerspec off = pp_itimer(0, 0);
     timer_settime(sl->wake, 0, &off, NULL);

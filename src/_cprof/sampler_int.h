@@ -184,6 +184,16 @@ extern pthread_mutex_t pp_wall_mu;      /* S.slots: the helper vs the ticker */
 /* Parks a slot whose thread's CPU clock reads `cpu` (its tick is stopped by
  * the caller); 0 if it cannot be woken. Async-signal-safe. */
 int pp_wall_set_parked(wslot *sl, int64_t cpu);
+/* Takes a slot out of the parked ones: 1 for the one caller that did (the
+ * thread woken, the ticker or the helper seeing it gone), which then charges
+ * its parked time. Async-signal-safe. */
+static inline int pp_wall_take_parked(wslot *sl)
+{
+    if (!atomic_exchange(&sl->parked, 0))
+        return 0;
+    atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
+    return 1;
+}
 /* GIL and pp_wall_mu held: a slot for every new Python thread, the slots of
  * threads that are gone dropped; parked threads' time into the ring; all. */
 void pp_wall_refresh(void);

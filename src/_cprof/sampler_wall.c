@@ -136,10 +136,9 @@ static void charge_ended(wslot *sl, int64_t end)
 
 static void drop_slot(wslot *sl, int own_process)
 {
-    if (atomic_exchange(&sl->parked, 0)) {
+    if (pp_wall_take_parked(sl)) {
         /* a thread that ended while parked: up to when it was last seen alive
          * (or now, if its kernel thread still exits) */
-        atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
         struct timespec c;
         int64_t end = pp_mono_ns();
         if (own_process && clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
@@ -211,8 +210,6 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     struct timespec c;
     if (sl->tid == self || clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
         return 0;
-    sl->leaf = 0;
-    atomic_store(&sl->moved_ns, MOVED_CPU_NS);
     if (S.native)
         return pp_wall_set_parked(sl, pp_ts_ns(c)) ? (send_wake(sl), 1) : 0;
     pp_rawframe frames[MAX_FRAMES];
@@ -227,7 +224,6 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
     sl->leaf = pp_leaf_key(frames, nframes);
-    atomic_store(&sl->moved_ns, MOVED_CPU_NS);
     return pp_wall_set_parked(sl, pp_ts_ns(c));
 }
 
@@ -293,6 +289,8 @@ void pp_wall_refresh(void)
         sl->alive = 1;
         atomic_store(&sl->parked, 0);
         atomic_store(&sl->sampled, 0);
+        atomic_store(&sl->moved_ns, MOVED_CPU_NS);
+        sl->leaf = 0;
         /* threads alive at start count from the start, later ones from theirs */
         atomic_store(&sl->accounted, born <= 0 || born > now ? now
                                      : born < S.started_ns ? S.started_ns : born);
@@ -403,8 +401,7 @@ uint32_t pp_wall_check_parked(int64_t since_ns)
         int64_t now = pp_mono_ns();
         if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0) {
             /* ended while parked, since we last saw it: charged to halfway */
-            if (atomic_exchange(&sl->parked, 0)) {
-                atomic_fetch_sub_explicit(&S.nparked, 1, memory_order_relaxed);
+            if (pp_wall_take_parked(sl)) {
                 int64_t end = ended_at(sl, now);
                 charge_ended(sl, end);
             }
