@@ -390,3 +390,33 @@ def describe(origins, cfg: Config) -> dict:
         out[s.section or "run"].append({"key": s.key, "value": value, "from": origin,
                                         "env": s.env, "help": s.help})
     return out
+
+
+def run_options(mode, cfg: Config, memory=False, line_dir=None, rate=None, wall=None):
+    """The RunOptions of a profile the plugin or the middleware starts: `mode`
+    (function, sample, lines or None: memory alone) given, the rest from the
+    environment and pyproject.toml where it applies; checked."""
+    opts = RunOptions(cli=True)
+    # the mode is given; line targets may come from the configuration
+    given = set(MODE_FIELDS) - {"lines_of", "include"}
+    if mode == "sample":
+        opts.sample = True
+    elif mode == "lines":
+        opts.lines = True
+    if memory:
+        opts.memory = True
+        if mode == "function":
+            opts.functions = True
+    apply(opts, given, cfg)
+    if mode == "lines" and not (opts.lines_of or opts.include) and line_dir:
+        opts.lines_all = line_dir                   # the project's own files
+    if mode == "sample":
+        if rate is not None and ("", "rate") not in cfg.values:
+            opts.rate = rate
+        if wall is not None and ("", "wall") not in cfg.values:
+            opts.wall = wall
+    opts.outfile = None                 # the caller names the files
+    opts.signal = None
+    opts.dump_every = 0.0
+    opts.children = False
+    return opts.check()

@@ -201,30 +201,11 @@ class Runtime:
             os.makedirs(self.directory, exist_ok=True)
 
     # ---------------------------------------------------------- profiles
-    def _options(self, base, memory):
-        """A RunOptions for one profile: the plan's mode, the rest from
-        [tool.pyprof] and PYPROF_* where they apply (config.py)."""
+    def _options(self, base, memory, rate=None, wall=None):
         from . import config as cfgmod
-        from .options import RunOptions
-        opts = RunOptions(cli=True)
-        # the plan's mode is given; line targets may come from the configuration
-        given = set(cfgmod.MODE_FIELDS) - {"lines_of", "include"}
-        if base == "sample":
-            opts.sample = True
-        elif base == "lines":
-            opts.lines = True
+        opts = cfgmod.run_options(base, self.cfg, memory, str(self.config.rootpath), rate, wall)
         if memory:
-            opts.memory = True
-            if base == "function":
-                opts.functions = True
-        cfgmod.apply(opts, given, self.cfg)
-        if base == "lines" and not (opts.lines_of or opts.include):
-            opts.lines_all = str(self.config.rootpath)     # the project's own files
-        opts.outfile = None
-        opts.signal = None
-        opts.dump_every = 0.0
-        if memory:
-            opts.memory_sample = None           # budgets: exact
+            opts.memory_sample = None           # exact
         return opts
 
     def plan(self, item):
@@ -238,14 +219,10 @@ class Runtime:
             base = "function"
         elif budget is not None and budget.time is not None:
             base = "sample"
+        timed = base == "sample" and budget is not None and budget.time is not None
         opts = self._options(base, memory)
-        rate = None
-        if base == "sample" and budget is not None and budget.time is not None:
-            opts.wall = True
-            rate = BUDGET_RATE
-        if rate is not None:
-            opts.rate = rate
-        opts.check()
+        if timed:                               # the budget's sampler, whatever the defaults
+            opts.rate, opts.wall = BUDGET_RATE, True
         from .profiler import Profile
         prof = Profile(options=opts, _warn=False)
         if self.session_prof is None:
