@@ -661,6 +661,7 @@ def cmd_diff(argv) -> int:
     verdict = None
     if opts.fail_above is not None:
         from .analysis import gates
+        from .render import gatetext
         verdict = gates.gate(before, after, opts.fail_above, memory=opts.memory,
                              min_time=opts.min_time, min_bytes=opts.min_bytes,
                              names=(opts.before, opts.after))
@@ -686,7 +687,7 @@ def cmd_diff(argv) -> int:
         return 0
     if fmt != "json":
         out = sys.stdout if fmt == "table" and not opts.output else sys.stderr
-        out.write("\n".join(gates.verdict_lines(verdict)) + "\n")
+        out.write("\n".join(gatetext.verdict_lines(verdict)) + "\n")
     return 1 if verdict.failed else 0
 
 
@@ -717,6 +718,7 @@ def cmd_check(argv) -> int:
     p.add_argument("--format", choices=("text", "json"), default="text")
     opts = p.parse_args(argv)
     from .analysis import gates
+    from .render import gatetext
     max_time = gates.parse_seconds(opts.max_time, "--max-time") if opts.max_time else None
     max_memory = gates.parse_bytes(opts.max_memory, "--max-memory") if opts.max_memory else None
     calls = []
@@ -733,7 +735,7 @@ def cmd_check(argv) -> int:
         over = gates.check(session, max_time, max_memory, calls)
     except PyprofError as e:
         raise PyprofError(f"{opts.input}: {e}") from None
-    lines = [gates.limit_text(what, measured, limit, culprits)
+    lines = [gatetext.limit_text(what, measured, limit, culprits)
              for what, measured, limit, culprits in over]
     if opts.format == "json":
         import json

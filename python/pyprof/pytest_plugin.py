@@ -360,22 +360,22 @@ class Runtime:
 
     @staticmethod
     def _over(budget, wall, session, row) -> list:
-        from .analysis import gates
+        from .render import gatetext
         out = []
         if budget.time is not None and wall > budget.time:
-            out.append(gates.limit_text("time", wall, budget.time,
+            out.append(gatetext.limit_text("time", wall, budget.time,
                                         [tuple(r) for r in row["top"]]))
         if budget.memory is not None and row.get("peak", 0) > budget.memory:
-            out.append(gates.limit_text("memory", row["peak"], budget.memory,
+            out.append(gatetext.limit_text("memory", row["peak"], budget.memory,
                                         [tuple(r) for r in row["top_memory"]]))
         calls = budget.calls
         if isinstance(calls, dict):
             for func, limit in calls.items():
                 if row["calls"][func] > limit:
-                    out.append(gates.limit_text(f"calls of {func}", row["calls"][func],
+                    out.append(gatetext.limit_text(f"calls of {func}", row["calls"][func],
                                                 limit, []))
         elif calls is not None and row["calls"] > calls:
-            out.append(gates.limit_text("calls", row["calls"], calls,
+            out.append(gatetext.limit_text("calls", row["calls"], calls,
                                         [tuple(r) for r in row["top_calls"]]))
         return out
 
