@@ -149,7 +149,14 @@ def pytest_make_collect_report(collector):
     elif budgets:
         config = collector.config
         if not config.pluginmanager.has_plugin("pyprof-runtime"):
-            config.pluginmanager.register(Runtime(config, None), "pyprof-runtime")
+            try:
+                runtime = Runtime(config, None)
+            except pytest.UsageError as e:
+                rep.outcome = "failed"
+                rep.longrepr = _repr(pyprof_limit(str(e)))
+                rep.result = []
+                return
+            config.pluginmanager.register(runtime, "pyprof-runtime")
 
 
 # ------------------------------------------------------------------ the runtime
@@ -174,8 +181,12 @@ class Runtime:
 
     def __init__(self, config, asked):
         from . import config as cfgmod
+        from .errors import PyprofError
         self.config = config
-        self.cfg = cfgmod.load(start=str(config.rootpath))
+        try:
+            self.cfg = cfgmod.load(start=str(config.rootpath))
+        except PyprofError as e:                # a bad [tool.pyprof] or PYPROF_* value
+            raise pytest.UsageError(f"pyprof: {e}") from None
         given = {"mode": asked or None, "dir": config.getoption("pyprof_dir", None),
                  "scope": config.getoption("pyprof_scope", None),
                  "top": config.getoption("pyprof_top", None),
