@@ -138,3 +138,28 @@ def test_the_pytest_section(project):
     assert r.returncode == 0, r.stdout + r.stderr
     path = project / "profs" / "test_it.py_test_it.cprof"
     assert pyprof.load(path).meta["modes"] == ["function"]   # the plugin's mode, not the run's
+
+
+def test_signal_control_takes_its_defaults_from_pyproject(tmp_path):
+    """PYPROF_SIGNAL's sampling (control.py): rate, wall and output from
+    [tool.pyprof] when the variables do not give them; a variable wins."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pyprof]\nrate = 321\nwall = true\noutput = "cfg.cprof"\n')
+    (tmp_path / "server.py").write_text(textwrap.dedent("""
+        import os, signal, time
+        import pyprof
+        os.kill(os.getpid(), signal.SIGUSR1)
+        t0 = time.process_time()
+        while time.process_time() - t0 < 0.1:
+            pass
+        os.kill(os.getpid(), signal.SIGUSR1)
+    """))
+    for extra, out, rate in (({}, tmp_path / "cfg.cprof", 321),
+                             ({"PYPROF_RATE": "123", "PYPROF_OUTPUT": str(tmp_path / "e.cprof")},
+                              tmp_path / "e.cprof", 123)):
+        r = subprocess.run([sys.executable, "server.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=TIMEOUT, env=env(PYPROF_SIGNAL="USR1", **extra))
+        assert r.returncode == 0, r.stderr
+        assert f"pyprof: wrote {out}" in r.stderr, r.stderr
+        info = pyprof.load(out).info["sampling"]
+        assert info["rate_requested"] == rate and info["mode"] == "wall"

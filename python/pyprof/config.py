@@ -136,7 +136,7 @@ def find_pyproject(start=None):
 
 def read_pyproject(path) -> dict:
     """{section: {key: value}} of [tool.pyprof] in `path` ({} without it)."""
-    if path is None:
+    if not path:
         return {}
     try:
         with open(path, "rb") as f:
@@ -249,7 +249,7 @@ class Config:
     (value, origin), read once; ``get`` applies the precedence."""
 
     def __init__(self, path=None, environ=None, start=None):
-        self.path = find_pyproject(start) if path is None else path
+        self.path = find_pyproject(start) if path is None else (path or None)
         environ = os.environ if environ is None else environ
         self.values = {}                # (section, key) -> (value, origin)
         base = os.path.dirname(self.path) if self.path else None
