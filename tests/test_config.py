@@ -163,3 +163,26 @@ def test_signal_control_takes_its_defaults_from_pyproject(tmp_path):
         assert f"pyprof: wrote {out}" in r.stderr, r.stderr
         info = pyprof.load(out).info["sampling"]
         assert info["rate_requested"] == rate and info["mode"] == "wall"
+
+
+def test_profile_decorator_output_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.pyprof]\noutput = "lines.cprof"\n')
+    (tmp_path / "p.py").write_text(textwrap.dedent("""
+        import pyprof
+
+        @pyprof.profile
+        def work():
+            total = 0
+            for i in range(7):
+                total += i
+            return total
+
+        print(work())
+    """))
+    r = subprocess.run([sys.executable, "p.py"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env())
+    assert r.returncode == 0 and r.stdout == "21\n", r.stderr    # no table: written instead
+    s = pyprof.load(tmp_path / "lines.cprof")
+    hits = {ln: c.hits for (fid, ln), c in s.line_totals().items()
+            if s.functions[fid].name == "work"}
+    assert hits[8] == 7                   # `total += i`, known by construction
