@@ -90,8 +90,10 @@ def test_memory_budget_is_tracemallocs_peak(tmp_path):
     r = run_pytest(tmp_path, "--pyprof=memory")
     assert r.returncode == 1, r.stdout + r.stderr
     line = failed_line(r.stdout, "test_over_memory")
+    # (3.11: the list comprehension is a function of its own)
     m = re.fullmatch(r"pyprof_limit: memory ([\d.]+) MiB > 5 MiB "
-                     r"\(hog_memory test_x.py:(\d+) ([\d.]+) MiB.*\)", line)
+                     r"\(hog_memory(?:\.<locals>\.<listcomp>)? test_x.py:(\d+) ([\d.]+) MiB.*\)",
+                     line)
     assert m, line
     assert int(m.group(2)) in (6, 7)             # the lines allocating at the peak
     assert "test_within_memory" not in "".join(re.findall(r"^FAILED.*$", r.stdout, re.M))
@@ -191,7 +193,8 @@ def test_pyprof_writes_a_capture_per_test_and_a_summary(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "pyprof: 3 tests profiled (function)" in out
-    slow = re.search(r"^\s+([\d.]+) ms\s+test_s.py::test_slow\s+\[spin test_s.py:\d+", out, re.M)
+    slow = re.search(r"^\s+([\d.]+) ms\s+test_s.py::test_slow\s+\[.*spin test_s.py:\d+", out,
+                     re.M)
     assert slow, out
     lines = out.splitlines()
     first = lines.index(next(ln for ln in lines if ln.startswith("slowest tests")))
@@ -199,7 +202,8 @@ def test_pyprof_writes_a_capture_per_test_and_a_summary(tmp_path):
     # pytest's own --durations sees the same call time (the capture is made after it)
     dur = re.search(r"^([\d.]+)s call\s+test_s.py::test_slow$", out, re.M)
     assert dur, out
-    assert abs(float(dur.group(1)) * 1e3 - float(slow.group(1))) < 30
+    # (printed to 10 ms; it also holds the profiler's start and stop, ours does not)
+    assert -10 <= float(dur.group(1)) * 1e3 - float(slow.group(1)) < 100
     s = pyprof.load(tmp_path / ".pyprof" / "test_s.py_test_counted.cprof")
     calls = {fn.name: c.calls for fid, c in s.function_totals().items()
              for fn in [s.functions[fid]]}
