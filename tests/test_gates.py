@@ -147,7 +147,9 @@ def test_memory_gate(captures):
     r = diff(d, "m_a", "m_big", "--fail-above", "50", "--memory")
     assert r.returncode == 1, r.stdout + r.stderr
     gate = r.stdout[r.stdout.index("pyprof: gate failed"):]
-    assert re.search(r"^  total: 10\.\d MiB -> 30\.\d MiB", gate, re.M), gate
+    m = re.search(r"^  total: ([\d.]+) MiB -> ([\d.]+) MiB", gate, re.M)
+    # the 10 and 30 MiB held, and what the interpreter holds at the peak (imports...)
+    assert m and 10 <= float(m.group(1)) < 12 and 30 <= float(m.group(2)) < 32, gate
     # (3.11: the list comprehension is a function of its own)
     assert re.search(r"^  allocate(\.<locals>\.<listcomp>)? prog.py:\d+: 10 MiB -> 30 MiB", gate,
                      re.M), gate
@@ -178,8 +180,8 @@ def test_check_one_capture(captures):
     assert r.returncode == 0, r.stdout + r.stderr
     r = pyprof(["check", "m_big.cprof", "--max-memory", "5MB"], d)
     assert r.returncode == 1
-    assert re.search(r"memory 30\.\d MiB > 5 MiB \(allocate(\.<locals>\.<listcomp>)? prog.py:\d+ "
-                     r"30 MiB", r.stdout), \
+    assert re.search(r"memory 3[01]\.\d MiB > 5 MiB \(allocate(\.<locals>\.<listcomp>)? "
+                     r"prog.py:\d+ 30 MiB", r.stdout), \
         r.stdout
     assert pyprof(["check", "m_big.cprof", "--max-memory", "100MB"], d).returncode == 0
     total = own["s_a"]["steady"] + own["s_a"]["changed"]
