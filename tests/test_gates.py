@@ -3,11 +3,9 @@ real captures of a program whose regression is known by construction (a
 function made 2x slower, checked with the program's own clock) and of the same
 program run twice; call counts and bytes known by construction."""
 import json
-import os
 import re
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
