@@ -653,6 +653,47 @@ def _read_plain(argv):
     return values
 
 
+def given_fields(argv, parser=None) -> set:
+    """The RunOptions fields the options in `argv` (the options part of a
+    command line, split_argv's first half) set: what configuration must not
+    override (config.py). ``--cpu`` counts as giving ``wall``."""
+    table = _table(parser)
+    longs = [f for f in table if f.startswith("--")]
+    found = set()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if a == "--" or not a.startswith("-") or a == "-":
+            continue
+        opts = []
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            opt = table.get(flag)
+            if opt is None:
+                cands = {id(table[f]): table[f] for f in longs if f.startswith(flag)}
+                opt = next(iter(cands.values())) if len(cands) == 1 else None
+            opts = [opt] if opt is not None else []
+            if opt is not None and "=" not in a and opt.takes_value() is True:
+                i += 1
+        else:
+            for k in range(1, len(a)):
+                o = table.get("-" + a[k])
+                if o is None:
+                    break
+                opts.append(o)
+                if o.takes_value() is not False:
+                    if k == len(a) - 1 and o.takes_value() is True:
+                        i += 1
+                    break
+        for o in opts:
+            dest = o.dest
+            if dest in _FROM_ARGS:
+                dest = _FROM_ARGS[dest][0]
+            found.add("wall" if dest == "cpu" else dest)
+    return found
+
+
 def parse_run_args(argv, parser=None):
     """(RunOptions, the target and its arguments) from a command line."""
     mine, rest = split_argv(parser, argv)
