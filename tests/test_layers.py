@@ -170,7 +170,7 @@ C_LEVELS = [
     {"threads": 1},
     {"registry": 2},
     {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3,
-     "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3,
+     "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_async": 3,
      "memory": 3, "memory_hooks": 3, "memory_numpy": 3},
     {"capture": 4},
     {"profiler": 5},
@@ -178,7 +178,8 @@ C_LEVELS = [
 ]
 C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
           "memory_hooks": "memory", "memory_numpy": "memory",
-          "sampler_int": "sampler", "sampler_drain": "sampler", "sampler_wall": "sampler"}
+          "sampler_int": "sampler", "sampler_drain": "sampler", "sampler_wall": "sampler",
+          "sampler_async": "sampler"}
 # CPython's per-version knowledge: only here (how-it-works.md, "Hooks per version").
 C_VERSION_FILES = {"frames.h", "frames.c", "tracer_monitoring.c", "tracer_legacy.c"}
 

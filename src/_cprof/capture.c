@@ -118,6 +118,24 @@ typedef struct {
     uint64_t events, dropped_short, dropped_full, open;
 } tlcounts;
 
+/* --async: a row per task seen (sampler.h's pp_taskrow), times from the run's start. */
+static void put_tasks(buf *b, const pp_run *p)
+{
+    const pp_tasks *t = &p->sm.tasks;
+    size_t r = record_begin(b, PP_REC_TASKS);
+    put_u32(b, t->n);
+    for (uint32_t i = 0; i < t->n; i++) {
+        const pp_taskrow *x = &t->rows[i];
+        uint32_t ids[6] = {x->fid, x->coro_fid, x->created_fid, x->created_line, x->thread, x->state};
+        int64_t times[4] = {x->start_ns - p->start_mono_ns, x->end_ns ? x->end_ns - p->start_mono_ns : -1,
+                            x->running_ns, x->awaiting_ns};
+        put(b, ids, sizeof ids);
+        put(b, times, sizeof times);
+        put_u64(b, x->samples);
+    }
+    record_end(b, r);
+}
+
 /* The interpreter mechanism in use (or last used). */
 static const char *hook_name(const pp_run *p)
 {
@@ -186,6 +204,11 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             p->sm.opts.mode == PP_SAMPLE_CPU ? "thread_cpu_clock" : "thread_wall_clock",
             (double)si.weight_ns / 1e9, (unsigned long long)si.parked,
             (unsigned long long)si.woken, (unsigned long long)si.idle_ticks);
+        if (n > 0 && (size_t)n < sizeof s && p->sm.opts.async)
+            n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
+                ",\"async\":{\"tasks\":%u,\"unmatched_samples\":%llu,\"looks\":%llu,"
+                "\"look_s\":%.6f}}", p->sm.tasks.n, (unsigned long long)p->sm.tasks.unmatched,
+                (unsigned long long)p->sm.tasks.looks, (double)p->sm.tasks.look_ns / 1e9) - 1;
     }
     if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */
@@ -987,6 +1010,8 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     }
     if (p->sampling)
         put_samples(&b, &p->sm.samples);
+    if (p->sampling && p->sm.opts.async)
+        put_tasks(&b, p);
     if (p->memory) {
         put_memory(&b, p, live, nlive, have_live_stacks ? &live_stacks : NULL);
         put_curve(&b, p, live_curve, nlive_curve);

@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 5
+#define PP_FORMAT_MINOR 6
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -51,6 +51,9 @@ enum {
     PP_REC_LINEMEM = 19,        /* 1.5: u32 n, n x <IIIIQQqq thread fid line pad alloc_bytes
                                  * alloc_blocks net_bytes peak_bytes> (line mode with memory:
                                  * callees included) */
+    PP_REC_TASKS = 20,          /* 1.6: u32 n, n x <IIIIIIqqqqQ fid coro_fid created_fid
+                                 * created_line thread state start_ns end_ns running_ns
+                                 * awaiting_ns samples> (--async sampling; times from the start) */
     PP_REC_END = 0xFFFF,
 };
 

@@ -23,11 +23,11 @@
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */
-enum { PP_RAW_ENTRY = 1 };
+enum { PP_RAW_ENTRY = 1, PP_RAW_CORO = 2 };
 typedef struct {
     uintptr_t code;             /* PyCodeObject *, alive when read; checked again when drained */
     uint32_t offset;            /* instruction, in code units */
-    uint32_t flags;             /* PP_RAW_ENTRY */
+    uint32_t flags;             /* PP_RAW_ENTRY; PP_RAW_CORO: a coroutine's own frame */
 } pp_rawframe;
 
 /* Async-signal-safe (frames.c): the calling thread's state and its frames. */
@@ -54,6 +54,16 @@ uintptr_t pp_interp_threads_head(void);
  * two reads: no thread but the last holder ran Python in between. */
 uint64_t pp_gil_switches(uintptr_t *last_holder);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
+/* The same; *coro gets the address of the coroutine object that owns the
+ * rootmost PP_RAW_CORO frame (0: none), an address only, never dereferenced. */
+int pp_frames_walk_coro(PyThreadState *ts, pp_rawframe *out, int max, int *truncated,
+                        uintptr_t *coro);
+/* GIL held: where a suspended (or not yet started) coroutine or generator
+ * object waits: its code object (borrowed) and instruction offset in code
+ * units. 0 if gen is not one, or is running or finished. */
+int pp_frames_gen_where(PyObject *gen, PyObject **code, uint32_t *offset);
+/* A new reference from a weak reference (NULL: dead), or NULL with an error. */
+PyObject *pp_weakref_get(PyObject *ref);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);
 /* A code object is being freed (GIL held): forget that it was one. */

@@ -24,17 +24,17 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", "paths", NULL};
+                             "memory_stacks", "paths", "asyncio", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1;
+    int memory_stacks = -1, paths = 1, asyncio = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLip:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLipp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks, &paths))
+                                     &memory_stacks, &paths, &asyncio))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -71,6 +71,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->run.sm.opts.native = native;
+    self->run.sm.opts.async = asyncio;
     if (self->run.sampling && (rate < 0 || self->run.sm.opts.rate_hz > 100000)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);

@@ -1,0 +1,548 @@
+/* sampler_async.c — --async: asyncio tasks for the sampler (sampler.h).
+ *
+ * Owns: the tasks seen while sampling (pp_tasks): a row per task, a strong
+ * reference to each pending task and its coroutine, the map coroutine
+ * address -> row that the drain uses to put a sample under its task's root
+ * frame, and the awaiting time of suspended tasks, charged (wall mode) to
+ * the coroutine chain where each one waits.
+ *
+ * The signal handler records only the address of the rootmost coroutine
+ * of the stack (frames.c). An address names a task only while its coroutine
+ * is alive: holding every task seen (with its coroutine) until the look
+ * after it ends, after its last samples were drained, keeps the address from
+ * being reused by another coroutine meanwhile. A task that starts and ends
+ * between two looks is never held: its samples go to <task ?> (or, if a new
+ * task's coroutine took its address before the drain, to that task).
+ *
+ * Runs with the GIL only (the helper's looks, stop). Never runs Python code:
+ * the registries, the task attributes and the coroutine chains are read with
+ * C getters of CPython's own types and C containers (a Task subclass that
+ * overrides get_name in Python is named from its _name, not called), so a
+ * sys.monitoring tool never sees pyprof work; never changes a program object.
+ */
+#include "sampler_int.h"
+
+#include <string.h>
+
+#define MAX_TASK_ROWS (1u << 20)        /* past it, new tasks go to <task ?> */
+#define MAX_CHAIN 64                    /* coroutines awaiting coroutines */
+#define MAX_LOOPS 64                    /* loops running a task at one look */
+
+static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
+static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
+static int64_t prev_look, run_start;
+
+static int grow_rows(pp_tasks *t)
+{
+    if (t->n < t->cap)
+        return 0;
+    uint32_t cap = t->cap ? t->cap * 2 : 64;
+    pp_taskrow *r = realloc(t->rows, cap * sizeof *r);
+    if (r == NULL)
+        return -1;
+    t->rows = r;
+    PyObject **o = realloc(t->obj, cap * sizeof *o);
+    if (o == NULL)
+        return -1;
+    t->obj = o;
+    uintptr_t *c = realloc(t->coro, cap * sizeof *c);
+    if (c == NULL)
+        return -1;
+    t->coro = c;
+    uint32_t *w = realloc(t->where, cap * sizeof *w);
+    if (w == NULL)
+        return -1;
+    t->where = w;
+    t->cap = cap;
+    return 0;
+}
+
+static int ensure_ready(pp_tasks *t)
+{
+    if (t->ready)
+        return 0;
+    if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0)
+        return -1;
+    t->ready = 1;
+    return 0;
+}
+
+static void let_go(pp_tasks *t, uint32_t row)
+{
+    if (t->obj[row] != NULL) {
+        Py_CLEAR(t->obj[row]);
+        t->held--;
+    }
+}
+
+static void reindex(pp_tasks *t)
+{
+    pp_index_clear(&t->bycoro);
+    pp_index_clear(&t->byobj);
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->obj[i] == NULL)
+            continue;
+        if (t->coro[i])
+            pp_index_put(&t->bycoro, t->coro[i], i);
+        pp_index_put(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[i], 0), i);
+    }
+}
+
+void pp_tasks_clear(pp_tasks *t)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        let_go(t, i);
+    t->n = 0;
+    t->unmatched = 0;
+    if (t->ready) {
+        pp_index_clear(&t->bycoro);
+        pp_index_clear(&t->byobj);
+    }
+}
+
+void pp_async_free(pp_sampling *p)
+{
+    pp_tasks *t = &p->tasks;
+    pp_tasks_clear(t);
+    free(t->rows);
+    free(t->obj);
+    free(t->coro);
+    free(t->where);
+    if (t->ready) {
+        pp_index_free(&t->bycoro);
+        pp_index_free(&t->byobj);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+void pp_async_reset(pp_sampling *p)
+{
+    prev_look = 0;
+    run_start = pp_mono_ns();
+    Py_CLEAR(await_fids);
+    p->tasks.unknown_fid = PP_NONE;
+    if (ensure_ready(&p->tasks) == 0)
+        reindex(&p->tasks);
+}
+
+/* A function named `text` with no code: <task NAME>, <await NAME>. */
+static uint32_t named_fid(pp_sampling *p, PyObject *text)
+{
+    PyObject *empty = PyUnicode_FromString("");
+    uint32_t fid = empty && text ? pp_registry_named(p->reg, empty, text, 0) : PP_NONE;
+    Py_XDECREF(empty);
+    PyErr_Clear();
+    return fid;
+}
+
+static PyObject *attr(PyObject *o, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL)
+        PyErr_Clear();
+    return v;
+}
+
+/* Task.get_name() when it is C's own (a C call); else the instance's _name. */
+static PyObject *task_name(PyObject *task)
+{
+    PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name");
+    PyObject *name = NULL;
+    if (m != NULL && m == c_get_name)
+        name = PyObject_CallMethod(task, "get_name", NULL);
+    Py_XDECREF(m);
+    if (name == NULL) {
+        PyErr_Clear();
+        PyObject *d = attr(task, "__dict__");
+        PyObject *v = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
+        name = v ? Py_NewRef(v) : NULL;
+        Py_XDECREF(d);
+    }
+    if (name != NULL && !PyUnicode_Check(name)) {
+        PyObject *s = PyObject_Str(name);       /* a str subclass or an int: C's str */
+        Py_DECREF(name);
+        name = s;
+    }
+    if (name == NULL) {
+        PyErr_Clear();
+        name = PyUnicode_FromString("?");
+    }
+    return name;
+}
+
+/* asyncio's debug mode keeps where a task was made (the last entry of its
+ * _source_traceback, a FrameSummary with slots). */
+static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
+{
+    row->created_fid = PP_NONE;
+    row->created_line = 0;
+    PyObject *tb = attr(task, "_source_traceback");
+    if (tb != NULL && PyList_Check(tb) && PyList_GET_SIZE(tb) > 0) {
+        PyObject *fs = PyList_GET_ITEM(tb, PyList_GET_SIZE(tb) - 1);
+        PyObject *file = attr(fs, "filename"), *name = attr(fs, "name"), *line = attr(fs, "lineno");
+        if (file && name && line && PyUnicode_Check(file) && PyUnicode_Check(name)
+            && PyLong_Check(line)) {
+            long l = PyLong_AsLong(line);
+            row->created_line = l > 0 ? (uint32_t)l : 0;
+            row->created_fid = pp_registry_named(p->reg, file, name, 0);
+        }
+        Py_XDECREF(file);
+        Py_XDECREF(name);
+        Py_XDECREF(line);
+        PyErr_Clear();
+    }
+    Py_XDECREF(tb);
+}
+
+static void new_row(pp_sampling *p, PyObject *task, int64_t now)
+{
+    pp_tasks *t = &p->tasks;
+    if (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0)
+        return;
+    PyObject *coro = attr(task, "_coro");
+    if (coro == NULL)
+        coro = Py_NewRef(Py_None);
+    PyObject *pair = PyTuple_Pack(2, task, coro);
+    PyObject *name = task_name(task);
+    PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
+    uint32_t fid = named_fid(p, label);
+    Py_XDECREF(label);
+    Py_XDECREF(name);
+    if (pair == NULL || fid == PP_NONE) {
+        PyErr_Clear();
+        Py_XDECREF(pair);
+        Py_DECREF(coro);
+        return;
+    }
+    uint32_t i = t->n++;
+    pp_taskrow *row = &t->rows[i];
+    memset(row, 0, sizeof *row);
+    row->fid = fid;
+    row->coro_fid = PP_NONE;
+    PyObject *code = PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
+                     : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
+    if (code != NULL && PyCode_Check(code))
+        row->coro_fid = pp_sampler_code_fid(p, code);
+    Py_XDECREF(code);
+    task_created(p, task, row);
+    row->thread = PP_NONE;
+    row->state = PP_TASK_PENDING;
+    /* made since the previous look: halfway, on average */
+    row->start_ns = prev_look ? prev_look + (now - prev_look) / 2 : run_start;
+    t->obj[i] = pair;
+    t->held++;
+    t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
+    t->where[i] = PP_NONE;
+    if (t->coro[i])
+        pp_index_put(&t->bycoro, t->coro[i], i);
+    pp_index_put(&t->byobj, (uint64_t)(uintptr_t)task, i);
+    Py_DECREF(coro);
+}
+
+/* The tasks asyncio knows of: 3.12+ keeps them in _scheduled_tasks (a
+ * WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks (a WeakSet). A list
+ * (new reference), NULL if asyncio is not imported. */
+static PyObject *all_tasks(PyObject *mod)
+{
+    static const char *names[] = {"_scheduled_tasks", "_eager_tasks", "_all_tasks"};
+    PyObject *out = PyList_New(0);
+    for (size_t k = 0; out && k < sizeof names / sizeof names[0]; k++) {
+        PyObject *reg = attr(mod, names[k]);
+        if (reg == NULL)
+            continue;
+        int weak = !PyAnySet_Check(reg);
+        PyObject *items = weak ? attr(reg, "data") : Py_NewRef(reg);
+        Py_DECREF(reg);
+        if (items == NULL || !PyAnySet_Check(items)) {
+            Py_XDECREF(items);
+            continue;
+        }
+        PyObject *list = PySequence_List(items);    /* a copy: nothing changes it under us */
+        Py_DECREF(items);
+        for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
+            PyObject *o = PyList_GET_ITEM(list, i);
+            PyObject *task = weak ? (PyWeakref_Check(o) ? pp_weakref_get(o) : NULL) : Py_NewRef(o);
+            if (task == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (PyList_Append(out, task) < 0)
+                PyErr_Clear();
+            Py_DECREF(task);
+        }
+        Py_XDECREF(list);
+    }
+    return out;
+}
+
+static PyObject *tasks_module(void)
+{
+    PyObject *name = PyUnicode_FromString("asyncio.tasks");
+    PyObject *mod = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (mod == NULL)
+        PyErr_Clear();
+    if (mod != NULL && c_get_name == NULL) {
+        PyObject *aname = PyUnicode_FromString("_asyncio");
+        PyObject *amod = aname ? PyImport_GetModule(aname) : NULL;
+        Py_XDECREF(aname);
+        PyObject *type = amod ? attr(amod, "Task") : NULL;
+        c_get_name = type ? attr(type, "get_name") : NULL;    /* kept: the type is immortal enough */
+        Py_XDECREF(type);
+        Py_XDECREF(amod);
+        PyErr_Clear();
+    }
+    return mod;
+}
+
+void pp_async_look_begin(pp_sampling *p, int64_t now)
+{
+    pp_tasks *t = &p->tasks;
+    if (!S.async || ensure_ready(t) < 0)
+        return;
+    int64_t t0 = pp_mono_ns();
+    int was = pp_memory_self_begin();
+    int gc_was = PyGC_Disable();        /* no finalizer or weakref callback runs meanwhile */
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *mod = tasks_module();
+    PyObject *list = mod ? all_tasks(mod) : NULL;
+    for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
+        PyObject *task = PyList_GET_ITEM(list, i);
+        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
+            new_row(p, task, now);
+    }
+    Py_XDECREF(list);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (gc_was)
+        PyGC_Enable();
+    pp_memory_self_end(was);
+    t->look_ns += pp_mono_ns() - t0;
+}
+
+uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
+{
+    pp_tasks *t = &p->tasks;
+    uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
+    if (row == PP_NONE && t->unknown_fid == PP_NONE) {
+        PyObject *label = PyUnicode_FromString("<task ?>");
+        t->unknown_fid = named_fid(p, label);
+        Py_XDECREF(label);
+    }
+    return row;
+}
+
+void pp_async_ran(pp_sampling *p, uint32_t row, uint32_t thread, int64_t t_ns, int64_t weight)
+{
+    pp_taskrow *r = &p->tasks.rows[row];
+    r->running_ns += weight;
+    r->samples++;
+    r->thread = thread;
+    if (r->first_run_ns == 0 || t_ns < r->first_run_ns)
+        r->first_run_ns = t_ns;
+    if (t_ns > r->last_run_ns)
+        r->last_run_ns = t_ns;
+}
+
+/* <await NAME>: the leaf of a waiting chain, what is awaited that is no
+ * coroutine (a future, an async generator's step...). */
+static uint32_t await_fid(pp_sampling *p, PyTypeObject *type)
+{
+    if (await_fids == NULL && (await_fids = PyDict_New()) == NULL)
+        return PP_NONE;
+    PyObject *v = PyDict_GetItem(await_fids, (PyObject *)type);
+    if (v != NULL)
+        return (uint32_t)PyLong_AsUnsignedLong(v);
+    const char *name = strrchr(type->tp_name, '.');
+    name = name ? name + 1 : type->tp_name;
+    if (strcmp(name, "FutureIter") == 0)        /* a C Future's __await__ */
+        name = "Future";
+    PyObject *label = PyUnicode_FromFormat("<await %s>", name);
+    uint32_t fid = named_fid(p, label);
+    Py_XDECREF(label);
+    PyObject *f = fid != PP_NONE ? PyLong_FromUnsignedLong(fid) : NULL;
+    if (f == NULL || PyDict_SetItem(await_fids, (PyObject *)type, f) < 0)
+        PyErr_Clear();
+    Py_XDECREF(f);
+    return fid;
+}
+
+/* The stack a suspended task waits in: its root frame, the chain of
+ * coroutines (cr_await / gi_yieldfrom) with the line each one waits at,
+ * then what the innermost one awaits. */
+static uint32_t waiting_stack(pp_sampling *p, uint32_t row)
+{
+    pp_tasks *t = &p->tasks;
+    uint64_t fr[MAX_CHAIN + 2];
+    uint32_t n = 0;
+    fr[n++] = (uint64_t)t->rows[row].fid << 32;
+    PyObject *o = Py_NewRef(PyTuple_GET_ITEM(t->obj[row], 1));
+    while (o != NULL && n < MAX_CHAIN) {
+        PyObject *code;
+        uint32_t off;
+        if (!PyCoro_CheckExact(o) && !PyGen_Check(o)) {
+            uint32_t leaf = o == Py_None ? PP_NONE : await_fid(p, Py_TYPE(o));
+            if (leaf != PP_NONE)
+                fr[n++] = (uint64_t)leaf << 32;
+            break;
+        }
+        if (!pp_frames_gen_where(o, &code, &off))
+            break;
+        uint32_t fid = pp_sampler_code_fid(p, code);
+        if (fid == PP_NONE)
+            break;
+        fr[n++] = (uint64_t)fid << 32 | pp_samples_line(&p->samples, fid, code, off);
+        PyObject *next = attr(o, PyCoro_CheckExact(o) ? "cr_await" : "gi_yieldfrom");
+        Py_DECREF(o);
+        o = next;
+        if (o == Py_None)
+            Py_CLEAR(o);
+    }
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return pp_samples_stack(&p->samples, fr, n);
+}
+
+/* The thread of a task's loop that has no running sample yet: the loop's
+ * _thread_id (threading.get_ident() of the thread running it). */
+static uint32_t loop_thread(pp_sampling *p, PyObject *task)
+{
+    PyObject *loop = attr(task, "_loop");
+    PyObject *id = loop ? attr(loop, "_thread_id") : NULL;
+    Py_XDECREF(loop);
+    uint32_t out = PP_NONE;
+    if (id != NULL && PyLong_Check(id)) {
+        unsigned long ident = PyLong_AsUnsignedLong(id);
+        for (pp_thread *th = p->threads->head; th; th = th->next)
+            if (th->ident == ident) {
+                out = th->index;
+                break;
+            }
+    }
+    Py_XDECREF(id);
+    PyErr_Clear();
+    return out;
+}
+
+/* Wall mode: a task's lifetime up to `until`, less its running samples, is
+ * awaiting; what was not charged yet goes to where it waits. */
+static void charge(pp_sampling *p, uint32_t row, int64_t until)
+{
+    pp_tasks *t = &p->tasks;
+    pp_taskrow *r = &t->rows[row];
+    int64_t due = until - r->start_ns - r->running_ns - r->awaiting_ns;
+    if (due <= 0)
+        return;
+    if (r->thread == PP_NONE && t->obj[row] != NULL)
+        r->thread = loop_thread(p, PyTuple_GET_ITEM(t->obj[row], 0));
+    if (r->thread == PP_NONE)
+        return;                         /* later, once its loop's thread is known */
+    if (t->where[row] == PP_NONE)
+        t->where[row] = pp_samples_stack(&p->samples, (uint64_t[]){(uint64_t)r->fid << 32}, 1);
+    r->awaiting_ns += due;
+    if (S.mode == PP_SAMPLE_WALL && t->where[row] != PP_NONE) {
+        int64_t iv = S.interval_ns > 0 ? S.interval_ns : 1;
+        pp_samples_add(&p->samples, r->thread, t->where[row], PP_STATE_AWAITING, due,
+                       (uint64_t)((due + iv / 2) / iv));
+    }
+}
+
+/* The loops' running tasks (asyncio.tasks._current_tasks: loop -> task). */
+static int current_tasks(PyObject *mod, PyObject **out)
+{
+    int n = 0;
+    PyObject *cur = mod ? attr(mod, "_current_tasks") : NULL;
+    if (cur != NULL && PyDict_Check(cur)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (n < MAX_LOOPS && PyDict_Next(cur, &pos, &k, &v))
+            out[n++] = v;               /* compared by address only */
+    }
+    Py_XDECREF(cur);
+    return n;
+}
+
+static int task_state(PyObject *task)
+{
+    PyObject *st = attr(task, "_state");
+    int out = PP_TASK_PENDING;
+    if (st != NULL && PyUnicode_Check(st)) {
+        if (PyUnicode_CompareWithASCIIString(st, "CANCELLED") == 0)
+            out = PP_TASK_CANCELLED;
+        else if (PyUnicode_CompareWithASCIIString(st, "FINISHED") == 0)
+            out = PP_TASK_DONE;
+    }
+    Py_XDECREF(st);
+    PyErr_Clear();
+    return out;
+}
+
+static void look_end(pp_sampling *p, int64_t now, int stopping)
+{
+    pp_tasks *t = &p->tasks;
+    if (!S.async || !t->ready)
+        return;
+    int64_t t0 = pp_mono_ns();
+    int was = pp_memory_self_begin();
+    int gc_was = PyGC_Disable();
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *mod = t->held ? tasks_module() : NULL;
+    PyObject *cur[MAX_LOOPS];
+    int ncur = current_tasks(mod, cur), changed = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->obj[i] == NULL)
+            continue;
+        pp_taskrow *r = &t->rows[i];
+        PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
+        if (r->first_run_ns && r->first_run_ns < r->start_ns)
+            r->start_ns = r->first_run_ns;
+        int state = task_state(task), running = 0;
+        for (int k = 0; k < ncur; k++)
+            running |= cur[k] == task;
+        if (state == PP_TASK_PENDING) {
+            if (!running)
+                t->where[i] = waiting_stack(p, i);
+            if (!running || stopping)
+                charge(p, i, now);
+            if (!stopping)
+                continue;
+        }
+        else {
+            /* ended since the previous look: halfway, or after its last sample */
+            int64_t end = prev_look ? prev_look + (now - prev_look) / 2 : now;
+            if (r->last_run_ns > end)
+                end = r->last_run_ns;
+            if (end < r->start_ns)
+                end = r->start_ns;
+            r->state = (uint32_t)state;
+            r->end_ns = end;
+            charge(p, i, end);
+        }
+        let_go(t, i);
+        changed = 1;
+    }
+    if (changed)
+        reindex(t);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (gc_was)
+        PyGC_Enable();
+    pp_memory_self_end(was);
+    prev_look = now;
+    t->looks++;
+    t->look_ns += pp_mono_ns() - t0;
+}
+
+void pp_async_look_end(pp_sampling *p, int64_t now)
+{
+    look_end(p, now, 0);
+}
+
+void pp_async_stop(pp_sampling *p, int64_t now)
+{
+    look_end(p, now, 1);
+}
