@@ -77,7 +77,7 @@ class Profile(_cprof.Profiler):
                  mode="trace", rate=None, wall=False, native=False, memory=False,
                  memory_sample=0, memory_stacks=None, paths=True, timeline=False,
                  timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
-                 options=None, _warn=True):
+                 asyncio=False, options=None, _warn=True):
         # one RunOptions, checked once (options.py); what the C core, the line
         # targets, the timeline and the children get comes from it. `options`:
         # a RunOptions given instead of the keywords (the command line, %%cprof).
@@ -88,7 +88,7 @@ class Profile(_cprof.Profiler):
             memory_stacks=memory_stacks, paths=paths, timeline=timeline,
             timeline_min_duration=timeline_min_duration,
             timeline_max_events=timeline_max_events, children=children,
-            flush_interval=flush_interval)
+            flush_interval=flush_interval, asyncio=asyncio)
         opts.check()
         kw = opts.profile_kwargs()
         super().__init__(timer, timeunit, subcalls, kw["builtins"],
@@ -97,7 +97,7 @@ class Profile(_cprof.Profiler):
                          memory=kw["memory"], memory_sample=kw["memory_sample"],
                          memory_stacks=-1 if kw["memory_stacks"] is None
                          else int(bool(kw["memory_stacks"])),
-                         paths=kw["paths"])
+                         paths=kw["paths"], asyncio=bool(kw["asyncio"]))
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes

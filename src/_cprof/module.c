@@ -440,6 +440,14 @@ static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
     return PyBool_FromLong(self->run.sampling);
 }
 
+static PyObject *profiler_get_tasks_seen(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->run.sampling || !self->run.sm.opts.async)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(self->run.sm.tasks.n);
+}
+
 static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
 {
     (void)c;
@@ -548,6 +556,8 @@ static PyGetSetDef profiler_getset[] = {
      NULL},
     {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
     {"memory", (getter)profiler_get_memory, NULL, "True when allocations are recorded.", NULL},
+    {"tasks_seen", (getter)profiler_get_tasks_seen, NULL,
+     "--async sampling: how many asyncio tasks it saw (None: not --async sampling).", NULL},
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},

@@ -30,6 +30,9 @@
 
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
+/* Tasks let go that may still be in a registry: address -> weak reference
+ * (a dead one: the address may name a new task). */
+static PyObject *ended;
 static int64_t prev_look, run_start;
 
 static int grow_rows(pp_tasks *t)
@@ -67,9 +70,53 @@ static int ensure_ready(pp_tasks *t)
     return 0;
 }
 
+/* 1 if `task` is one that was let go (and is still alive). */
+static int was_let_go(PyObject *task)
+{
+    if (ended == NULL)
+        return 0;
+    PyObject *key = PyLong_FromVoidPtr(task);
+    PyObject *ref = key ? PyDict_GetItem(ended, key) : NULL;
+    PyObject *o = ref ? pp_weakref_get(ref) : NULL;
+    int same = o == task;
+    Py_XDECREF(o);
+    if (ref && !same)
+        PyDict_DelItem(ended, key);
+    Py_XDECREF(key);
+    PyErr_Clear();
+    return same;
+}
+
+static void remember_ended(PyObject *task)
+{
+    if (ended == NULL && (ended = PyDict_New()) == NULL)
+        goto out;
+    if (PyDict_GET_SIZE(ended) > 4096) {    /* drop the dead ones */
+        PyObject *k, *v, *dead = PyList_New(0);
+        Py_ssize_t pos = 0;
+        while (dead && PyDict_Next(ended, &pos, &k, &v)) {
+            PyObject *o = pp_weakref_get(v);
+            if (o == NULL)
+                PyList_Append(dead, k);
+            Py_XDECREF(o);
+        }
+        for (Py_ssize_t i = 0; dead && i < PyList_GET_SIZE(dead); i++)
+            PyDict_DelItem(ended, PyList_GET_ITEM(dead, i));
+        Py_XDECREF(dead);
+    }
+    PyObject *key = PyLong_FromVoidPtr(task), *ref = PyWeakref_NewRef(task, NULL);
+    if (key && ref)
+        PyDict_SetItem(ended, key, ref);
+    Py_XDECREF(key);
+    Py_XDECREF(ref);
+out:
+    PyErr_Clear();
+}
+
 static void let_go(pp_tasks *t, uint32_t row)
 {
     if (t->obj[row] != NULL) {
+        remember_ended(PyTuple_GET_ITEM(t->obj[row], 0));
         Py_CLEAR(t->obj[row]);
         t->held--;
     }
@@ -120,6 +167,7 @@ void pp_async_reset(pp_sampling *p)
     prev_look = 0;
     run_start = pp_mono_ns();
     Py_CLEAR(await_fids);
+    Py_CLEAR(ended);
     p->tasks.unknown_fid = PP_NONE;
     if (ensure_ready(&p->tasks) == 0)
         reindex(&p->tasks);
@@ -309,7 +357,7 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     PyObject *list = mod ? all_tasks(mod) : NULL;
     for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
         PyObject *task = PyList_GET_ITEM(list, i);
-        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
+        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE && !was_let_go(task))
             new_row(p, task, now);
     }
     Py_XDECREF(list);

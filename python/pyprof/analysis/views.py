@@ -7,7 +7,8 @@ Four views show the same figures arranged four ways, and two show lines:
 - ``scope``: package -> module -> class -> function, with totals per level;
 - ``graph``: the callers and callees of the selected functions, with edge figures;
 - ``lines``: the line tables (traced, sampled or memory lines);
-- ``memory``: the allocation sites, by line.
+- ``memory``: the allocation sites, by line;
+- ``tasks``: the asyncio tasks of an ``--async`` sampling capture, one row each.
 
 One option language filters them all (tfprof's semantics): ``start``, ``trim``,
 ``show``, ``hide`` name regexes, ``min_*`` thresholds, ``max_depth``,
@@ -29,7 +30,7 @@ from ..model.names import BUILTIN_FUNC, BUILTIN_METHOD
 from ..model.session import STATES
 from ..model.sources import read_source
 
-VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
+VIEWS = ("code", "op", "scope", "graph", "lines", "memory", "tasks")
 TREE_VIEWS = ("code", "scope", "graph")
 
 # Columns: name -> (header, unit, meaning). Units: "s" seconds, "B" bytes,
@@ -49,12 +50,19 @@ COLUMNS = {
     "peak-bytes": ("peak", "B", "most bytes live at once (sites, or calls with --functions)"),
     "allocs": ("allocs", "n", "allocations (blocks)"),
     "occurrence": ("occurrence", "n", "contexts, callers or functions the node stands for"),
+    "running": ("running", "s", "task: time it ran (its samples' weight)"),
+    "awaiting": ("awaiting", "s", "task: its lifetime less its running time (wall mode)"),
+    "steps": ("steps", "n", "task: times it ran (traced captures only)"),
+    "coroutine": ("coroutine", "", "task: its coroutine's function, file:line"),
+    "created": ("created", "", "task: where it was created (asyncio debug mode)"),
+    "state": ("state", "", "task: pending, done or cancelled at the end"),
     "thread": ("threads", "", "threads the node ran in"),
     "file": ("file", "", "file:line"),
 }
 # What adds up from children into a parent (tree views); the rest belongs to
 # the node alone.
-SUMMED = ("time", "cpu", "samples", "bytes", "net-bytes", "peak-bytes", "allocs")
+SUMMED = ("time", "cpu", "samples", "bytes", "net-bytes", "peak-bytes", "allocs", "running",
+          "awaiting")
 # select/order-by name -> metric in Node.own / Node.total and which of the two
 SELF_OF = {"self-time": "time", "self-samples": "samples", "self-bytes": "bytes"}
 EDGE_KINDS = ("callers", "callees", "caller", "callee")
@@ -219,6 +227,12 @@ def available_columns(session, name) -> list:
     elif name == "memory":
         if src["memory"]:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
+    elif name == "tasks":
+        if session.tasks:
+            cols += ["running", "awaiting", "samples", "coroutine", "created", "state"]
+            if session.info.get("sampling", {}).get("mode") != "wall":
+                cols.remove("awaiting")
+        return cols + ["thread"] if cols else []
     else:
         if src["trace"] and (name != "code" or src["paths"]):
             cols += ["calls", "time", "self-time", "per-call"]
@@ -237,7 +251,8 @@ def available_columns(session, name) -> list:
 def _default_select(available, name) -> list:
     order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes",
                        "self-bytes"],
-             "memory": ["bytes", "net-bytes", "peak-bytes", "allocs"]}.get(
+             "memory": ["bytes", "net-bytes", "peak-bytes", "allocs"],
+             "tasks": ["coroutine", "created", "running", "awaiting", "samples", "state"]}.get(
         name, ["calls", "samples", "time", "self-time", "bytes", "net-bytes", "occurrence"])
     if name == "op":
         order.append("peak-bytes")
@@ -249,6 +264,9 @@ def _build(session, name, opts):
         raise PyprofError(f"unknown view {name!r} (choose from {', '.join(VIEWS)})")
     session, threads = _scope(session, opts)
     available = available_columns(session, name)
+    if name == "tasks" and not available:
+        raise PyprofError("this capture has no asyncio tasks (sample with --async; "
+                          "docs/async.md)")
     select = list(opts.select) or _default_select(available, name)
     for col in select:
         if col not in available:
@@ -257,14 +275,15 @@ def _build(session, name, opts):
     if not any(COLUMNS[c][1] for c in select):
         raise PyprofError(f"the {name} view of this capture has no figures to show "
                           f"(available: {', '.join(available) or 'none'})")
-    order = opts.order_by or next((c for c in ("time", "samples", "bytes", "hits", "calls")
+    order = opts.order_by or next((c for c in ("time", "running", "samples", "bytes", "hits",
+                                               "calls")
                                    if c in available), select[0])
     if order != "name" and order not in available:
         raise PyprofError(f"sort key {order!r} is not in this capture's {name} view "
                           f"(available: {', '.join(available)})")
     opts.order_by = order
     builder = {"code": _code, "op": op_nodes, "scope": _scope_view, "graph": _graph,
-               "lines": line_nodes, "memory": _memory}[name]
+               "lines": line_nodes, "memory": _memory, "tasks": task_nodes}[name]
     nodes = builder(session, threads)
     return nodes, select, name in TREE_VIEWS
 
@@ -641,6 +660,35 @@ def _memory(session, threads) -> dict:
 
 
 # ---------------------------------------------------------------- filtering
+def _where(session, fid, line=None) -> str:
+    if fid is None or fid not in session.functions:
+        return ""
+    f = session.functions[fid]
+    where = f"{f.filename}:{f.line if line is None else line}" if f.filename else ""
+    return f"{f.qualname} ({where})" if where and line is None else where
+
+
+def task_nodes(session, threads) -> dict:
+    """One node per asyncio task (--async sampling): its name, its coroutine,
+    where it was created, running and awaiting seconds, samples, state."""
+    nodes = {}
+    for i, t in enumerate(session.tasks):
+        if threads is not None and t.thread not in threads:
+            continue
+        label = session.functions[t.fid].name
+        name = label[6:-1] if label.startswith("<task ") and label.endswith(">") else label
+        f = session.functions.get(t.coro_fid) if t.coro_fid is not None else None
+        n = Node(name, f.filename if f else "", f.line if f else 0, "task")
+        n.total = {"running": t.running / 1e9, "awaiting": t.awaiting / 1e9,
+                   "samples": t.samples}
+        n.fixed = {"coroutine": _where(session, t.coro_fid),
+                   "created": _where(session, *t.created) if t.created else "",
+                   "state": t.state,
+                   "thread": _thread_names(session, [t.thread]) if t.thread is not None else ""}
+        nodes[i] = n
+    return nodes
+
+
 def _matches(rxs, node) -> bool:
     return any(rx.search(node.name) or (node.file and rx.search(node.file)) for rx in rxs)
 
@@ -711,7 +759,7 @@ def _display(nodes: dict, columns, opts, tree, accounted):
         """Thresholds; a node without a figure is not judged by its threshold."""
         if n.kind in EDGE_KINDS:
             return n.shown
-        return (n.total.get("time", opts.min_time) >= opts.min_time
+        return (n.total.get("time", n.total.get("running", opts.min_time)) >= opts.min_time
                 and n.fixed.get("calls", opts.min_calls) >= opts.min_calls
                 and n.total.get("bytes", opts.min_bytes) >= opts.min_bytes
                 and n.total.get("samples", opts.min_samples) >= opts.min_samples)

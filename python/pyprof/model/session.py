@@ -29,7 +29,8 @@ from .tables import (KINDS, MAX_DEPTH, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTI
                      ROOT_PATH,
                      STATES, TABLES, CallRow, Counters, Function, LineCounters, LineMemory,
                      MemCounters,
-                     MemPoint, PathNode, SampleCounters, Stack, Step, Table, Thread, TreeNode)
+                     MemPoint, PathNode, SampleCounters, Stack, Step, Table, TaskRow, Thread,
+                     TreeNode)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Session:
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
     paths: dict = field(default_factory=dict)       # (thread, path id) -> PathNode
     steps: list = field(default_factory=list)       # Step, in marking order
+    tasks: list = field(default_factory=list)       # TaskRow (--async sampling)
     # a part of a capture (a step) has the counters of some paths only: the
     # whole capture's paths give the shape of the tree above them
     path_shape: dict = field(default_factory=dict)
