@@ -207,8 +207,9 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         if (n > 0 && (size_t)n < sizeof s && p->sm.opts.async)
             n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
                 ",\"async\":{\"tasks\":%u,\"unmatched_samples\":%llu,\"looks\":%llu,"
-                "\"look_s\":%.6f}}", p->sm.tasks.n, (unsigned long long)p->sm.tasks.unmatched,
-                (unsigned long long)p->sm.tasks.looks, (double)p->sm.tasks.look_ns / 1e9) - 1;
+                "\"look_s\":%.6f,\"look_gap_s\":%.6f}}", p->sm.tasks.n,
+                (unsigned long long)p->sm.tasks.unmatched, (unsigned long long)p->sm.tasks.looks,
+                (double)p->sm.tasks.look_ns / 1e9, (double)p->sm.tasks.gap_ns / 1e9) - 1;
     }
     if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */

@@ -874,7 +874,7 @@ int pp_sampler_stop(pp_sampling *p)
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     if (S.async)
-        pp_async_look_begin(p, S.stopped_ns);
+        pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
     if (S.async)
         pp_async_stop(p, S.stopped_ns);

@@ -95,6 +95,8 @@ typedef struct {
     PyObject **obj;             /* (task, coroutine) */
     uintptr_t *coro;
     uint32_t *where;
+    uint8_t *noted;             /* its loop's thread is in byloop */
+    pp_index byloop;            /* event loop address -> thread index, of tasks held */
     int ready;                  /* the indexes are made */
     uint32_t held;              /* rows with obj set */
     pp_index bycoro;            /* coroutine address -> row, tasks held only */
@@ -103,6 +105,7 @@ typedef struct {
     uint64_t unmatched;         /* samples in a coroutine of no known task */
     uint64_t looks;
     int64_t look_ns;            /* time spent looking at tasks, in all */
+    int64_t gap_ns;             /* the longest time between two looks */
 } pp_tasks;
 
 /* One profiler's sampling state: the options, the stack table the samples

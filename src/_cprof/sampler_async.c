@@ -56,6 +56,10 @@ static int grow_rows(pp_tasks *t)
     if (w == NULL)
         return -1;
     t->where = w;
+    uint8_t *f = realloc(t->noted, cap);
+    if (f == NULL)
+        return -1;
+    t->noted = f;
     t->cap = cap;
     return 0;
 }
@@ -64,7 +68,8 @@ static int ensure_ready(pp_tasks *t)
 {
     if (t->ready)
         return 0;
-    if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0)
+    if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0
+        || pp_index_init(&t->byloop, 16) < 0)
         return -1;
     t->ready = 1;
     return 0;
@@ -141,6 +146,7 @@ void pp_tasks_clear(pp_tasks *t)
         let_go(t, i);
     t->n = 0;
     t->unmatched = 0;
+    t->gap_ns = 0;
     if (t->ready) {
         pp_index_clear(&t->bycoro);
         pp_index_clear(&t->byobj);
@@ -155,22 +161,26 @@ void pp_async_free(pp_sampling *p)
     free(t->obj);
     free(t->coro);
     free(t->where);
+    free(t->noted);
     if (t->ready) {
         pp_index_free(&t->bycoro);
         pp_index_free(&t->byobj);
+        pp_index_free(&t->byloop);
     }
     memset(t, 0, sizeof *t);
 }
 
 void pp_async_reset(pp_sampling *p)
 {
-    prev_look = 0;
     run_start = pp_mono_ns();
+    prev_look = run_start;              /* a task seen at the first look began since the start */
     Py_CLEAR(await_fids);
     Py_CLEAR(ended);
     p->tasks.unknown_fid = PP_NONE;
-    if (ensure_ready(&p->tasks) == 0)
+    if (ensure_ready(&p->tasks) == 0) {
         reindex(&p->tasks);
+        pp_index_clear(&p->tasks.byloop);   /* loops of another run may be gone */
+    }
 }
 
 /* A function named `text` with no code: <task NAME>, <await NAME>. */
@@ -218,6 +228,15 @@ static PyObject *task_name(PyObject *task)
     return name;
 }
 
+/* The folder of asyncio's own files, as a path part (pyprof runs on Linux). */
+static PyObject *asyncio_dir(void)
+{
+    static PyObject *dir;
+    if (dir == NULL)
+        dir = PyUnicode_FromString("/asyncio/");
+    return dir;
+}
+
 /* asyncio's debug mode keeps where a task was made (the last entry of its
  * _source_traceback, a FrameSummary with slots). */
 static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
@@ -225,8 +244,19 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
     row->created_fid = PP_NONE;
     row->created_line = 0;
     PyObject *tb = attr(task, "_source_traceback");
-    if (tb != NULL && PyList_Check(tb) && PyList_GET_SIZE(tb) > 0) {
-        PyObject *fs = PyList_GET_ITEM(tb, PyList_GET_SIZE(tb) - 1);
+    Py_ssize_t at = tb != NULL && PyList_Check(tb) ? PyList_GET_SIZE(tb) : 0;
+    while (at > 1) {                    /* the program's line, not asyncio's create_task */
+        PyObject *f = attr(PyList_GET_ITEM(tb, at - 1), "filename");
+        int own = f && PyUnicode_Check(f) && asyncio_dir()
+                  && PyUnicode_Find(f, asyncio_dir(), 0, PY_SSIZE_T_MAX, 1) >= 0;
+        Py_XDECREF(f);
+        PyErr_Clear();
+        if (!own)
+            break;
+        at--;
+    }
+    if (at > 0) {
+        PyObject *fs = PyList_GET_ITEM(tb, at - 1);
         PyObject *file = attr(fs, "filename"), *name = attr(fs, "name"), *line = attr(fs, "lineno");
         if (file && name && line && PyUnicode_Check(file) && PyUnicode_Check(name)
             && PyLong_Check(line)) {
@@ -276,11 +306,12 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     row->thread = PP_NONE;
     row->state = PP_TASK_PENDING;
     /* made since the previous look: halfway, on average */
-    row->start_ns = prev_look ? prev_look + (now - prev_look) / 2 : run_start;
+    row->start_ns = prev_look + (now - prev_look) / 2;
     t->obj[i] = pair;
     t->held++;
     t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
     t->where[i] = PP_NONE;
+    t->noted[i] = 0;
     if (t->coro[i])
         pp_index_put(&t->bycoro, t->coro[i], i);
     pp_index_put(&t->byobj, (uint64_t)(uintptr_t)task, i);
@@ -343,12 +374,16 @@ static PyObject *tasks_module(void)
     return mod;
 }
 
+static int stopping_now;                /* stop's look: its time is the sampler's end */
+
 void pp_async_look_begin(pp_sampling *p, int64_t now)
 {
     pp_tasks *t = &p->tasks;
     if (!S.async || ensure_ready(t) < 0)
         return;
     int64_t t0 = pp_mono_ns();
+    if (now < t0 && !stopping_now)
+        now = t0;                       /* the time the registries are read (the GIL took a while) */
     int was = pp_memory_self_begin();
     int gc_was = PyGC_Disable();        /* no finalizer or weakref callback runs meanwhile */
     pp_err_state es;
@@ -374,6 +409,14 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
+    static uint32_t rescanned;
+    if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1) {
+        /* a task made since the last look (a drain without a look: a new
+         * thread's): the registries again, once per drain */
+        rescanned = p->threads->sample_pass + 1;
+        pp_async_look_begin(p, pp_mono_ns());
+        row = pp_index_get(&t->bycoro, coro);
+    }
     if (row == PP_NONE && t->unknown_fid == PP_NONE) {
         PyObject *label = PyUnicode_FromString("<task ?>");
         t->unknown_fid = named_fid(p, label);
@@ -453,14 +496,15 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row)
     return pp_samples_stack(&p->samples, fr, n);
 }
 
-/* The thread of a task's loop that has no running sample yet: the loop's
- * _thread_id (threading.get_ident() of the thread running it). */
+/* The thread of a task's loop that has no running sample yet: the thread
+ * of another task of that loop that ran; else the loop's _thread_id
+ * (asyncio's: threading.get_ident() of the thread running it). */
 static uint32_t loop_thread(pp_sampling *p, PyObject *task)
 {
     PyObject *loop = attr(task, "_loop");
-    PyObject *id = loop ? attr(loop, "_thread_id") : NULL;
+    uint32_t out = loop ? pp_index_get(&p->tasks.byloop, (uint64_t)(uintptr_t)loop) : PP_NONE;
+    PyObject *id = loop && out == PP_NONE ? attr(loop, "_thread_id") : NULL;
     Py_XDECREF(loop);
-    uint32_t out = PP_NONE;
     if (id != NULL && PyLong_Check(id)) {
         unsigned long ident = PyLong_AsUnsignedLong(id);
         for (pp_thread *th = p->threads->head; th; th = th->next)
@@ -533,6 +577,8 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     if (!S.async || !t->ready)
         return;
     int64_t t0 = pp_mono_ns();
+    if (!stopping && now < t0)
+        now = t0;                       /* after the drain: its samples reach about now */
     int was = pp_memory_self_begin();
     int gc_was = PyGC_Disable();
     pp_err_state es;
@@ -547,6 +593,13 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
         if (r->first_run_ns && r->first_run_ns < r->start_ns)
             r->start_ns = r->first_run_ns;
+        if (r->thread != PP_NONE && !t->noted[i]) {
+            PyObject *loop = attr(task, "_loop");    /* held by the task: the address stays */
+            if (loop != NULL)
+                pp_index_put(&t->byloop, (uint64_t)(uintptr_t)loop, r->thread);
+            Py_XDECREF(loop);
+            t->noted[i] = 1;
+        }
         int state = task_state(task), running = 0;
         for (int k = 0; k < ncur; k++)
             running |= cur[k] == task;
@@ -560,7 +613,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         }
         else {
             /* ended since the previous look: halfway, or after its last sample */
-            int64_t end = prev_look ? prev_look + (now - prev_look) / 2 : now;
+            int64_t end = prev_look + (now - prev_look) / 2;
             if (r->last_run_ns > end)
                 end = r->last_run_ns;
             if (end < r->start_ns)
@@ -580,6 +633,8 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     if (gc_was)
         PyGC_Enable();
     pp_memory_self_end(was);
+    if (now - prev_look > t->gap_ns)
+        t->gap_ns = now - prev_look;    /* what bounds the error of a start or an end */
     prev_look = now;
     t->looks++;
     t->look_ns += pp_mono_ns() - t0;
@@ -593,4 +648,11 @@ void pp_async_look_end(pp_sampling *p, int64_t now)
 void pp_async_stop(pp_sampling *p, int64_t now)
 {
     look_end(p, now, 1);
+    stopping_now = 0;
+}
+
+void pp_async_stop_begin(pp_sampling *p, int64_t now)
+{
+    stopping_now = 1;
+    pp_async_look_begin(p, now);
 }

@@ -246,6 +246,7 @@ void pp_async_look_begin(pp_sampling *p, int64_t now);
 /* After it: the time of the tasks that wait, where they wait; ended tasks let go. */
 void pp_async_look_end(pp_sampling *p, int64_t now);
 /* Sampling stops: every task let go, its time charged up to now. */
+void pp_async_stop_begin(pp_sampling *p, int64_t now);
 void pp_async_stop(pp_sampling *p, int64_t now);
 /* The drain: the row of the task whose coroutine is `coro` (PP_NONE: none
  * known), and a sample of `weight` in it. */

@@ -58,7 +58,10 @@ def render(session, lines=True) -> bytes:
     for t, state, frames, count, weight in named_stacks(session, lines=True, threads=False):
         loc_ids = []
         for label, file, line in reversed(frames):                  # leaf first
-            name = label.rsplit(":", 1)[0] if file else label
+            name = label.rsplit(":", 1)[0] if file or label.startswith("<") else label
+            if not file and name.startswith("<") and name.endswith(">"):
+                # --async's <task NAME>: pprof drops <...> from names (C++ templates)
+                name = f"[{name[1:-1]}]"
             if file == "~":                 # a C function (traced captures)
                 name, file = plain_builtin_name(name), ""
             fkey = (name, file)
