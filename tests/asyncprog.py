@@ -94,11 +94,11 @@ async def main():
     lock = asyncio.Lock()
     await asyncio.gather(*(spawn(locker(f"lock-{i}", lock), f"lock-{i}") for i in range(2)))
     try:
-        await asyncio.wait_for(asyncio.create_task(sleeper(), name="timed-out"), 0.05)
+        await asyncio.wait_for(asyncio.create_task(sleeper(), name="timed-out"), 0.1)
     except asyncio.TimeoutError:
         pass
     victim = asyncio.create_task(sleeper(), name="cancelled")
-    await asyncio.sleep(0.03)
+    await asyncio.sleep(0.1)        # seen by a look (a task shorter than one may not be)
     victim.cancel()
     try:
         await victim

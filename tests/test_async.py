@@ -108,7 +108,7 @@ def test_where_tasks_wait(capture):
         return [names for state, names in stacks_of(s, task) if state == awaiting]
 
     assert any(n[1:] == ["consumer", "get", "<await Future>"] for n in waits("consumer"))
-    assert any(n[1] == "locker" and n[-2:] == ["acquire", "<await Future>"]
+    assert any(n[1:2] == ["locker"] and n[-2:] == ["acquire", "<await Future>"]
                for n in waits("lock-1"))
     assert any(n[1:3] == ["worker", "sleep"] for n in waits("g-1"))
     assert any(n[1:3] == ["sleeper", "sleep"] for n in waits("cancelled"))
