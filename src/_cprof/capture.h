@@ -51,9 +51,13 @@ enum {
     PP_REC_LINEMEM = 19,        /* 1.5: u32 n, n x <IIIIQQqq thread fid line pad alloc_bytes
                                  * alloc_blocks net_bytes peak_bytes> (line mode with memory:
                                  * callees included) */
-    PP_REC_TASKS = 20,          /* 1.6: u32 n, n x <IIIIIIqqqqQ fid coro_fid created_fid
+    PP_REC_TASKS = 20,          /* 1.6: u32 n, n x <IIIIIIqqqqQQ fid coro_fid created_fid
                                  * created_line thread state start_ns end_ns running_ns
-                                 * awaiting_ns samples> (--async sampling; times from the start) */
+                                 * awaiting_ns samples steps> (asyncio; times from the start) */
+    PP_REC_COROS = 21,          /* 1.6: u32 n, n x <IIQQqq fid pad instances ended wall open_wall>
+                                 * (function tracing: coroutines from first start to end) */
+    PP_REC_TASKSTEPS = 22,      /* 1.6: u32 n, n x <IIqq task pad start_ns dur_ns> (tracing's
+                                 * tasks with a timeline: each step of each task) */
     PP_REC_END = 0xFFFF,
 };
 

@@ -276,6 +276,40 @@ int pp_frames_gen_where(PyObject *gen, PyObject **code, uint32_t *offset)
     return 1;
 }
 
+uintptr_t pp_frames_running(void)
+{
+    PyThreadState *ts = PyThreadState_GET();
+#if PY_VERSION_HEX >= 0x030D0000
+    return (uintptr_t)ts->current_frame;
+#else
+    return ts->cframe ? (uintptr_t)ts->cframe->current_frame : 0;
+#endif
+}
+
+int pp_frames_owner_suspended(uintptr_t frame)
+{
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)frame;
+    if (f == NULL || f->owner != FRAME_OWNED_BY_GENERATOR)
+        return 0;
+    PyGenObject *g = (PyGenObject *)(frame - GEN_FRAME_OFFSET);
+    return g->gi_frame_state < FRAME_EXECUTING;
+}
+
+PyObject *pp_frames_owner(uintptr_t frame)
+{
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)frame;
+    if (f == NULL || f->owner != FRAME_OWNED_BY_GENERATOR)
+        return NULL;
+    return (PyObject *)(frame - GEN_FRAME_OFFSET);
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+uintptr_t pp_frameobj_frame(PyFrameObject *f)
+{
+    return (uintptr_t)f->f_frame;
+}
+#endif
+
 PyObject *pp_weakref_get(PyObject *ref)
 {
 #if PY_VERSION_HEX >= 0x030D0000

@@ -62,6 +62,19 @@ int pp_frames_walk_coro(PyThreadState *ts, pp_rawframe *out, int max, int *trunc
  * object waits: its code object (borrowed) and instruction offset in code
  * units. 0 if gen is not one, or is running or finished. */
 int pp_frames_gen_where(PyObject *gen, PyObject **code, uint32_t *offset);
+/* GIL held: the running frame of the calling thread (an address only; 0 if
+ * none), for the tracer's coroutines: a coroutine's frame lives in the
+ * coroutine object, so its address names the coroutine while it lives. */
+uintptr_t pp_frames_running(void);
+/* GIL held: whether the generator or coroutine owning the frame at `frame`
+ * is suspended (it yielded; 3.11's profile hook reports yields as returns). */
+int pp_frames_owner_suspended(uintptr_t frame);
+/* GIL held: the generator or coroutine owning the frame (borrowed), or NULL. */
+PyObject *pp_frames_owner(uintptr_t frame);
+#if !PP_USE_MONITORING
+/* 3.11: the interpreter frame of a frame object, an address only. */
+uintptr_t pp_frameobj_frame(PyFrameObject *f);
+#endif
 /* A new reference from a weak reference (NULL: dead), or NULL with an error. */
 PyObject *pp_weakref_get(PyObject *ref);
 /* Before sampling starts (after a fork too): the process id for checked reads. */

@@ -72,6 +72,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->run.sm.opts.native = native;
     self->run.sm.opts.async = asyncio;
+    self->run.tr.asyncio = asyncio;
     if (self->run.sampling && (rate < 0 || self->run.sm.opts.rate_hz > 100000)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);

@@ -51,8 +51,9 @@ COLUMNS = {
     "allocs": ("allocs", "n", "allocations (blocks)"),
     "occurrence": ("occurrence", "n", "contexts, callers or functions the node stands for"),
     "running": ("running", "s", "task: time it ran (its samples' weight)"),
-    "awaiting": ("awaiting", "s", "task: its lifetime less its running time (wall mode)"),
-    "steps": ("steps", "n", "task: times it ran (traced captures only)"),
+    "awaiting": ("awaiting", "s", "task: its lifetime less its running time (wall mode); "
+                 "coroutine function: its coroutines' wall time less their time"),
+    "steps": ("steps", "n", "task: times it ran (traced captures)"),
     "coroutine": ("coroutine", "", "task: its coroutine's function, file:line"),
     "created": ("created", "", "task: where it was created (asyncio debug mode)"),
     "state": ("state", "", "task: pending, done or cancelled at the end"),
@@ -229,13 +230,19 @@ def available_columns(session, name) -> list:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
     elif name == "tasks":
         if session.tasks:
-            cols += ["running", "awaiting", "samples", "coroutine", "created", "state"]
-            if session.info.get("sampling", {}).get("mode") != "wall":
-                cols.remove("awaiting")
+            cols += ["running", "awaiting", "coroutine", "created", "state"]
+            if src["sample"]:
+                cols.append("samples")
+                if session.info["sampling"].get("mode") != "wall":
+                    cols.remove("awaiting")
+            else:
+                cols.append("steps")
         return cols + ["thread"] if cols else []
     else:
         if src["trace"] and (name != "code" or src["paths"]):
             cols += ["calls", "time", "self-time", "per-call"]
+            if name == "op" and session.coroutines:
+                cols.append("awaiting")
         if src["sample"]:
             cols += ["samples", "self-samples", "time", "self-time", "cpu"]
         if src["memory"] and (name != "code" or session.memory_stacks):
@@ -252,8 +259,10 @@ def _default_select(available, name) -> list:
     order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes",
                        "self-bytes"],
              "memory": ["bytes", "net-bytes", "peak-bytes", "allocs"],
-             "tasks": ["coroutine", "created", "running", "awaiting", "samples", "state"]}.get(
-        name, ["calls", "samples", "time", "self-time", "bytes", "net-bytes", "occurrence"])
+             "tasks": ["coroutine", "created", "running", "awaiting", "samples", "steps",
+                       "state"]}.get(
+        name, ["calls", "samples", "time", "self-time", "awaiting", "bytes", "net-bytes",
+               "occurrence"])
     if name == "op":
         order.append("peak-bytes")
     return [c for c in order if c in available]
@@ -265,7 +274,7 @@ def _build(session, name, opts):
     session, threads = _scope(session, opts)
     available = available_columns(session, name)
     if name == "tasks" and not available:
-        raise PyprofError("this capture has no asyncio tasks (sample with --async; "
+        raise PyprofError("this capture has no asyncio tasks (record with --async; "
                           "docs/async.md)")
     select = list(opts.select) or _default_select(available, name)
     for col in select:
@@ -415,6 +424,14 @@ def op_nodes(session, threads) -> dict:
         for fid, ts in ran.items():
             if fid in nodes:
                 nodes[fid].fixed["thread"] = _thread_names(session, ts)
+        # coroutines (docs/async.md): called once each, however often they
+        # resumed; awaiting is their wall time less the time they ran
+        for fid, c in session.coroutines.items():
+            if fid in nodes and c.instances:
+                n = nodes[fid]
+                n.fixed["calls"] = c.instances
+                wall = session.seconds(c.wall + c.open_wall)
+                n.total["awaiting"] = max(0.0, wall - n.total.get("time", 0.0))
         contexts: dict = {}         # fid -> distinct chains of callers (or callers)
         if session.paths:
             tree = session.call_tree(threads)
@@ -685,6 +702,8 @@ def task_nodes(session, threads) -> dict:
                    "created": _where(session, *t.created) if t.created else "",
                    "state": t.state,
                    "thread": _thread_names(session, [t.thread]) if t.thread is not None else ""}
+        if t.steps is not None:
+            n.fixed["steps"] = t.steps
         nodes[i] = n
     return nodes
 

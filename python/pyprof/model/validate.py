@@ -70,13 +70,19 @@ def check(session, whole=None) -> None:
 
 
 def _check_tasks(session):
-    """Each task row names functions and a thread the capture has."""
+    """Each task and coroutine row names functions (and a thread) the capture has."""
     for i, t in enumerate(session.tasks):
         fids = [t.fid, t.coro_fid, t.created and t.created[0]]
         if any(f is not None and f not in session.functions for f in fids):
             raise Corrupt(f"TASKS row {i} has a function the capture does not have")
         if t.thread is not None and t.thread not in session.threads:
             raise Corrupt(f"TASKS row {i} has thread {t.thread}, which the capture does not have")
+    for i, (task, start, dur) in enumerate(session.task_steps):
+        if not 0 <= task < len(session.tasks) or dur < 0:
+            raise Corrupt(f"TASKSTEPS row {i} has task {task} or duration {dur} out of range")
+    for fid in session.coroutines:
+        if fid not in session.functions:
+            raise Corrupt(f"COROS has function {fid}, which the capture does not have")
 
 
 def _check_column(table, keys, i, kind, ids):
