@@ -1,6 +1,7 @@
 """An asyncio program that measures itself (tests/test_async.py): each named
 task times its own bursts of work with a clock (running) and its lifetime,
-from its creation (spawn) to its end; awaiting is lifetime - running. Written to the JSON file named by argv[1].
+from its creation (spawn) to its end; awaiting is lifetime - running (and,
+what function tracing sees, from its coroutine's first start). Written to the JSON file named by argv[1].
 Exercises TaskGroup, gather, wait_for/timeout, a queue, a lock, to_thread,
 cancellation and a second event loop in a thread (argv[2] == "uvloop": uvloop's)."""
 import asyncio
@@ -33,6 +34,7 @@ class Clock:
 
     def __init__(self, name):
         self.name, self.t0, self.run = name, CREATED[name], 0.0
+        self.first = time.perf_counter()        # its coroutine's first start
 
     def burst(self, seconds):
         a = time.perf_counter()
@@ -40,16 +42,18 @@ class Clock:
         self.run += time.perf_counter() - a
 
     def done(self):
-        life = time.perf_counter() - self.t0
-        truth[self.name] = {"running": self.run, "awaiting": life - self.run}
+        end = time.perf_counter()
+        truth[self.name] = {"running": self.run, "awaiting": end - self.t0 - self.run,
+                            "awaiting_since_start": end - self.first - self.run}
 
 
 async def worker(name, n, burst=BURST, pause=PAUSE):
     c = Clock(name)
     for _ in range(n):
         c.burst(burst)
-        await asyncio.sleep(pause)
+        await asyncio.sleep(pause)      # suspends once: the task runs n + 1 times
     c.done()
+    truth[name]["steps"] = n + 1
 
 
 async def producer(q):

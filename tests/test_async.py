@@ -255,3 +255,75 @@ def test_api_keyword(tmp_path):
     with pytest.raises(ValueError, match="asyncio goes with"):
         pp.Profile(lines=True, asyncio=True)
     assert shutil.which  # keep the import used
+
+
+# ------------------------------------------------------------------ function tracing
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    d = tmp_path_factory.mktemp("async-traced")
+    r = pyprof("--async", "--timeline", "-o", d / "run.cprof", PROG, d / "truth.json", cwd=d)
+    assert r.returncode == 0, r.stderr
+    return d, Session.load(d / "run.cprof"), json.loads((d / "truth.json").read_text())
+
+
+def test_traced_tasks_against_their_own_clocks(traced):
+    """Traced: each task's steps (the program's own count of its suspensions
+    + 1), running (its steps' time) and awaiting (from its coroutine's first
+    start to its end, less its running time: the tracer does not see the
+    task made)."""
+    d, s, truth = traced
+    rows = {task_name(s, t): t for t in s.tasks}
+    bad = []
+    for name, want in truth.items():
+        t = rows[name]
+        assert t.state == "done" and t.samples == 0
+        if "steps" in want:
+            assert t.steps == want["steps"], (name, t.steps, want["steps"])
+        for what, key in (("running", "running"), ("awaiting", "awaiting_since_start")):
+            got = getattr(t, what) / 1e9
+            if not close(got, want[key]):
+                bad.append(f"{name} {what}: {got:.3f} s, its own clock {want[key]:.3f} s")
+    assert not bad, bad
+
+
+def test_traced_coroutine_functions(traced):
+    """The op view: a coroutine function is called once per coroutine, however
+    often it resumed; its awaiting time is its coroutines' wall time less the
+    time they ran, against the workers' own clocks summed."""
+    d, s, truth = traced
+    from pyprof.analysis import views
+    rows = {r["name"]: r for r in views.view(s, "op", select=["calls", "time", "awaiting"])["rows"]}
+    workers = [k for k, v in truth.items() if "steps" in v]
+    w = rows["worker"]
+    assert w["calls"] == len(workers)
+    # the resumes are calls in pstats (cProfile counts them so)
+    fid = next(f for f, fn in s.functions.items() if fn.name == "worker")
+    assert s.function_totals()[fid].calls == sum(truth[k]["steps"] for k in workers)
+    assert close(w["time"], sum(truth[k]["running"] for k in workers))
+    waited = sum(truth[k]["awaiting_since_start"] for k in workers)
+    assert abs(w["awaiting"] - waited) <= max(0.05 * waited, 0.020 * len(workers))
+    assert rows["consumer"]["calls"] == 1
+    r = pyprof("view", "run.cprof", "--view", "op", "--format", "csv", "--show", "^worker$",
+               cwd=d)
+    row = next(csv.DictReader(io.StringIO(r.stdout)))
+    assert int(row["calls"]) == len(workers) and float(row["awaiting"]) > 0
+
+
+def test_traced_tasks_in_chrome_trace(traced):
+    """--timeline: one track per task in the Chrome trace, its steps inside its lifetime."""
+    d, s, truth = traced
+    r = pyprof("convert", "run.cprof", "-o", "run.trace.json", cwd=d)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((d / "run.trace.json").read_text())
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1 << 23}
+    tid = {v: k for k, v in names.items()}
+    assert {"task tg-a", "task consumer", "task thread-w"} <= set(tid)
+    ev = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1 << 23
+          and e["tid"] == tid["task tg-a"]]
+    life = [e for e in ev if e["cat"] == "task"]
+    steps = [e for e in ev if e["cat"] == "task-step"]
+    assert len(life) == 1 and len(steps) == truth["tg-a"]["steps"]
+    for e in steps:
+        assert life[0]["ts"] <= e["ts"] and e["ts"] + e["dur"] <= life[0]["ts"] + life[0]["dur"] + 1e-3
+    assert sum(e["dur"] for e in steps) / 1e6 == pytest.approx(truth["tg-a"]["running"], abs=0.02)
