@@ -51,7 +51,8 @@ def capture(request, tmp_path_factory):
     assert r.returncode == 0, r.stderr
     assert "saw no asyncio task" not in r.stderr
     truth = json.loads((d / "truth.json").read_text())
-    return d, Session.load(d / "run.cprof"), truth, request.param
+    work = truth.pop("thread work")
+    return d, Session.load(d / "run.cprof"), dict(truth, _work=work), request.param
 
 
 def test_tasks_against_their_own_clocks(capture):
@@ -61,6 +62,7 @@ def test_tasks_against_their_own_clocks(capture):
     time between two looks at the tasks (docs/async.md), which a loaded
     machine can stretch: awaiting is allowed that gap too."""
     d, s, truth, loop = capture
+    truth = {k: v for k, v in truth.items() if k != "_work"}
     rows = {task_name(s, t): t for t in s.tasks}
     assert set(truth) <= set(rows), sorted(rows)
     gap = s.info["sampling"]["async"]["look_gap_s"]
@@ -117,6 +119,23 @@ def test_where_tasks_wait(capture):
     assert any(n[1:] == ["worker", "burst", "burn"] for n in running)
     loop_frames = {"_run_once", "run_forever", "_run", "run"}
     assert not any(loop_frames & set(n) for n in running)
+
+
+def test_to_thread_work_under_its_task(capture):
+    """The executor thread's samples while it does a task's to_thread work
+    are under the task (from _WorkItem.run up), against the work's own clock."""
+    d, s, truth, loop = capture
+    threads = {i: th.name for i, th in s.threads.items()}
+    work = 0.0
+    for (t, sid, state), c in s.samples.items():
+        names = [s.functions[f].name for f, _ in s.stacks[sid].frames]
+        if names[:1] == ["<task to-thread>"] and threads[t] != "MainThread":
+            assert names[1] == "run"
+            if "burn" in names:
+                work += c.weight / 1e9
+    assert close(work, truth["_work"]["to-thread"]), (work, truth["_work"])
+    row = {task_name(s, t): t for t in s.tasks}["to-thread"]
+    assert row.running / 1e9 < 0.02         # it awaits the thread meanwhile
 
 
 def test_task_frames_in_exported_files(capture):
@@ -263,7 +282,9 @@ def traced(tmp_path_factory):
     d = tmp_path_factory.mktemp("async-traced")
     r = pyprof("--async", "--timeline", "-o", d / "run.cprof", PROG, d / "truth.json", cwd=d)
     assert r.returncode == 0, r.stderr
-    return d, Session.load(d / "run.cprof"), json.loads((d / "truth.json").read_text())
+    truth = json.loads((d / "truth.json").read_text())
+    truth.pop("thread work")
+    return d, Session.load(d / "run.cprof"), truth
 
 
 def test_traced_tasks_against_their_own_clocks(traced):

@@ -295,6 +295,29 @@ int pp_frames_owner_suspended(uintptr_t frame)
     return g->gi_frame_state < FRAME_EXECUTING;
 }
 
+PyObject *pp_frames_local0_of(PyThreadState *ts, PyObject *code)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    _PyInterpreterFrame *f = ts->current_frame;
+#else
+    _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
+#endif
+    for (int guard = 0; f != NULL && guard < 4096; f = f->previous, guard++) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (f->owner == FRAME_OWNED_BY_CSTACK)
+            continue;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *co = f->f_executable;
+#else
+        PyObject *co = (PyObject *)f->f_code;
+#endif
+        if (co == code && !_PyFrame_IsIncomplete(f))
+            return f->localsplus[0];
+    }
+    return NULL;
+}
+
 PyObject *pp_frames_owner(uintptr_t frame)
 {
     _PyInterpreterFrame *f = (_PyInterpreterFrame *)frame;

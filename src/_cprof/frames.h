@@ -69,6 +69,9 @@ uintptr_t pp_frames_running(void);
 /* GIL held: whether the generator or coroutine owning the frame at `frame`
  * is suspended (it yielded; 3.11's profile hook reports yields as returns). */
 int pp_frames_owner_suspended(uintptr_t frame);
+/* GIL held, ts another thread's state (stopped: it has no GIL): the first
+ * local (self) of its innermost frame running `code` (borrowed), or NULL. */
+PyObject *pp_frames_local0_of(PyThreadState *ts, PyObject *code);
 /* GIL held: the generator or coroutine owning the frame (borrowed), or NULL. */
 PyObject *pp_frames_owner(uintptr_t frame);
 #if !PP_USE_MONITORING

@@ -97,6 +97,10 @@ typedef struct {
     uint32_t *where;
     uint8_t *noted;             /* its loop's thread is in byloop */
     pp_index byloop;            /* event loop address -> thread index, of tasks held */
+    pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
+                                 * awaiting its work item (to_thread), at the last look */
+    uintptr_t work_code;        /* concurrent.futures.thread._WorkItem.run's code, or 0 */
+    uint32_t nworkers;
     int ready;                  /* the indexes are made */
     uint32_t held;              /* rows with obj set */
     pp_index bycoro;            /* coroutine address -> row, tasks held only */

@@ -69,7 +69,7 @@ static int ensure_ready(pp_tasks *t)
     if (t->ready)
         return 0;
     if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0
-        || pp_index_init(&t->byloop, 16) < 0)
+        || pp_index_init(&t->byloop, 16) < 0 || pp_index_init(&t->byworker, 16) < 0)
         return -1;
     t->ready = 1;
     return 0;
@@ -166,6 +166,7 @@ void pp_async_free(pp_sampling *p)
         pp_index_free(&t->bycoro);
         pp_index_free(&t->byobj);
         pp_index_free(&t->byloop);
+        pp_index_free(&t->byworker);
     }
     memset(t, 0, sizeof *t);
 }
@@ -180,6 +181,8 @@ void pp_async_reset(pp_sampling *p)
     if (ensure_ready(&p->tasks) == 0) {
         reindex(&p->tasks);
         pp_index_clear(&p->tasks.byloop);   /* loops of another run may be gone */
+        pp_index_clear(&p->tasks.byworker);
+        p->tasks.nworkers = 0;
     }
 }
 
@@ -376,6 +379,83 @@ static PyObject *tasks_module(void)
 
 static int stopping_now;                /* stop's look: its time is the sampler's end */
 
+/* to_thread / run_in_executor: which executor thread runs work that a held
+ * task awaits. A worker thread runs concurrent.futures' _WorkItem.run(self);
+ * self.future's done callbacks hold (in a closure cell) the asyncio future
+ * that the awaiting task has as its _fut_waiter. */
+static PyObject *work_code;             /* _WorkItem.run's code (strong) */
+
+static void map_workers(pp_sampling *p)
+{
+    pp_tasks *t = &p->tasks;
+    pp_index_clear(&t->byworker);
+    t->nworkers = 0;
+    if (work_code == NULL) {
+        PyObject *name = PyUnicode_FromString("concurrent.futures.thread");
+        PyObject *mod = name ? PyImport_GetModule(name) : NULL;
+        Py_XDECREF(name);
+        PyObject *cls = mod ? attr(mod, "_WorkItem") : NULL;
+        PyObject *run = cls ? attr(cls, "run") : NULL;
+        PyObject *code = run && PyFunction_Check(run) ? PyFunction_GetCode(run) : NULL;
+        work_code = code && PyCode_Check(code) ? Py_NewRef(code) : NULL;
+        Py_XDECREF(run);
+        Py_XDECREF(cls);
+        Py_XDECREF(mod);
+        PyErr_Clear();
+        if (work_code == NULL)
+            return;
+    }
+    t->work_code = (uintptr_t)work_code;
+    pp_index waiting;                   /* a held task's _fut_waiter -> row */
+    if (pp_index_init(&waiting, 64) < 0)
+        return;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->obj[i] == NULL)
+            continue;
+        PyObject *w = attr(PyTuple_GET_ITEM(t->obj[i], 0), "_fut_waiter");
+        if (w != NULL && w != Py_None)
+            pp_index_put(&waiting, (uint64_t)(uintptr_t)w, i);
+        Py_XDECREF(w);                  /* the task holds it: the address stays */
+    }
+    PyThreadState *self = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Main()); ts;
+         ts = PyThreadState_Next(ts)) {
+        PyObject *item = ts == self ? NULL : pp_frames_local0_of(ts, work_code);
+        PyObject *fut = item ? attr(item, "future") : NULL;
+        PyObject *cbs = fut ? attr(fut, "_done_callbacks") : NULL;
+        for (Py_ssize_t k = 0; cbs && PyList_Check(cbs) && k < PyList_GET_SIZE(cbs); k++) {
+            PyObject *cb = PyList_GET_ITEM(cbs, k);
+            PyObject *cells = PyFunction_Check(cb) ? PyFunction_GetClosure(cb) : NULL;
+            for (Py_ssize_t c = 0; cells && PyTuple_Check(cells) && c < PyTuple_GET_SIZE(cells); c++) {
+                PyObject *cell = PyTuple_GET_ITEM(cells, c);
+                PyObject *v = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
+                uint32_t row = v ? pp_index_get(&waiting, (uint64_t)(uintptr_t)v) : PP_NONE;
+                if (row != PP_NONE && pp_index_put(&t->byworker,
+                                                   (uint64_t)pp_tstate_native_tid(ts) + 1, row) == 0)
+                    t->nworkers++;
+            }
+        }
+        Py_XDECREF(cbs);
+        Py_XDECREF(fut);
+    }
+    PyErr_Clear();
+    pp_index_free(&waiting);
+}
+
+static uint32_t rescanned;              /* the drain pass that looked again (+ 1) */
+
+uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
+{
+    pp_tasks *t = &p->tasks;
+    uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
+    if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1) {
+        rescanned = p->threads->sample_pass + 1;
+        pp_async_look_begin(p, pp_mono_ns());
+        row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
+    }
+    return row;
+}
+
 void pp_async_look_begin(pp_sampling *p, int64_t now)
 {
     pp_tasks *t = &p->tasks;
@@ -397,6 +477,8 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     }
     Py_XDECREF(list);
     Py_XDECREF(mod);
+    if (t->held)
+        map_workers(p);
     PyErr_Clear();
     pp_err_restore(&es);
     if (gc_was)
@@ -409,7 +491,6 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
-    static uint32_t rescanned;
     if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */

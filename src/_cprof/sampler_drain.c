@@ -278,6 +278,19 @@ static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw
 {
     *row = PP_NONE;
     *root_fid = PP_NONE;
+    if (S.async && r->coro == 0 && p->tasks.work_code) {
+        /* an executor's thread doing a task's to_thread work: from _WorkItem.run up */
+        for (uint32_t i = n; i-- > 0;) {
+            if (raw[i].code != p->tasks.work_code || i >= MAX_FRAMES - 1)
+                continue;
+            *row = pp_async_worker_row(p, r->tid, 1);
+            if (*row == PP_NONE)
+                return n;
+            *root_fid = p->tasks.rows[*row].fid;
+            return i + 1;
+        }
+        return n;
+    }
     if (!S.async || r->coro == 0)
         return n;
     uint32_t at = n;
@@ -354,8 +367,9 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
         add_sample(s, thread, st, r->state, r->weight_ns, 1);
     if (thread != PP_NONE) {
         set_last_stack(thread, st);
-        set_last_task(thread, st != PP_NONE ? row : PP_NONE);
-        if (st != PP_NONE && row != PP_NONE)
+        int worker = r->coro == 0;      /* to_thread work: the task awaits it meanwhile */
+        set_last_task(thread, st != PP_NONE && !worker ? row : PP_NONE);
+        if (st != PP_NONE && row != PP_NONE && !worker)
             pp_async_ran(p, row, thread, r->t_ns, r->weight_ns);
     }
     else if (runner_only) {

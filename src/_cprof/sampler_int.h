@@ -251,6 +251,9 @@ void pp_async_stop(pp_sampling *p, int64_t now);
 /* The drain: the row of the task whose coroutine is `coro` (PP_NONE: none
  * known), and a sample of `weight` in it. */
 uint32_t pp_async_row(pp_sampling *p, uintptr_t coro);
+/* The row of the task whose to_thread work thread `tid` runs (PP_NONE: none),
+ * as the last look saw; with rescan, looked at again (once per drain) if not. */
+uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan);
 void pp_async_ran(pp_sampling *p, uint32_t row, uint32_t thread, int64_t t_ns, int64_t weight);
 
 #endif
