@@ -130,8 +130,9 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             (unsigned long long)si.woken, (unsigned long long)si.idle_ticks);
         if (n > 0 && (size_t)n < sizeof s && p->sm.opts.async)
             n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
-                ",\"async\":{\"tasks\":%u,\"unmatched_samples\":%llu,\"looks\":%llu,"
-                "\"look_s\":%.6f,\"look_gap_s\":%.6f}}", p->sm.tasks.n,
+                ",\"async\":{\"tasks\":%u,\"seen\":%llu,\"unmatched_samples\":%llu,"
+                "\"looks\":%llu,\"look_s\":%.6f,\"look_gap_s\":%.6f}}",
+                pp_tasks_named(&p->sm.tasks), (unsigned long long)p->sm.tasks.seen,
                 (unsigned long long)p->sm.tasks.unmatched, (unsigned long long)p->sm.tasks.looks,
                 (double)p->sm.tasks.look_ns / 1e9, (double)p->sm.tasks.gap_ns / 1e9) - 1;
     }

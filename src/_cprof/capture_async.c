@@ -54,9 +54,11 @@ void pp_capture_put_tasks(buf *b, const pp_run *p, const tconv *tc, int64_t now)
     size_t r = record_begin(b, PP_REC_TASKS);
     if (p->sampling) {
         const pp_tasks *t = &p->sm.tasks;
-        put_u32(b, t->n);
+        put_u32(b, pp_tasks_named(t));
         for (uint32_t i = 0; i < t->n; i++) {
             const pp_taskrow *x = &t->rows[i];
+            if (x->fid == PP_NONE)
+                continue;                   /* not named (yet): short, never sampled */
             uint32_t ids[6] = {x->fid, x->coro_fid, x->created_fid, x->created_line, x->thread,
                                x->state};
             int64_t times[4] = {x->start_ns - p->start_mono_ns,

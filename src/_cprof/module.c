@@ -446,7 +446,7 @@ static PyObject *profiler_get_tasks_seen(pp_profiler *self, void *c)
     (void)c;
     if (!self->run.sampling || !self->run.sm.opts.async)
         Py_RETURN_NONE;
-    return PyLong_FromUnsignedLong(self->run.sm.tasks.n);
+    return PyLong_FromUnsignedLongLong(self->run.sm.tasks.seen);
 }
 
 static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)

@@ -490,16 +490,18 @@ static pid_t own_thread_init(const char *name)
 }
 
 /* --async: the tasks are looked at every LOOK_NS, less often when looking
- * would cost more than a 200th of the time (thousands of tasks), and while
- * no task has been seen (a program without an event loop). */
+ * would cost more than a 200th of the time (tens of thousands of tasks: up
+ * to a second apart), and while no task has been seen (a program without an
+ * event loop). */
 #define LOOK_NS (10 * 1000 * 1000)
+#define LOOK_MAX_NS (1000 * 1000 * 1000)
 static int64_t async_look_period(pp_sampling *p)
 {
     const pp_tasks *t = &p->tasks;
-    int64_t per = t->looks ? t->look_ns / (int64_t)t->looks : 0, period = per * 200;
+    int64_t period = t->last_look_ns * 200;
     if (t->n == 0 && period < 5 * LOOK_NS)
         period = 5 * LOOK_NS;
-    return period < LOOK_NS ? LOOK_NS : period > DRAIN_NS ? DRAIN_NS : period;
+    return period < LOOK_NS ? LOOK_NS : period > LOOK_MAX_NS ? LOOK_MAX_NS : period;
 }
 
 static void *sampler_main(void *arg)

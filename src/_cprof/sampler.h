@@ -72,7 +72,9 @@ typedef struct {
 
 /* --async: one asyncio task seen while sampling (sampler_async.c). Times in
  * ns of CLOCK_MONOTONIC; running: the weight of its samples; awaiting: its
- * lifetime less that (wall mode). */
+ * lifetime less that (wall mode). fid is PP_NONE until the task is named (it
+ * had a sample, or was pending at the end of a look); a task let go unnamed
+ * leaves no row (its slot is reused). */
 enum { PP_TASK_PENDING = 0, PP_TASK_DONE = 1, PP_TASK_CANCELLED = 2 };
 typedef struct {
     uint32_t fid;               /* its <task NAME> frame */
@@ -96,6 +98,10 @@ typedef struct {
     uintptr_t *coro;
     uint32_t *where;
     uint8_t *noted;             /* its loop's thread is in byloop */
+    uint8_t *age;               /* looks that saw it (up to 255) */
+    uint32_t free_head;         /* rows of tasks let go unnamed, for reuse (via where[]) */
+    uint32_t cursor;            /* the row the next look's waiting stacks start from */
+    int64_t last_look_ns;       /* what the last look cost */
     pp_index byloop;            /* event loop address -> thread index, of tasks held */
     pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
                                  * awaiting its work item (to_thread), at the last look */
@@ -107,6 +113,7 @@ typedef struct {
     pp_index byobj;             /* task address -> row, tasks held only */
     uint32_t unknown_fid;       /* <task ?>: a coroutine of a task never seen */
     uint64_t unmatched;         /* samples in a coroutine of no known task */
+    uint64_t seen;              /* tasks seen by a look */
     uint64_t looks;
     int64_t look_ns;            /* time spent looking at tasks, in all */
     int64_t gap_ns;             /* the longest time between two looks */
@@ -161,6 +168,8 @@ double pp_sampler_achieved(const pp_sampler_info *si);
 
 /* The task rows recorded so far are forgotten (a cleared profiler). */
 void pp_tasks_clear(pp_tasks *t);
+/* The rows that a capture writes (named tasks). */
+uint32_t pp_tasks_named(const pp_tasks *t);
 
 int pp_samples_init(pp_samples *s);
 void pp_samples_free(pp_samples *s);

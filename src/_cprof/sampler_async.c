@@ -30,9 +30,6 @@
 
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
-/* Tasks let go that may still be in a registry: address -> weak reference
- * (a dead one: the address may name a new task). */
-static PyObject *ended;
 static int64_t prev_look, run_start;
 
 static int grow_rows(pp_tasks *t)
@@ -60,6 +57,10 @@ static int grow_rows(pp_tasks *t)
     if (f == NULL)
         return -1;
     t->noted = f;
+    uint8_t *a = realloc(t->age, cap);
+    if (a == NULL)
+        return -1;
+    t->age = a;
     t->cap = cap;
     return 0;
 }
@@ -72,59 +73,29 @@ static int ensure_ready(pp_tasks *t)
         || pp_index_init(&t->byloop, 16) < 0 || pp_index_init(&t->byworker, 16) < 0)
         return -1;
     t->ready = 1;
+    t->free_head = PP_NONE;
     return 0;
 }
 
-/* 1 if `task` is one that was let go (and is still alive). */
-static int was_let_go(PyObject *task)
-{
-    if (ended == NULL)
-        return 0;
-    PyObject *key = PyLong_FromVoidPtr(task);
-    PyObject *ref = key ? PyDict_GetItem(ended, key) : NULL;
-    PyObject *o = ref ? pp_weakref_get(ref) : NULL;
-    int same = o == task;
-    Py_XDECREF(o);
-    if (ref && !same)
-        PyDict_DelItem(ended, key);
-    Py_XDECREF(key);
-    PyErr_Clear();
-    return same;
-}
-
-static void remember_ended(PyObject *task)
-{
-    if (ended == NULL && (ended = PyDict_New()) == NULL)
-        goto out;
-    if (PyDict_GET_SIZE(ended) > 4096) {    /* drop the dead ones */
-        PyObject *k, *v, *dead = PyList_New(0);
-        Py_ssize_t pos = 0;
-        while (dead && PyDict_Next(ended, &pos, &k, &v)) {
-            PyObject *o = pp_weakref_get(v);
-            if (o == NULL)
-                PyList_Append(dead, k);
-            Py_XDECREF(o);
-        }
-        for (Py_ssize_t i = 0; dead && i < PyList_GET_SIZE(dead); i++)
-            PyDict_DelItem(ended, PyList_GET_ITEM(dead, i));
-        Py_XDECREF(dead);
-    }
-    PyObject *key = PyLong_FromVoidPtr(task), *ref = PyWeakref_NewRef(task, NULL);
-    if (key && ref)
-        PyDict_SetItem(ended, key, ref);
-    Py_XDECREF(key);
-    Py_XDECREF(ref);
-out:
-    PyErr_Clear();
-}
-
+/* A task is let go once it has ended and pyprof holds its last reference
+ * (so it leaves the registries as it dies, and is never seen twice), or when
+ * sampling stops. */
 static void let_go(pp_tasks *t, uint32_t row)
 {
     if (t->obj[row] != NULL) {
-        remember_ended(PyTuple_GET_ITEM(t->obj[row], 0));
         Py_CLEAR(t->obj[row]);
         t->held--;
     }
+}
+
+/* A task let go unnamed: its row is free for another. */
+static void free_row(pp_tasks *t, uint32_t row)
+{
+    let_go(t, row);
+    t->rows[row].state = PP_TASK_DONE;
+    t->rows[row].fid = PP_NONE;
+    t->where[row] = t->free_head;
+    t->free_head = row;
 }
 
 static void reindex(pp_tasks *t)
@@ -145,12 +116,23 @@ void pp_tasks_clear(pp_tasks *t)
     for (uint32_t i = 0; i < t->n; i++)
         let_go(t, i);
     t->n = 0;
+    t->free_head = PP_NONE;
+    t->cursor = 0;
     t->unmatched = 0;
+    t->seen = 0;
     t->gap_ns = 0;
     if (t->ready) {
         pp_index_clear(&t->bycoro);
         pp_index_clear(&t->byobj);
     }
+}
+
+uint32_t pp_tasks_named(const pp_tasks *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        n += t->rows[i].fid != PP_NONE;
+    return n;
 }
 
 void pp_async_free(pp_sampling *p)
@@ -162,6 +144,7 @@ void pp_async_free(pp_sampling *p)
     free(t->coro);
     free(t->where);
     free(t->noted);
+    free(t->age);
     if (t->ready) {
         pp_index_free(&t->bycoro);
         pp_index_free(&t->byobj);
@@ -176,7 +159,6 @@ void pp_async_reset(pp_sampling *p)
     run_start = pp_mono_ns();
     prev_look = run_start;              /* a task seen at the first look began since the start */
     Py_CLEAR(await_fids);
-    Py_CLEAR(ended);
     p->tasks.unknown_fid = PP_NONE;
     if (ensure_ready(&p->tasks) == 0) {
         reindex(&p->tasks);
@@ -275,50 +257,73 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
     Py_XDECREF(tb);
 }
 
+/* A task first seen: held (with its coroutine), its start estimated; named
+ * (name_row, a few µs) only if it matters: it has a sample, or is pending at
+ * the end of a look. ~100 ns: a program may make tens of thousands of tasks
+ * a second. */
 static void new_row(pp_sampling *p, PyObject *task, int64_t now)
 {
     pp_tasks *t = &p->tasks;
-    if (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0)
+    uint32_t i = t->free_head;
+    if (i == PP_NONE && (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0))
         return;
     PyObject *coro = attr(task, "_coro");
     if (coro == NULL)
         coro = Py_NewRef(Py_None);
     PyObject *pair = PyTuple_Pack(2, task, coro);
-    PyObject *name = task_name(task);
-    PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
-    uint32_t fid = named_fid(p, label);
-    Py_XDECREF(label);
-    Py_XDECREF(name);
-    if (pair == NULL || fid == PP_NONE) {
+    Py_DECREF(coro);
+    if (pair == NULL) {
         PyErr_Clear();
-        Py_XDECREF(pair);
-        Py_DECREF(coro);
         return;
     }
-    uint32_t i = t->n++;
+    if (i == PP_NONE)
+        i = t->n++;
+    else
+        t->free_head = t->where[i];
     pp_taskrow *row = &t->rows[i];
     memset(row, 0, sizeof *row);
-    row->fid = fid;
-    row->coro_fid = PP_NONE;
+    row->fid = row->coro_fid = row->created_fid = row->thread = PP_NONE;
+    row->state = PP_TASK_PENDING;
+    /* made since the previous look: halfway, on average */
+    row->start_ns = prev_look + (now - prev_look) / 2;
+    t->obj[i] = pair;
+    t->held++;
+    t->seen++;
+    t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
+    t->where[i] = PP_NONE;
+    t->noted[i] = 0;
+    t->age[i] = 0;
+    if (t->coro[i])
+        pp_index_put(&t->bycoro, t->coro[i], i);
+    pp_index_put(&t->byobj, (uint64_t)(uintptr_t)task, i);
+}
+
+/* A held task's names: its <task NAME> frame, its coroutine's function,
+ * where it was made. 0 if it has them. */
+static int name_row(pp_sampling *p, uint32_t i)
+{
+    pp_tasks *t = &p->tasks;
+    pp_taskrow *row = &t->rows[i];
+    if (row->fid != PP_NONE)
+        return 0;
+    if (t->obj[i] == NULL)
+        return -1;
+    PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0), *coro = PyTuple_GET_ITEM(t->obj[i], 1);
+    PyObject *name = task_name(task);
+    PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
+    row->fid = named_fid(p, label);
+    Py_XDECREF(label);
+    Py_XDECREF(name);
+    if (row->fid == PP_NONE)
+        return -1;
     PyObject *code = PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
                      : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
     if (code != NULL && PyCode_Check(code))
         row->coro_fid = pp_sampler_code_fid(p, code);
     Py_XDECREF(code);
     task_created(p, task, row);
-    row->thread = PP_NONE;
-    row->state = PP_TASK_PENDING;
-    /* made since the previous look: halfway, on average */
-    row->start_ns = prev_look + (now - prev_look) / 2;
-    t->obj[i] = pair;
-    t->held++;
-    t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
-    t->where[i] = PP_NONE;
-    t->noted[i] = 0;
-    if (t->coro[i])
-        pp_index_put(&t->bycoro, t->coro[i], i);
-    pp_index_put(&t->byobj, (uint64_t)(uintptr_t)task, i);
-    Py_DECREF(coro);
+    PyErr_Clear();
+    return 0;
 }
 
 /* The tasks asyncio knows of: 3.12+ keeps them in _scheduled_tasks (a
@@ -378,6 +383,7 @@ static PyObject *tasks_module(void)
 }
 
 static int stopping_now;                /* stop's look: its time is the sampler's end */
+static int64_t begin_cost;              /* the current look's first half */
 
 /* to_thread / run_in_executor: which executor thread runs work that a held
  * task awaits. A worker thread runs concurrent.futures' _WorkItem.run(self);
@@ -443,16 +449,22 @@ static void map_workers(pp_sampling *p)
 }
 
 static uint32_t rescanned;              /* the drain pass that looked again (+ 1) */
+/* A drain that meets a coroutine of no known task looks again, once, if a
+ * look is cheap (a few thousand tasks at most). */
+#define RESCAN_MAX_NS (500 * 1000)
 
 uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
-    if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1) {
+    if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
+        && t->last_look_ns < RESCAN_MAX_NS) {
         rescanned = p->threads->sample_pass + 1;
         pp_async_look_begin(p, pp_mono_ns());
         row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
     }
+    if (row != PP_NONE && name_row(p, row) < 0)
+        row = PP_NONE;
     return row;
 }
 
@@ -472,7 +484,7 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     PyObject *list = mod ? all_tasks(mod) : NULL;
     for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
         PyObject *task = PyList_GET_ITEM(list, i);
-        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE && !was_let_go(task))
+        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
             new_row(p, task, now);
     }
     Py_XDECREF(list);
@@ -485,19 +497,23 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
         PyGC_Enable();
     pp_memory_self_end(was);
     t->look_ns += pp_mono_ns() - t0;
+    begin_cost += pp_mono_ns() - t0;
 }
 
 uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
-    if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1) {
+    if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
+        && t->last_look_ns < RESCAN_MAX_NS) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
         rescanned = p->threads->sample_pass + 1;
         pp_async_look_begin(p, pp_mono_ns());
         row = pp_index_get(&t->bycoro, coro);
     }
+    if (row != PP_NONE && name_row(p, row) < 0)
+        row = PP_NONE;
     if (row == PP_NONE && t->unknown_fid == PP_NONE) {
         PyObject *label = PyUnicode_FromString("<task ?>");
         t->unknown_fid = named_fid(p, label);
@@ -652,6 +668,14 @@ static int task_state(PyObject *task)
     return out;
 }
 
+/* Per look, at most: the waiting stacks read (round robin over the tasks),
+ * and the pending tasks named. A look then costs O(tasks) cheap reads (the
+ * registries, each task's state) and a bounded number of dear ones: a task
+ * that starts and ends between two looks, or past the budget, and has no
+ * sample, gets no row. */
+#define WAIT_BUDGET 256
+#define NAME_BUDGET 256
+
 static void look_end(pp_sampling *p, int64_t now, int stopping)
 {
     pp_tasks *t = &p->tasks;
@@ -667,11 +691,26 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     PyObject *mod = t->held ? tasks_module() : NULL;
     PyObject *cur[MAX_LOOPS];
     int ncur = current_tasks(mod, cur), changed = 0;
-    for (uint32_t i = 0; i < t->n; i++) {
+    uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
+    uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (first + k) % n;
         if (t->obj[i] == NULL)
             continue;
         pp_taskrow *r = &t->rows[i];
         PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
+        /* the pair holds the task, the list of all_tasks() is gone: 1 is ours */
+        int ours = Py_REFCNT(task) <= 1;
+        if (r->state != PP_TASK_PENDING) {          /* ended at an earlier look */
+            if (ours || stopping) {
+                if (r->fid == PP_NONE)
+                    free_row(t, i);
+                else
+                    let_go(t, i);
+                changed = 1;
+            }
+            continue;
+        }
         if (r->first_run_ns && r->first_run_ns < r->start_ns)
             r->start_ns = r->first_run_ns;
         if (r->thread != PP_NONE && !t->noted[i]) {
@@ -682,12 +721,30 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
             t->noted[i] = 1;
         }
         int state = task_state(task), running = 0;
-        for (int k = 0; k < ncur; k++)
-            running |= cur[k] == task;
+        for (int c = 0; c < ncur; c++)
+            running |= cur[c] == task;
+        if (t->age[i] < 255)
+            t->age[i]++;
+        if (r->fid == PP_NONE && state == PP_TASK_PENDING && names) {
+            names--;                    /* pending at a look: its awaiting time matters */
+            name_row(p, i);
+        }
+        if (r->fid == PP_NONE) {        /* short, never sampled: no row */
+            r->state = (uint32_t)state;
+            if ((state != PP_TASK_PENDING && ours) || stopping) {
+                free_row(t, i);
+                changed = 1;
+            }
+            continue;
+        }
         if (state == PP_TASK_PENDING) {
-            if (!running)
+            if (!running && waits) {
+                waits--;
                 t->where[i] = waiting_stack(p, i);
-            if (!running || stopping)
+                next = i + 1;
+                charge(p, i, now);
+            }
+            else if (stopping)
                 charge(p, i, now);
             if (!stopping)
                 continue;
@@ -702,10 +759,13 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
             r->state = (uint32_t)state;
             r->end_ns = end;
             charge(p, i, end);
+            if (!ours && !stopping)
+                continue;                   /* held until its other holders let go */
         }
         let_go(t, i);
         changed = 1;
     }
+    t->cursor = next;
     if (changed)
         reindex(t);
     Py_XDECREF(mod);
@@ -718,7 +778,10 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         t->gap_ns = now - prev_look;    /* what bounds the error of a start or an end */
     prev_look = now;
     t->looks++;
-    t->look_ns += pp_mono_ns() - t0;
+    int64_t cost = pp_mono_ns() - t0;
+    t->look_ns += cost;
+    t->last_look_ns = begin_cost + cost;
+    begin_cost = 0;
 }
 
 void pp_async_look_end(pp_sampling *p, int64_t now)
