@@ -68,7 +68,7 @@ def coroutines():
     return run
 
 
-REQUESTS, CONNECTIONS = 3000, 30
+REQUESTS, CONNECTIONS = 10000, 50
 
 
 async def _http():

@@ -87,7 +87,7 @@ async def locker(name, lock):
     c = Clock(name)
     async with lock:
         c.burst(0.04)
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.15)       # the other waits for the lock that long
     c.done()
 
 

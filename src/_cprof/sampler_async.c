@@ -27,6 +27,7 @@
 #define MAX_TASK_ROWS (1u << 20)        /* past it, new tasks go to <task ?> */
 #define MAX_CHAIN 64                    /* coroutines awaiting coroutines */
 #define MAX_LOOPS 64                    /* loops running a task at one look */
+#define LOOK_BUDGET_NS (2 * 1000 * 1000) /* each half of a look, at most (the rest: the next) */
 
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
@@ -80,9 +81,28 @@ static int ensure_ready(pp_tasks *t)
 /* A task is let go once it has ended and pyprof holds its last reference
  * (so it leaves the registries as it dies, and is never seen twice), or when
  * sampling stops. */
+/* The indexes by address: an entry let go keeps its key with no row (a
+ * tombstone), until there are many (reindex). */
+static void index_set(pp_index *ix, uint64_t key, uint32_t val)
+{
+    pp_ient *e = pp_index_find(ix, key);
+    if (e != NULL)
+        e->val = val;
+    else
+        pp_index_put(ix, key, val);
+}
+
+static uint32_t tombs;
+
 static void let_go(pp_tasks *t, uint32_t row)
 {
     if (t->obj[row] != NULL) {
+        if (t->ready) {
+            index_set(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[row], 0), PP_NONE);
+            if (t->coro[row])
+                index_set(&t->bycoro, t->coro[row], PP_NONE);
+            tombs += 2;
+        }
         Py_CLEAR(t->obj[row]);
         t->held--;
     }
@@ -100,6 +120,7 @@ static void free_row(pp_tasks *t, uint32_t row)
 
 static void reindex(pp_tasks *t)
 {
+    tombs = 0;
     pp_index_clear(&t->bycoro);
     pp_index_clear(&t->byobj);
     for (uint32_t i = 0; i < t->n; i++) {
@@ -294,8 +315,8 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     t->noted[i] = 0;
     t->age[i] = 0;
     if (t->coro[i])
-        pp_index_put(&t->bycoro, t->coro[i], i);
-    pp_index_put(&t->byobj, (uint64_t)(uintptr_t)task, i);
+        index_set(&t->bycoro, t->coro[i], i);
+    index_set(&t->byobj, (uint64_t)(uintptr_t)task, i);
 }
 
 /* A held task's names: its <task NAME> frame, its coroutine's function,
@@ -450,15 +471,15 @@ static void map_workers(pp_sampling *p)
 
 static uint32_t rescanned;              /* the drain pass that looked again (+ 1) */
 /* A drain that meets a coroutine of no known task looks again, once, if a
- * look is cheap (a few thousand tasks at most). */
-#define RESCAN_MAX_NS (500 * 1000)
+ * look is cheap: a few thousand tasks at most. */
+#define RESCAN_MAX_HELD 4096
 
 uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
     if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
-        && t->last_look_ns < RESCAN_MAX_NS) {
+        && t->held < RESCAN_MAX_HELD) {
         rescanned = p->threads->sample_pass + 1;
         pp_async_look_begin(p, pp_mono_ns());
         row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
@@ -483,6 +504,8 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     PyObject *mod = tasks_module();
     PyObject *list = mod ? all_tasks(mod) : NULL;
     for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
+        if (!stopping_now && (i & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS)
+            break;                      /* the others at the next look */
         PyObject *task = PyList_GET_ITEM(list, i);
         if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
             new_row(p, task, now);
@@ -505,7 +528,7 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
     pp_tasks *t = &p->tasks;
     uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
     if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
-        && t->last_look_ns < RESCAN_MAX_NS) {
+        && t->held < RESCAN_MAX_HELD) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
         rescanned = p->threads->sample_pass + 1;
@@ -693,14 +716,24 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     int ncur = current_tasks(mod, cur), changed = 0;
     uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
     uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
+    uint32_t resume = PP_NONE;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (first + k) % n;
+        if (!stopping && (k & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
+            resume = i;                 /* the rest at the next look */
+            break;
+        }
         if (t->obj[i] == NULL)
             continue;
         pp_taskrow *r = &t->rows[i];
         PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
         /* the pair holds the task, the list of all_tasks() is gone: 1 is ours */
         int ours = Py_REFCNT(task) <= 1;
+        if (stopping && r->fid == PP_NONE) {    /* never sampled, not named: no row */
+            free_row(t, i);
+            changed = 1;
+            continue;
+        }
         if (r->state != PP_TASK_PENDING) {          /* ended at an earlier look */
             if (ours || stopping) {
                 if (r->fid == PP_NONE)
@@ -765,8 +798,8 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         let_go(t, i);
         changed = 1;
     }
-    t->cursor = next;
-    if (changed)
+    t->cursor = resume != PP_NONE ? resume : next;
+    if (changed && tombs > t->held + 4096)
         reindex(t);
     Py_XDECREF(mod);
     PyErr_Clear();
@@ -798,5 +831,6 @@ void pp_async_stop(pp_sampling *p, int64_t now)
 void pp_async_stop_begin(pp_sampling *p, int64_t now)
 {
     stopping_now = 1;
-    pp_async_look_begin(p, now);
+    if (p->tasks.held < RESCAN_MAX_HELD)    /* the tasks made since the last look, if cheap */
+        pp_async_look_begin(p, now);
 }
