@@ -490,7 +490,7 @@ static pid_t own_thread_init(const char *name)
 }
 
 /* --async: the tasks are looked at every LOOK_NS, less often when looking
- * would cost more than a 200th of the time (tens of thousands of tasks: up
+ * would cost more than a 400th of the time (tens of thousands of tasks: up
  * to a second apart), and while no task has been seen (a program without an
  * event loop). */
 #define LOOK_NS (10 * 1000 * 1000)
@@ -498,7 +498,7 @@ static pid_t own_thread_init(const char *name)
 static int64_t async_look_period(pp_sampling *p)
 {
     const pp_tasks *t = &p->tasks;
-    int64_t period = t->last_look_ns * 200;
+    int64_t period = t->last_look_ns * 400;
     if (t->n == 0 && period < 5 * LOOK_NS)
         period = 5 * LOOK_NS;
     return period < LOOK_NS ? LOOK_NS : period > LOOK_MAX_NS ? LOOK_MAX_NS : period;

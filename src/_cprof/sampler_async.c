@@ -27,11 +27,12 @@
 #define MAX_TASK_ROWS (1u << 20)        /* past it, new tasks go to <task ?> */
 #define MAX_CHAIN 64                    /* coroutines awaiting coroutines */
 #define MAX_LOOPS 64                    /* loops running a task at one look */
-#define LOOK_BUDGET_NS (2 * 1000 * 1000) /* each half of a look, at most (the rest: the next) */
+#define LOOK_BUDGET_NS (1000 * 1000)    /* each half of a look, at most (the rest: the next) */
 
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
 static int64_t prev_look, run_start;
+static Py_ssize_t registry_n;           /* the registries' size at the last scan */
 
 static int grow_rows(pp_tasks *t)
 {
@@ -178,6 +179,7 @@ void pp_async_free(pp_sampling *p)
 void pp_async_reset(pp_sampling *p)
 {
     run_start = pp_mono_ns();
+    registry_n = 0;
     prev_look = run_start;              /* a task seen at the first look began since the start */
     Py_CLEAR(await_fids);
     p->tasks.unknown_fid = PP_NONE;
@@ -350,37 +352,48 @@ static int name_row(pp_sampling *p, uint32_t i)
 /* The tasks asyncio knows of: 3.12+ keeps them in _scheduled_tasks (a
  * WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks (a WeakSet). A list
  * (new reference), NULL if asyncio is not imported. */
-static PyObject *all_tasks(PyObject *mod)
+static int stopping_now;                /* stop's look: its time is the sampler's end */
+static uint64_t scan_from;              /* where the next scan of a registry starts */
+
+/* The tasks asyncio knows of, new ones made rows: 3.12+ keeps them in
+ * _scheduled_tasks (a WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks
+ * (a WeakSet). Each registry is copied (a list: nothing changes it under us)
+ * and read from a rotating start, within the look's time budget. */
+static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
 {
     static const char *names[] = {"_scheduled_tasks", "_eager_tasks", "_all_tasks"};
-    PyObject *out = PyList_New(0);
-    for (size_t k = 0; out && k < sizeof names / sizeof names[0]; k++) {
+    pp_tasks *t = &p->tasks;
+    registry_n = 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         PyObject *reg = attr(mod, names[k]);
         if (reg == NULL)
             continue;
         int weak = !PyAnySet_Check(reg);
         PyObject *items = weak ? attr(reg, "data") : Py_NewRef(reg);
         Py_DECREF(reg);
-        if (items == NULL || !PyAnySet_Check(items)) {
-            Py_XDECREF(items);
-            continue;
-        }
-        PyObject *list = PySequence_List(items);    /* a copy: nothing changes it under us */
-        Py_DECREF(items);
-        for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
-            PyObject *o = PyList_GET_ITEM(list, i);
+        PyObject *list = items && PyAnySet_Check(items) ? PySequence_List(items) : NULL;
+        Py_XDECREF(items);
+        Py_ssize_t n = list ? PyList_GET_SIZE(list) : 0;
+        registry_n += n;
+        Py_ssize_t from = n ? (Py_ssize_t)(scan_from % (uint64_t)n) : 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (!stopping_now && (j & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
+                scan_from = (uint64_t)((from + j) % n);     /* the others at the next look */
+                break;
+            }
+            PyObject *o = PyList_GET_ITEM(list, (from + j) % n);
             PyObject *task = weak ? (PyWeakref_Check(o) ? pp_weakref_get(o) : NULL) : Py_NewRef(o);
             if (task == NULL) {
                 PyErr_Clear();
                 continue;
             }
-            if (PyList_Append(out, task) < 0)
-                PyErr_Clear();
+            if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
+                new_row(p, task, now);
             Py_DECREF(task);
         }
         Py_XDECREF(list);
+        PyErr_Clear();
     }
-    return out;
 }
 
 static PyObject *tasks_module(void)
@@ -403,7 +416,6 @@ static PyObject *tasks_module(void)
     return mod;
 }
 
-static int stopping_now;                /* stop's look: its time is the sampler's end */
 static int64_t begin_cost;              /* the current look's first half */
 
 /* to_thread / run_in_executor: which executor thread runs work that a held
@@ -471,15 +483,15 @@ static void map_workers(pp_sampling *p)
 
 static uint32_t rescanned;              /* the drain pass that looked again (+ 1) */
 /* A drain that meets a coroutine of no known task looks again, once, if a
- * look is cheap: a few thousand tasks at most. */
-#define RESCAN_MAX_HELD 4096
+ * look is cheap: a few thousand tasks at most in asyncio's registries. */
+#define RESCAN_MAX_TASKS 4096
 
 uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
     if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
-        && t->held < RESCAN_MAX_HELD) {
+        && registry_n < RESCAN_MAX_TASKS) {
         rescanned = p->threads->sample_pass + 1;
         pp_async_look_begin(p, pp_mono_ns());
         row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
@@ -502,15 +514,8 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     pp_err_state es;
     pp_err_save(&es);
     PyObject *mod = tasks_module();
-    PyObject *list = mod ? all_tasks(mod) : NULL;
-    for (Py_ssize_t i = 0; list && i < PyList_GET_SIZE(list); i++) {
-        if (!stopping_now && (i & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS)
-            break;                      /* the others at the next look */
-        PyObject *task = PyList_GET_ITEM(list, i);
-        if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
-            new_row(p, task, now);
-    }
-    Py_XDECREF(list);
+    if (mod != NULL)
+        scan_tasks(p, mod, now, t0);
     Py_XDECREF(mod);
     if (t->held)
         map_workers(p);
@@ -528,7 +533,7 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
     pp_tasks *t = &p->tasks;
     uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
     if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
-        && t->held < RESCAN_MAX_HELD) {
+        && registry_n < RESCAN_MAX_TASKS) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
         rescanned = p->threads->sample_pass + 1;
@@ -831,6 +836,6 @@ void pp_async_stop(pp_sampling *p, int64_t now)
 void pp_async_stop_begin(pp_sampling *p, int64_t now)
 {
     stopping_now = 1;
-    if (p->tasks.held < RESCAN_MAX_HELD)    /* the tasks made since the last look, if cheap */
+    if (registry_n < RESCAN_MAX_TASKS)      /* the tasks made since the last look, if cheap */
         pp_async_look_begin(p, now);
 }
