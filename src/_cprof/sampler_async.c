@@ -552,6 +552,8 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
 
 void pp_async_ran(pp_sampling *p, uint32_t row, uint32_t thread, int64_t t_ns, int64_t weight)
 {
+    if (row >= p->tasks.n)
+        return;                         /* a row of before a clear() */
     pp_taskrow *r = &p->tasks.rows[row];
     r->running_ns += weight;
     r->samples++;

@@ -59,7 +59,7 @@ typedef struct {
     pp_task_step *steps;        /* asyncio and timeline on: the tasks' steps */
     uint32_t nsteps, capsteps;
     uint64_t steps_dropped;
-    PyObject *current_task;     /* _asyncio.current_task, or (get_running_loop, _current_tasks) */
+    PyObject *current_task;     /* (_asyncio._get_running_loop, _asyncio._current_tasks) */
 } pp_coros;
 
 typedef struct pp_tracer {

@@ -72,30 +72,27 @@ static uint32_t task_row(pp_tracer *p, uintptr_t frame, uint32_t coro_fid, int64
     pp_err_state es;
     pp_err_save(&es);
     if (c->current_task == NULL) {
-        /* _asyncio.current_task (3.12+), else (get_running_loop, _current_tasks) */
+        /* (_asyncio._get_running_loop, _asyncio._current_tasks): None without a
+         * loop (no exception raised per coroutine), the loop's running task */
         PyObject *name = PyUnicode_FromString("_asyncio");
         PyObject *mod = name ? PyImport_GetModule(name) : NULL;     /* not imported: no task */
-        c->current_task = mod ? attr(mod, "current_task") : NULL;
-        if (mod && c->current_task == NULL) {
-            PyObject *get = attr(mod, "get_running_loop"), *cur = attr(mod, "_current_tasks");
-            if (get && cur && PyDict_Check(cur))
-                c->current_task = PyTuple_Pack(2, get, cur);
-            Py_XDECREF(get);
-            Py_XDECREF(cur);
-        }
+        PyObject *get = mod ? attr(mod, "_get_running_loop") : NULL;
+        PyObject *cur = mod ? attr(mod, "_current_tasks") : NULL;
+        if (get && cur && PyDict_Check(cur))
+            c->current_task = PyTuple_Pack(2, get, cur);
+        Py_XDECREF(get);
+        Py_XDECREF(cur);
         Py_XDECREF(mod);
         Py_XDECREF(name);
     }
     uint32_t row = 0;
     PyObject *task = NULL;
-    if (c->current_task && PyTuple_Check(c->current_task)) {
+    if (c->current_task) {
         PyObject *loop = PyObject_CallNoArgs(PyTuple_GET_ITEM(c->current_task, 0));
-        task = loop ? Py_XNewRef(PyDict_GetItem(PyTuple_GET_ITEM(c->current_task, 1), loop))
-                    : NULL;
+        task = loop && loop != Py_None
+               ? Py_XNewRef(PyDict_GetItem(PyTuple_GET_ITEM(c->current_task, 1), loop)) : NULL;
         Py_XDECREF(loop);
     }
-    else if (c->current_task)
-        task = PyObject_CallNoArgs(c->current_task);
     PyObject *coro = task && task != Py_None ? attr(task, "_coro") : NULL;
     if (coro == gen) {
         PyObject *label = task_label(task), *empty = PyUnicode_FromString("");
