@@ -611,9 +611,23 @@ DOMAIN_HOOKS(raw, DOM_RAW)
 DOMAIN_HOOKS(mem, DOM_MEM)
 DOMAIN_HOOKS(obj, DOM_OBJ)
 
-static void atfork_prepare(void);
-static void atfork_parent(void);
-static void atfork_child(void);
+static void atfork_prepare(void)
+{
+    pp_curve_lock();
+    lock_tables();
+}
+
+static void atfork_parent(void)
+{
+    unlock_tables();
+    pp_curve_unlock();
+}
+
+static void atfork_child(void)
+{
+    unlock_tables();
+    pp_curve_after_fork_child();
+}
 
 static void install(void)
 {
@@ -651,253 +665,19 @@ void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock
 }
 void pp_memory_release_block(void *ptr) { release_block(ptr); }
 
-/* -------------------------------------------------------------- curve */
-
-#define CURVE_NS (10 * 1000 * 1000)
-#define CURVE_MAX 65536                     /* then halve it and double the interval */
-
-typedef struct { int64_t t_ns; uint64_t rss, heap, heap_max; uint32_t site; } rawpoint;
-
-static struct {
-    pthread_t thread;
-    int running;
-    pthread_mutex_t mu;                     /* guards points (the sampler thread appends) */
-    pthread_cond_t cv;
-    int stop;
-    rawpoint *points;
-    uint32_t n, cap;
-    int64_t interval_ns;
-    int statm_fd;
-    int cv_ready;
-    int paused;                             /* stopped for a fork */
-    pid_t tid;
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .statm_fd = -1};
-
-/* The condition variable waits on CLOCK_MONOTONIC, as the deadlines are. */
-static void init_cv(void)
+void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site)
 {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&C.cv, &attr);
-    pthread_condattr_destroy(&attr);
-    C.cv_ready = 1;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint64_t read_rss(void)
-{
-    char buf[128];
-    if (C.statm_fd < 0)
-        return 0;
-    ssize_t n = pread(C.statm_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    unsigned long long size = 0, resident = 0;
-    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
-        return 0;
-    return resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-void pp_memory_rss(uint64_t *rss, uint64_t *peak)
-{
-    int fd = C.statm_fd >= 0 ? C.statm_fd : open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    int saved = C.statm_fd;
-    C.statm_fd = fd;
-    *rss = read_rss();
-    C.statm_fd = saved;
-    if (fd != saved && fd >= 0)
-        close(fd);
-    struct rusage ru;
-    *peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
-}
-
-static void add_point(void)
-{
-    rawpoint pt;
-    pt.t_ns = now_ns();
-    pt.rss = read_rss();
     lock_tables();
-    pt.heap = totals.current;
-    pt.heap_max = interval_max > totals.current ? interval_max : totals.current;
-    pt.site = interval_site;
-    interval_max = totals.current;
+    if (heap) {
+        *heap = totals.current;
+        *heap_max = interval_max > totals.current ? interval_max : totals.current;
+        *site = interval_site;
+        interval_max = totals.current;
+    }
+    else
+        interval_max = 0;
     interval_site = UINT32_MAX;
     unlock_tables();
-    pthread_mutex_lock(&C.mu);
-    if (C.n == CURVE_MAX) {                 /* keep the shape: pairs merged, maxima kept */
-        for (uint32_t i = 0; i < C.n / 2; i++) {
-            rawpoint a = C.points[2 * i], b = C.points[2 * i + 1];
-            rawpoint m = b;
-            if (a.heap_max > b.heap_max) {
-                m.heap_max = a.heap_max;
-                m.site = a.site;
-            }
-            if (a.rss > m.rss)
-                m.rss = a.rss;
-            C.points[i] = m;
-        }
-        C.n /= 2;
-        C.interval_ns *= 2;
-    }
-    if (C.n == C.cap) {
-        uint32_t ncap = C.cap ? C.cap * 2 : 1024;
-        rawpoint *np = realloc(C.points, ncap * sizeof *np);   /* libc: not a hooked allocator */
-        if (np == NULL) {
-            pthread_mutex_unlock(&C.mu);
-            return;
-        }
-        C.points = np;
-        C.cap = ncap;
-    }
-    C.points[C.n++] = pt;
-    pthread_mutex_unlock(&C.mu);
-}
-
-static void *curve_main(void *arg)
-{
-    (void)arg;
-    sigset_t set;
-    sigfillset(&set);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);         /* the program's signals are not ours */
-    C.tid = (pid_t)syscall(SYS_gettid);
-    pthread_mutex_lock(&C.mu);
-    while (!C.stop) {
-        int64_t due = now_ns() + C.interval_ns;
-        struct timespec ts = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
-        pthread_cond_timedwait(&C.cv, &C.mu, &ts);
-        if (C.stop)
-            break;
-        pthread_mutex_unlock(&C.mu);
-        add_point();
-        pthread_mutex_lock(&C.mu);
-    }
-    pthread_mutex_unlock(&C.mu);
-    return NULL;
-}
-
-static void curve_start(void)
-{
-    if (!C.cv_ready)
-        init_cv();
-    pthread_mutex_lock(&C.mu);
-    C.n = 0;
-    C.stop = 0;
-    C.paused = 0;
-    C.interval_ns = CURVE_NS;
-    pthread_mutex_unlock(&C.mu);
-    if (C.statm_fd < 0)
-        C.statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    interval_max = 0;
-    interval_site = UINT32_MAX;
-    add_point();                            /* where the curve starts */
-    C.running = pthread_create(&C.thread, NULL, curve_main, NULL) == 0;
-}
-
-static void curve_stop(void)
-{
-    if (C.running) {
-        pthread_mutex_lock(&C.mu);
-        C.stop = 1;
-        pthread_cond_signal(&C.cv);
-        pthread_mutex_unlock(&C.mu);
-        pthread_join(C.thread, NULL);
-        C.running = 0;
-    }
-    add_point();                            /* where it ends */
-}
-
-/* Around fork, as the sampler's helper: CPython counts threads after fork(). */
-pid_t pp_memory_curve_pause(void)
-{
-    if (!C.running)
-        return C.paused ? C.tid : 0;        /* another thread's fork paused it */
-    pthread_mutex_lock(&C.mu);
-    C.stop = 1;
-    pthread_cond_signal(&C.cv);
-    pthread_mutex_unlock(&C.mu);
-    /* Before the GIL goes: a thread forking meanwhile must not join it too. */
-    C.running = 0;
-    C.paused = 1;
-    pthread_t th = C.thread;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(th, NULL);
-    Py_END_ALLOW_THREADS
-    return C.tid;
-}
-
-void pp_memory_curve_resume(void)
-{
-    if (!C.paused)
-        return;
-    C.paused = 0;
-    if (!atomic_load(&recording) || C.running)
-        return;                             /* stopped meanwhile */
-    pthread_mutex_lock(&C.mu);
-    C.stop = 0;
-    pthread_mutex_unlock(&C.mu);
-    C.running = pthread_create(&C.thread, NULL, curve_main, NULL) == 0;
-}
-
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&C.mu);
-    lock_tables();
-}
-
-static void atfork_parent(void)
-{
-    unlock_tables();
-    pthread_mutex_unlock(&C.mu);
-}
-
-/* The child has no curve thread: it goes on without one. */
-static void atfork_child(void)
-{
-    unlock_tables();
-    pthread_mutex_init(&C.mu, NULL);
-    if (C.cv_ready)
-        init_cv();
-    C.running = 0;
-    C.paused = 0;
-}
-
-/* The points so far, sites resolved through rows (row i is site i). */
-static pp_mempoint *resolve_curve(const pp_memrow *rows, uint32_t nrows, uint32_t *n)
-{
-    pthread_mutex_lock(&C.mu);
-    pp_mempoint *out = malloc((C.n ? C.n : 1) * sizeof *out);
-    *n = out ? C.n : 0;
-    for (uint32_t i = 0; out && i < C.n; i++) {
-        const rawpoint *r = &C.points[i];
-        uint32_t fid = PP_NONE, line = 0;
-        if (r->site < nrows) {
-            fid = rows[r->site].fid;
-            line = rows[r->site].line;
-        }
-        out[i] = (pp_mempoint){r->t_ns, r->rss, r->heap, r->heap_max, fid, line};
-    }
-    pthread_mutex_unlock(&C.mu);
-    return out;
-}
-
-pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n)
-{
-    pp_memrow *rows;
-    uint32_t nrows;
-    pp_meminfo info;
-    if (pp_memory_rows(p, &rows, &nrows, &info) < 0)
-        return NULL;
-    pp_mempoint *c = resolve_curve(rows, nrows, n);
-    free(rows);
-    return c;
 }
 
 /* ------------------------------------------------------------ control */
@@ -924,7 +704,7 @@ int pp_memory_start(pp_memstate *p)
     with_stacks = p->stacks;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
-    curve_start();
+    pp_curve_start();
     return 0;
 }
 
@@ -938,30 +718,6 @@ void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run)
     into->live_blocks += run->live_blocks;
     into->dropped += run->dropped;
     into->linked = run->linked;
-}
-
-/* This run's curve after the earlier runs' (rows: this run's, site-indexed),
- * and the RSS peak: the kernel's high-water mark and its RSS counter are
- * updated lazily, so the larger of it and what the curve saw. */
-static void keep_curve(struct pp_memdata *m, const pp_memrow *rows, uint32_t n)
-{
-    uint32_t npts;
-    pp_mempoint *pts = resolve_curve(rows, n, &npts);
-    pp_mempoint *curve = pts ? realloc(m->curve, ((size_t)m->npoints + npts + 1) * sizeof *curve)
-                             : NULL;
-    if (curve) {
-        memcpy(curve + m->npoints, pts, (size_t)npts * sizeof *pts);
-        m->curve = curve;
-        m->npoints += npts;
-    }
-    uint64_t rss_peak;
-    pp_memory_rss(&m->rss_end, &rss_peak);
-    for (uint32_t i = 0; pts && i < npts; i++)
-        if (pts[i].rss > rss_peak)
-            rss_peak = pts[i].rss;
-    if (rss_peak > m->rss_peak)
-        m->rss_peak = rss_peak;
-    free(pts);
 }
 
 /* This run's stacks after the earlier runs'; its rows are made to point there
@@ -1003,7 +759,7 @@ static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, u
 
 int pp_memory_stop(pp_memstate *p)
 {
-    curve_stop();
+    pp_curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
     lock_tables();
     totals.linked = reached == (1 << NDOM) - 1;
@@ -1025,7 +781,7 @@ int pp_memory_stop(pp_memstate *p)
             rc = -1;
         }
         else {
-            keep_curve(m, rows, n);
+            pp_curve_keep(m, rows, n);
             keep_stacks(p, m, rows, n);
             memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
             free(rows);

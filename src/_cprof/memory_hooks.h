@@ -1,5 +1,6 @@
 /* memory_hooks.h — the allocation hooks' steps, private to memory.c and
- * memory_numpy.c (a second allocator family routed into the same tables).
+ * memory_numpy.c (a second allocator family routed into the same tables),
+ * memory_native.c (C code's malloc and mmap) and memory_curve.c.
  * Never: included outside the memory engine.
  */
 #ifndef PP_MEMORY_HOOKS_H
@@ -22,5 +23,16 @@ PP_MEM_HIDDEN void pp_memory_realloc_done(void *old, void *ptr, size_t size,
                                           const pp_memblock *b);
 /* A block freed. */
 PP_MEM_HIDDEN void pp_memory_release_block(void *ptr);
+
+/* For the curve (memory_curve.c): the traced bytes now and at most since the
+ * last call, and the site that reached that most; all NULL: start afresh. */
+PP_MEM_HIDDEN void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site);
+PP_MEM_HIDDEN void pp_curve_start(void);
+PP_MEM_HIDDEN void pp_curve_stop(void);
+PP_MEM_HIDDEN void pp_curve_lock(void);
+PP_MEM_HIDDEN void pp_curve_unlock(void);
+PP_MEM_HIDDEN void pp_curve_after_fork_child(void);
+/* This run's curve (rows: its sites) after the earlier runs' in m. */
+PP_MEM_HIDDEN void pp_curve_keep(struct pp_memdata *m, const pp_memrow *rows, uint32_t n);
 
 #endif
