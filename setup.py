@@ -20,7 +20,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "termguard.c",
     "threads.c", "registry.c",
     "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "sampler.c", "sampler_drain.c", "sampler_wall.c",
-    "memory.c", "memory_numpy.c", "memory_curve.c",
+    "memory.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
     "capture.c", "profiler.c", "module.c")]
 
 define_macros = []

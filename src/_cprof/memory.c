@@ -132,7 +132,7 @@ static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
     return &filter[mix(ptr) >> (64 - FILTER_BITS)];
 }
 
-static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count)
+static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count, uint64_t seq)
 {
     if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
         totals.dropped++;           /* counted, but its free will not be: stays "live" */
@@ -146,7 +146,7 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
         if (sample_every)
             atomic_fetch_add_explicit(filter_slot(ptr), 1, memory_order_relaxed);
     }
-    blocks[i] = (block){ptr, site, count, size};
+    blocks[i] = (block){ptr, site, count, size, seq};
 }
 
 static int block_take(uintptr_t ptr, block *out)
@@ -364,7 +364,33 @@ static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
     return 1;
 }
 
-static void note_alloc(void *ptr, size_t size)
+/* Temporary allocations: a thread's recorded allocations are numbered; a
+ * block freed by the thread that made it, fewer than `temporary` of its
+ * allocations later, is temporary (memray's definition). */
+#define SEQ_BITS 40
+#define SEQ_MASK ((1ull << SEQ_BITS) - 1)
+static uint32_t temporary;
+static _Atomic uint32_t next_tag;
+static __thread struct { uint64_t gen, tag, n; } s_seq __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t next_seq(void)
+{
+    uint64_t gen = atomic_load_explicit(&run_gen, memory_order_relaxed);
+    if (s_seq.gen != gen) {
+        s_seq.gen = gen;
+        s_seq.tag = (uint64_t)atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) + 1;
+        s_seq.n = 0;
+    }
+    return s_seq.tag << SEQ_BITS | (++s_seq.n & SEQ_MASK);
+}
+
+static inline int is_temporary(const block *b)
+{
+    return temporary && s_seq.tag == b->seq >> SEQ_BITS
+           && ((s_seq.n - b->seq) & SEQ_MASK) < temporary;
+}
+
+static void note_alloc(void *ptr, size_t size, uint32_t src)
 {
     uint64_t est;
     uint32_t est_count;
@@ -394,8 +420,22 @@ static void note_alloc(void *ptr, size_t size)
         kind = PP_MEM_LINE;
     else {
         int att;
-        kind = pp_signal_tstate(&att) && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
+        PyThreadState *ts = pp_signal_tstate(&att);
+        kind = ts && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
+        pp_rawframe f;
+        int cut;
+        /* C code called from a Python line that released the GIL (ctypes,
+         * sqlite3, zlib): that line, read from the thread's own frames, which
+         * cannot change while it runs C code. No reference can be taken
+         * without the GIL: the site holds none (see pp_memory_rows). */
+        if (src && ts && !att && pp_frames_walk(ts, &f, 1, &cut) == 1) {
+            kind = PP_MEM_LINE;
+            code = f.code;
+            offset = f.offset;
+        }
     }
+    kind |= src;
+    uint64_t seq = temporary ? next_seq() : 0;
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
@@ -404,9 +444,11 @@ static void note_alloc(void *ptr, size_t size)
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
         else {
-            if (created && code)
-                Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
             pp_memsite *st = &sites[k];
+            if (code && attached && !st->held) {
+                Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
+                st->held = 1;
+            }
             if (created)
                 st->seen_peak = peak_index;     /* made after the last peak: 0 there */
             settle_peak(st);
@@ -414,7 +456,7 @@ static void note_alloc(void *ptr, size_t size)
             st->alloc_count += est_count;
             if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
                 st->peak_bytes = st->alloc_bytes - st->free_bytes;
-            block_put((uintptr_t)ptr, k, size, est_count);
+            block_put((uintptr_t)ptr, k, size, est_count, seq);
             totals.allocated += size;
             totals.current += size;
             if (totals.current > totals.peak) {
@@ -428,7 +470,7 @@ static void note_alloc(void *ptr, size_t size)
         }
     }
     unlock_tables();
-    if (kind == PP_MEM_LINE)
+    if (attached)
         pp_threads_mem_delta((int64_t)size, (int64_t)size, est_count);
 }
 
@@ -453,11 +495,16 @@ static int take_block(void *ptr, block *b)
     return had;
 }
 
-/* Charges a freed block to its site. Tables locked. */
-static void charge_locked(const block *b)
+/* Charges a freed block to its site (freed: by free, not moved by realloc).
+ * Tables locked. */
+static void charge_locked(const block *b, int freed)
 {
     if (!atomic_load_explicit(&recording, memory_order_relaxed) || b->site >= nsites)
         return;
+    if (freed && is_temporary(b)) {
+        sites[b->site].temp_bytes += b->size;
+        sites[b->site].temp_count += b->count;
+    }
     if (rising) {                           /* the first free after a maximum: a peak */
         peak_index++;
         rising = 0;
@@ -471,7 +518,7 @@ static void charge_locked(const block *b)
 static void charge_free(const block *b)
 {
     lock_tables();
-    charge_locked(b);
+    charge_locked(b, 0);
     unlock_tables();
     pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
 }
@@ -486,7 +533,7 @@ static void release_block(void *ptr)
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
     if (had)
-        charge_locked(&b);
+        charge_locked(&b, 1);
     else if (!sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
         totals.unknown_frees++;
     unlock_tables();
@@ -498,7 +545,7 @@ static void put_back(void *ptr, const block *b)
 {
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed))
-        block_put((uintptr_t)ptr, b->site, b->size, b->count);
+        block_put((uintptr_t)ptr, b->site, b->size, b->count, b->seq);
     unlock_tables();
 }
 
@@ -541,7 +588,7 @@ static inline int pass_through(int d)
 /* After a realloc below: the old block (taken out before, b; NULL if it was
  * not tracked) is back if the realloc failed, else freed and the new one made
  * on this line. */
-static void realloc_done(void *old, void *ptr, size_t size, const block *b)
+static void realloc_done(void *old, void *ptr, size_t size, const block *b, uint32_t src)
 {
     if (ptr == NULL) {
         if (b)
@@ -550,7 +597,7 @@ static void realloc_done(void *old, void *ptr, size_t size, const block *b)
     }
     if (b)
         charge_free(b);
-    note_alloc(ptr, size);
+    note_alloc(ptr, size, src);
 }
 
 static void *do_malloc(int d, size_t size)
@@ -560,7 +607,7 @@ static void *do_malloc(int d, size_t size)
     pp_mem_self = 1;
     void *ptr = below[d].malloc(below[d].ctx, size);
     if (ptr)
-        note_alloc(ptr, size);
+        note_alloc(ptr, size, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -572,7 +619,7 @@ static void *do_calloc(int d, size_t nelem, size_t elsize)
     pp_mem_self = 1;
     void *ptr = below[d].calloc(below[d].ctx, nelem, elsize);
     if (ptr)
-        note_alloc(ptr, nelem * elsize);   /* the PyMem_*Calloc callers checked overflow */
+        note_alloc(ptr, nelem * elsize, 0);   /* the PyMem_*Calloc callers checked overflow */
     pp_mem_self = 0;
     return ptr;
 }
@@ -585,7 +632,7 @@ static void *do_realloc(int d, void *old, size_t size)
     block b;
     int had = old != NULL && take_block(old, &b);
     void *ptr = below[d].realloc(below[d].ctx, old, size);
-    realloc_done(old, ptr, size, had ? &b : NULL);
+    realloc_done(old, ptr, size, had ? &b : NULL, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -657,11 +704,12 @@ static int reached_domains(void)
 
 /* For the NumPy handler (memory_numpy.c): the hooks' steps, out of line. */
 int pp_memory_pass_through(int d) { return pass_through(d); }
-void pp_memory_note_alloc(void *ptr, size_t size) { note_alloc(ptr, size); }
+void pp_memory_note_alloc(void *ptr, size_t size, uint32_t src) { note_alloc(ptr, size, src); }
 int pp_memory_take_block(void *ptr, pp_memblock *b) { return take_block(ptr, b); }
-void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock *b)
+void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock *b,
+                            uint32_t src)
 {
-    realloc_done(old, ptr, size, b);
+    realloc_done(old, ptr, size, b, src);
 }
 void pp_memory_release_block(void *ptr) { release_block(ptr); }
 
@@ -702,9 +750,16 @@ int pp_memory_start(pp_memstate *p)
     pp_memory_clear();
     sample_every = p->sample;
     with_stacks = p->stacks;
+    temporary = p->temporary;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     pp_curve_start();
+    if (p->native && pp_native_allocs_start() < 0) {
+        pp_curve_stop();
+        atomic_store(&recording, 0);
+        pp_memory_clear();
+        return -1;
+    }
     return 0;
 }
 
@@ -759,6 +814,8 @@ static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, u
 
 int pp_memory_stop(pp_memstate *p)
 {
+    if (p->native)
+        pp_native_allocs_stop();
     pp_curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
     lock_tables();
@@ -812,18 +869,21 @@ int pp_memory_rows(pp_memstate *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t fid = PP_NONE, line = 0;
-        if (s[i].code) {
+        uint32_t fid = PP_NONE, line = 0, kind = s[i].kind;
+        if (s[i].code && !s[i].held && !pp_frames_code_alive(s[i].code))
+            kind = PP_MEM_DETACHED | (kind & PP_MEM_NATIVE);    /* its code is gone */
+        else if (s[i].code) {
             PyObject *code = (PyObject *)s[i].code;
             fid = pp_registry_code(p->reg, code);
             int l = s[i].offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
         }
-        rows[i] = (pp_memrow){fid, line, s[i].kind,
+        rows[i] = (pp_memrow){fid, line, kind,
                               s[i].stack == UINT32_MAX ? PP_NONE : s[i].stack,
                               s[i].alloc_bytes, s[i].alloc_count, s[i].free_bytes,
-                              s[i].free_count, s[i].peak_bytes, s[i].at_peak};
+                              s[i].free_count, s[i].peak_bytes, s[i].at_peak,
+                              s[i].temp_bytes, s[i].temp_count};
     }
     free(s);
     *out = rows;
@@ -919,7 +979,7 @@ void pp_memory_clear(void)
 {
     /* GIL held and not recording (or about to start): no hook touches the tables */
     for (size_t k = 0; k < nsites; k++)
-        if (sites[k].code)
+        if (sites[k].code && sites[k].held)
             Py_DECREF((PyObject *)sites[k].code);
     for (size_t k = 0; k < nsframes; k++)
         Py_DECREF((PyObject *)sframes[k].code);

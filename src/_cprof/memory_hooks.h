@@ -11,17 +11,19 @@
 #define PP_MEM_HIDDEN __attribute__((visibility("hidden")))
 
 /* size and count: what the block stands for (sampled mode: an estimate) */
-typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
+/* seq: the allocating thread's tag and allocation count (temporary allocations) */
+typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; uint64_t seq; } pp_memblock;
 
 /* 1: let this allocation of domain d (-1: none) through unrecorded. */
 PP_MEM_HIDDEN int pp_memory_pass_through(int d);
-PP_MEM_HIDDEN void pp_memory_note_alloc(void *ptr, size_t size);
+/* src: 0 for a Python allocator (NumPy's handler too), PP_MEM_NATIVE for C code. */
+PP_MEM_HIDDEN void pp_memory_note_alloc(void *ptr, size_t size, uint32_t src);
 /* Take a block out of the live table (1 if it was there). */
 PP_MEM_HIDDEN int pp_memory_take_block(void *ptr, pp_memblock *b);
 /* After a realloc below (b: the old block taken out before, or NULL). */
 PP_MEM_HIDDEN void pp_memory_realloc_done(void *old, void *ptr, size_t size,
-                                          const pp_memblock *b);
-/* A block freed. */
+                                          const pp_memblock *b, uint32_t src);
+/* A block freed (a temporary one if freed soon enough by its own thread). */
 PP_MEM_HIDDEN void pp_memory_release_block(void *ptr);
 
 /* For the curve (memory_curve.c): the traced bytes now and at most since the

@@ -24,17 +24,18 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", "paths", NULL};
+                             "memory_stacks", "paths", "native_allocs", "temporary", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1;
+    int memory_stacks = -1, paths = 1, native_allocs = 0;
+    unsigned int temporary = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLip:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippI:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks, &paths))
+                                     &memory_stacks, &paths, &native_allocs, &temporary))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -68,6 +69,12 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     /* stacks cost a frame walk per recorded block: by default only when few
      * blocks are recorded (sampled mode) */
     self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
+    self->run.mem.native = native_allocs && self->run.memory;
+    self->run.mem.temporary = self->run.memory && !memory_sample ? temporary : 0;
+    if (self->run.mem.native && pp_native_allocs_unsupported() != NULL) {
+        PyErr_SetString(PyExc_ValueError, pp_native_allocs_unsupported());
+        return -1;
+    }
     self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->run.sm.opts.native = native;
@@ -699,6 +706,15 @@ static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
     return PyLong_FromLong(rc);
 }
 
+static PyObject *mod_native_allocs_unsupported(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    const char *why = pp_native_allocs_unsupported();
+    if (why == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
+}
+
 static PyObject *mod_term_guard(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -742,6 +758,9 @@ static PyMethodDef module_methods[] = {
     {"_numpy_patch", mod_numpy_patch, METH_O,
      "_numpy_patch(array_api_capsule) -> 1 patched, 0 not possible\nMemory mode: route "
      "NumPy's default array-data handler through pyprof (for the life of the process)."},
+    {"native_allocs_unsupported", mod_native_allocs_unsupported, METH_NOARGS,
+     "native_allocs_unsupported() -> None or str\nWhy C code's allocations cannot be "
+     "recorded in this process (--native-allocs), or None."},
     {"_code_alive", mod_code_alive, METH_O,
      "_code_alive(address) -> bool\nWhether a live code object is at this address, as the "
      "sampler decides it (checked reads)."},
