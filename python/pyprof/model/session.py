@@ -179,6 +179,15 @@ class Session:
                 out.setdefault((fid, line), MemCounters()).add(c)
         return out
 
+    def memory_ext_lines(self) -> dict:
+        """(fid, line) -> MemExtra: of memory_lines(), C code's blocks
+        (--native-allocs) and the temporary ones (--temporary)."""
+        out: dict = {}
+        for (fid, line, kind), c in self.memory_ext.items():
+            if kind == "line":
+                out.setdefault((fid, line), MemExtra()).add(c)
+        return out
+
     def memory_functions(self) -> dict:
         """fid -> MemCounters: the lines of each function added up (its own
         allocations, not those of the functions it calls)."""
