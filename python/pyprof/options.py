@@ -272,7 +272,8 @@ class RunOptions:
         out = self.outfile
         check_writable(out)
         fmt = format_for_path(out)
-        memory = self.memory or self.memory_sample is not None
+        memory = (self.memory or self.memory_sample is not None or self.native_allocs
+                  or self.temporary is not None)
         if fmt in MEMORY_FORMATS and not memory:
             raise OptionError(f"{out}: {fmt} shows memory: add --memory")
         memory_only = memory and not (self.sample or self.functions or self.lines
