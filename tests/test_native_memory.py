@@ -451,4 +451,13 @@ def test_capture_round_trip_keeps_native_and_temporary(ext_dir, tmp_path):
     s.save(again)
     t = Session.load(again)
     assert t.memory_ext == s.memory_ext and t.memory == s.memory
-    assert pyprof is not None
+    # a capture of format 1.5 (no MEMEXTRA record) still loads and prints
+    s.memory_extra.clear()
+    s.info["format"] = [1, 5]
+    s.info["memory"].pop("native_allocs")
+    s.info["memory"].pop("temporary")
+    s.save(tmp_path / "old.cprof")
+    old = pyprof.load(tmp_path / "old.cprof")
+    assert old.memory_ext == {} and old.memory == s.memory
+    from pyprof.render.printout import render
+    assert "Native" not in render(old)

@@ -139,7 +139,6 @@ class RunOptions:
         kw["exclude"] = list(self.exclude)
         kw["lines_all"] = program_dir if self.lines_all is True else self.lines_all or None
         kw["memory_sample"] = self.memory_sample or 0
-        kw["temporary"] = self.temporary or 0
         if self.timeline_min_duration is None:
             kw["timeline_min_duration"] = 0
         if self.timeline_max_events is None:

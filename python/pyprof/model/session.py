@@ -96,10 +96,10 @@ class Session:
         self.memory, self.memory_by_stack, self.memory_ext = {}, {}, {}
         for fid, line, kind, stack, row in self.memory_rows:
             self.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters()).add(row)
-        for fid, line, kind, stack, row in self.memory_extra:
-            self.memory_ext.setdefault((fid, line, MEMORY_SITES[kind]), MemExtra()).add(row)
             if stack != NO_FUNCTION:
                 self.memory_by_stack.setdefault(stack, MemCounters()).add(row)
+        for fid, line, kind, stack, row in self.memory_extra:
+            self.memory_ext.setdefault((fid, line, MEMORY_SITES[kind]), MemExtra()).add(row)
         names = self.meta.get("thread_names", {})
         for t in self.threads.values():
             t.name = t.name or names.get(str(t.ident)) or f"Thread-{t.ident}"
