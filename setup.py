@@ -21,7 +21,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "threads.c", "registry.c",
     "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "sampler.c", "sampler_drain.c", "sampler_wall.c",
     "memory.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
-    "capture.c", "profiler.c", "module.c")]
+    "capture.c", "gcwatch.c", "profiler.c", "module.c")]
 
 define_macros = []
 libraries = ["z", "m"]

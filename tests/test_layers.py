@@ -173,7 +173,7 @@ C_LEVELS = [
      "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3,
      "memory": 3, "memory_hooks": 3, "memory_numpy": 3, "memory_curve": 3,
      "memory_native": 3},
-    {"capture": 4},
+    {"capture": 4, "gcwatch": 4},
     {"profiler": 5},
     {"module": 6},
 ]

@@ -47,6 +47,7 @@ CASES = {
     "--native-allocs": (["--native-allocs"], {"memory": True},
                         {"mode": "memory", "native_allocs": True}),
     "--temporary": (["--temporary", "3"], {"memory": True}, {"mode": "memory", "temporary": 3}),
+    "--gc": (["--gc"], {}, {"gc": True}),
     "--objects": (["--objects"], {"objects": True}, {}),
     "--functions": (["--memory", "--functions"], {"functions": True},
                     {"mode": "trace", "memory": True}),

@@ -225,6 +225,16 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             (unsigned long long)tl->dropped_full, (unsigned long long)tl->open,
             (long long)p->tr.tl_min_ns, (unsigned long long)p->tr.tl_max);
     }
+    if (n > 0 && (size_t)n < sizeof s && p->gcstats.on) {
+        const pp_gcstats *g = &p->gcstats;
+        n += snprintf(s + n, sizeof s - (size_t)n,
+            ",\"gc\":{\"collections\":[%llu,%llu,%llu],\"pause_ns\":[%lld,%lld,%lld],"
+            "\"max_pause_ns\":%lld,\"collected\":%llu,\"uncollectable\":%llu}",
+            (unsigned long long)g->collections[0], (unsigned long long)g->collections[1],
+            (unsigned long long)g->collections[2], (long long)g->pause_ns[0],
+            (long long)g->pause_ns[1], (long long)g->pause_ns[2], (long long)g->max_pause_ns,
+            (unsigned long long)g->collected, (unsigned long long)g->uncollectable);
+    }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
     if (n < 0 || (size_t)n >= sizeof s) {

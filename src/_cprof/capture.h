@@ -82,6 +82,8 @@ typedef struct pp_run {
     double snap_ns_per_tick;    /* > 0: the next snapshot converts ticks with this */
     pp_cntbase step_samples;    /* steps: sample counters at the last mark, by entry */
     pp_cntbase step_memory;     /* steps: live allocation sites at the last mark, by site */
+    int gc;                     /* watch the garbage collector (gcwatch.c) */
+    pp_gcstats gcstats;         /* its collections while enabled, over all runs */
 } pp_run;
 
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as

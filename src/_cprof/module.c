@@ -24,18 +24,18 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", "paths", "native_allocs", "temporary", NULL};
+                             "memory_stacks", "paths", "native_allocs", "temporary", "gc", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1, native_allocs = 0;
+    int memory_stacks = -1, paths = 1, native_allocs = 0, gc = 0;
     unsigned int temporary = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippI:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippIp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks, &paths, &native_allocs, &temporary))
+                                     &memory_stacks, &paths, &native_allocs, &temporary, &gc))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -70,6 +70,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
      * blocks are recorded (sampled mode) */
     self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
     self->run.mem.native = native_allocs && self->run.memory;
+    self->run.gc = gc;
     self->run.mem.temporary = self->run.memory && !memory_sample ? temporary : 0;
     if (self->run.mem.native && pp_native_allocs_unsupported() != NULL) {
         PyErr_SetString(PyExc_ValueError, pp_native_allocs_unsupported());

@@ -152,6 +152,13 @@ def summary(session) -> list:
                              f"{sum(e.temp_count for e in ext):,} blocks, "
                              + _fmt_b(sum(e.temp_bytes for e in ext))
                              + f" (freed within {mem['temporary']} allocation(s))"))
+    gc = info.get("gc")
+    if gc:
+        n = gc.get("collections", [0, 0, 0])
+        rows.append(("garbage collector",
+                     f"{sum(n):,} collections (gen 0/1/2: {n[0]:,}/{n[1]:,}/{n[2]:,}), "
+                     f"{_fmt_s(sum(gc.get('pause_ns', [0])) / 1e9)} in all, longest pause "
+                     f"{_fmt_s(gc.get('max_pause_ns', 0) / 1e9)}"))
     rows.append(("functions", f"{len(session.functions):,} in {len(session.threads):,} "
                               f"thread(s)"))
     if session.steps:
