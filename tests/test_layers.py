@@ -166,7 +166,8 @@ def test_no_cycles():
 # headers and those of lower levels; engines (level 3) never include each other.
 C_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "_cprof")
 C_LEVELS = [
-    {"clock": 0, "table": 0, "stack": 0, "frames": 0, "unwind": 0, "termguard": 0},
+    {"clock": 0, "table": 0, "stack": 0, "frames": 0, "unwind": 0, "symbols": 0,
+     "termguard": 0},
     {"threads": 1},
     {"registry": 2},
     {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3,

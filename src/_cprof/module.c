@@ -8,6 +8,7 @@
  * Never touches interpreter internals (frames.h does).
  */
 #include "profiler.h"
+#include "symbols.h"
 
 #include "clock.h"
 #include <structmember.h>
@@ -681,6 +682,15 @@ static PyObject *mod_native_modules(PyObject *m, PyObject *ips)
     return out;
 }
 
+static PyObject *mod_native_frames(PyObject *m, PyObject *ips)
+{
+    (void)m;
+    int was = pp_memory_self_begin();
+    PyObject *r = pp_symbols_frames(ips);
+    pp_memory_self_end(was);
+    return r;
+}
+
 static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
@@ -756,6 +766,10 @@ static PyMethodDef module_methods[] = {
     {"native_modules", mod_native_modules, METH_O,
      "native_modules(ips) -> [(path, load base) or None]\nThe loaded objects holding these "
      "addresses (dladdr)."},
+    {"native_frames", mod_native_frames, METH_O,
+     "native_frames(ips) -> {ip: [(name, file, line), ...]} or None without libdw\nThe "
+     "frames naming each address, innermost first (inlined functions, then the function), "
+     "from debug information or the symbol tables."},
     {"_numpy_patch", mod_numpy_patch, METH_O,
      "_numpy_patch(array_api_capsule) -> 1 patched, 0 not possible\nMemory mode: route "
      "NumPy's default array-data handler through pyprof (for the life of the process)."},
@@ -792,10 +806,19 @@ PyMODINIT_FUNC PyInit__cprof(void)
         goto fail;
     if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0)
         goto fail;
-    PyObject *features = Py_BuildValue("(s" "s" ")", "zlib",
-                                       pp_unwind_available() ? "libunwind" : "");
-    if (features && !pp_unwind_available()) {
-        Py_SETREF(features, Py_BuildValue("(s)", "zlib"));
+    const char *have[3] = {"zlib", NULL, NULL};
+    int nhave = 1;
+    if (pp_unwind_available())
+        have[nhave++] = "libunwind";
+    if (pp_symbols_available())
+        have[nhave++] = "libdw";
+    PyObject *features = PyTuple_New(nhave);
+    for (int i = 0; features && i < nhave; i++) {
+        PyObject *name = PyUnicode_FromString(have[i]);
+        if (name == NULL)
+            Py_CLEAR(features);
+        else
+            PyTuple_SET_ITEM(features, i, name);
     }
     if (features == NULL || PyModule_AddObject(m, "FEATURES", features) < 0) {
         Py_XDECREF(features);
