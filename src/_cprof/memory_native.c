@@ -28,6 +28,8 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -304,8 +306,15 @@ static int contains(const struct dl_phdr_info *info, const void *addr)
 }
 
 /* RTLD_NEXT as the caller meant it: the first object after the caller's, in
- * load order, that defines the name itself. */
-typedef struct { const void *caller; int seen; const char *name; void *found; } next_ctx;
+ * load order, that defines the name itself. The objects are listed first and
+ * looked up after: dlopen must not run inside dl_iterate_phdr, whose lock a
+ * thread in dlopen may be waiting for while holding dlopen's. */
+#define NEXT_MAX 512
+typedef struct {
+    const void *caller;
+    int seen, n;
+    struct { const char *name; uintptr_t lo, hi; } obj[NEXT_MAX];
+} next_ctx;
 
 static int next_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -315,27 +324,54 @@ static int next_cb(struct dl_phdr_info *info, size_t size, void *data)
         c->seen = contains(info, c->caller);
         return 0;
     }
-    void *h = real.dlopen(info->dlpi_name[0] ? info->dlpi_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
-    if (h == NULL)
-        return 0;
-    void *sym = real.dlsym(h, c->name);
-    dlclose(h);
-    if (sym != NULL && contains(info, sym)) {
-        c->found = sym;
+    if (c->n == NEXT_MAX)
         return 1;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        if (info->dlpi_addr + ph->p_vaddr < lo)
+            lo = info->dlpi_addr + ph->p_vaddr;
+        if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+            hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
     }
+    c->obj[c->n].name = info->dlpi_name;
+    c->obj[c->n].lo = lo;
+    c->obj[c->n].hi = hi;
+    c->n++;
     return 0;
+}
+
+static void *next_symbol(const void *caller, const char *name)
+{
+    /* mapped, not on the stack: this can run on a thread with a small one */
+    next_ctx *c = real.mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c == MAP_FAILED)
+        return NULL;
+    c->caller = caller;
+    dl_iterate_phdr(next_cb, c);
+    void *found = NULL;
+    for (int i = 0; i < c->n && found == NULL; i++) {
+        void *h = real.dlopen(c->obj[i].name && c->obj[i].name[0] ? c->obj[i].name : NULL,
+                              RTLD_LAZY | RTLD_NOLOAD);
+        if (h == NULL)
+            continue;
+        void *sym = real.dlsym(h, name);
+        if (sym != NULL && (uintptr_t)sym >= c->obj[i].lo && (uintptr_t)sym < c->obj[i].hi)
+            found = sym;
+        dlclose(h);
+    }
+    real.munmap(c, sizeof *c);
+    return found;
 }
 
 static void *w_dlsym(void *handle, const char *name)
 {
     if (handle != RTLD_NEXT)
         return wrapped(real.dlsym(handle, name));
-    /* dl_iterate_phdr holds the loader's lock: dlopen(RTLD_NOLOAD) inside it
-     * is what glibc allows (it takes the same recursive lock). */
-    next_ctx c = {__builtin_return_address(0), 0, name, NULL};
-    dl_iterate_phdr(next_cb, &c);
-    return wrapped(c.found);
+    return wrapped(next_symbol(__builtin_return_address(0), name));
 }
 
 /* Objects not patched, found once. */
@@ -347,35 +383,81 @@ static uintptr_t dyn_addr(const struct dl_phdr_info *info, uintptr_t v)
     return v < info->dlpi_addr ? v + info->dlpi_addr : v;
 }
 
+/* Read-only mappings when patching began (/proc/self/maps). An entry on a
+ * read-only page (RELRO, relocated) is written between mprotect calls and
+ * the page made read-only again; an entry on a writable page is written as
+ * is and the page left so: it may belong to an object another thread is
+ * loading, whose loader protects it when done (making it read-only ourselves
+ * would make the loader's next write fault). */
+#define RO_MAX 8192
+typedef struct { uintptr_t lo, hi; } range;
+static range *ro;                       /* mapped: RO_MAX ranges */
+static int nro;
+
+static void read_maps(void)
+{
+    nro = -1;                           /* unknown: leave every page we open writable */
+    if (ro == NULL) {
+        void *p = real.mmap(NULL, RO_MAX * sizeof *ro, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return;
+        ro = p;
+    }
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char buf[4096];
+    size_t have = 0;
+    int n = 0;
+    for (;;) {
+        ssize_t got = read(fd, buf + have, sizeof buf - have);
+        if (got <= 0)
+            break;
+        have += (size_t)got;
+        char *line = buf, *end;
+        while ((end = memchr(line, '\n', have - (size_t)(line - buf))) != NULL) {
+            unsigned long lo, hi;
+            char perms[5];
+            *end = 0;
+            if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && perms[1] != 'w'
+                && n < RO_MAX)
+                ro[n++] = (range){lo, hi};
+            line = end + 1;
+        }
+        have -= (size_t)(line - buf);
+        memmove(buf, line, have);
+        if (have == sizeof buf)         /* a line longer than the buffer: give up */
+            break;
+    }
+    close(fd);
+    nro = n;
+}
+
+static int read_only(uintptr_t at)
+{
+    for (int i = 0; i < nro; i++)
+        if (at >= ro[i].lo && at < ro[i].hi)
+            return 1;
+    return 0;
+}
+
 typedef struct { int restore; int patched; } patch_ctx;
 
 static void write_entry(const struct dl_phdr_info *info, uintptr_t at, void *value)
 {
+    (void)info;
     void **slot = (void **)at;
     if (*slot == value)
         return;
-    long page = sysconf(_SC_PAGESIZE);
-    int relro = 0, writable = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
-        if (at < lo || at >= hi)
-            continue;
-        if (ph->p_type == PT_GNU_RELRO)
-            relro = 1;
-        else if (ph->p_type == PT_LOAD && (ph->p_flags & PF_W))
-            writable = 1;
-    }
-    if (relro) {
-        void *pg = (void *)(at & ~(uintptr_t)(page - 1));
-        /* an entry may straddle nothing: pointer-aligned, so one page */
-        if (mprotect(pg, (size_t)page, PROT_READ | PROT_WRITE) != 0)
-            return;
-        atomic_store_explicit((_Atomic(void *) *)slot, value, memory_order_release);
-        mprotect(pg, (size_t)page, PROT_READ);
-    }
-    else if (writable)
-        atomic_store_explicit((_Atomic(void *) *)slot, value, memory_order_release);
+    uintptr_t pg = at & ~(uintptr_t)(sysconf(_SC_PAGESIZE) - 1);
+    size_t len = (size_t)sysconf(_SC_PAGESIZE);
+    int was_ro = read_only(at);
+    if (mprotect((void *)pg, len, PROT_READ | PROT_WRITE) != 0)
+        return;
+    atomic_store_explicit((_Atomic(void *) *)slot, value, memory_order_release);
+    if (was_ro)
+        mprotect((void *)pg, len, PROT_READ);
 }
 
 static void patch_rela(const struct dl_phdr_info *info, const ElfW(Rela) *r, size_t n,
@@ -447,6 +529,7 @@ static int patch_cb(struct dl_phdr_info *info, size_t size, void *data)
 static void patch_all(int restore)
 {
     patch_ctx c = {restore, 0};
+    read_maps();
     dl_iterate_phdr(patch_cb, &c);
 }
 
