@@ -196,9 +196,9 @@ class RunOptions:
         if self.temporary is not None and self.temporary is not False:
             t = self.temporary
             if isinstance(t, bool) or not isinstance(t, (int, str)) or not str(t).isdigit() \
-                    or not 1 <= int(t) < 2**32:
+                    or not 1 <= int(t) < 2**24:
                 raise OptionError(f"{n('temporary')} must be a number of allocations in "
-                                  f"[1, 2**32), not {t!r}")
+                                  f"[1, 2**24), not {t!r}")
             self.temporary = int(t)
             if not memory:
                 raise OptionError("temporary= goes with memory=True or mode='memory'")

@@ -132,7 +132,7 @@ static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
     return &filter[mix(ptr) >> (64 - FILTER_BITS)];
 }
 
-static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count, uint64_t seq)
+static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count)
 {
     if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
         totals.dropped++;           /* counted, but its free will not be: stays "live" */
@@ -146,7 +146,7 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
         if (sample_every)
             atomic_fetch_add_explicit(filter_slot(ptr), 1, memory_order_relaxed);
     }
-    blocks[i] = (block){ptr, site, count, size, seq};
+    blocks[i] = (block){ptr, site, count, size};
 }
 
 static int block_take(uintptr_t ptr, block *out)
@@ -367,27 +367,37 @@ static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
 /* Temporary allocations: a thread's recorded allocations are numbered; a
  * block freed by the thread that made it, fewer than `temporary` of its
  * allocations later, is temporary (memray's definition). */
-#define SEQ_BITS 40
-#define SEQ_MASK ((1ull << SEQ_BITS) - 1)
+#define SEQ_BITS 24                         /* the number, modulo 2**24 */
+#define SEQ_MASK ((1u << SEQ_BITS) - 1)
 static uint32_t temporary;
 static _Atomic uint32_t next_tag;
-static __thread struct { uint64_t gen, tag, n; } s_seq __attribute__((tls_model("initial-exec")));
+static __thread struct { uint64_t gen; uint32_t tag, n; } s_seq
+    __attribute__((tls_model("initial-exec")));
 
-static inline uint64_t next_seq(void)
+/* A thread's tag (8 bits: threads 256 apart share one, and are told apart by
+ * their numbers, which would also have to fall within N) and number. */
+static inline uint32_t next_seq(void)
 {
     uint64_t gen = atomic_load_explicit(&run_gen, memory_order_relaxed);
     if (s_seq.gen != gen) {
         s_seq.gen = gen;
-        s_seq.tag = (uint64_t)atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) + 1;
+        s_seq.tag = (atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) & 0xFF) + 1;
         s_seq.n = 0;
     }
-    return s_seq.tag << SEQ_BITS | (++s_seq.n & SEQ_MASK);
+    return (s_seq.tag & 0xFF) << SEQ_BITS | (++s_seq.n & SEQ_MASK);
 }
 
 static inline int is_temporary(const block *b)
 {
-    return temporary && s_seq.tag == b->seq >> SEQ_BITS
-           && ((s_seq.n - b->seq) & SEQ_MASK) < temporary;
+    return temporary && s_seq.gen == atomic_load_explicit(&run_gen, memory_order_relaxed)
+           && (s_seq.tag & 0xFF) == b->count >> SEQ_BITS
+           && ((s_seq.n - b->count) & SEQ_MASK) < temporary;
+}
+
+/* Blocks an entry stands for (its count holds a number with --temporary). */
+static inline uint32_t blocks_of(const block *b)
+{
+    return temporary ? 1 : b->count;
 }
 
 static void note_alloc(void *ptr, size_t size, uint32_t src)
@@ -435,7 +445,8 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
         }
     }
     kind |= src;
-    uint64_t seq = temporary ? next_seq() : 0;
+    /* what the entry keeps in count: exact mode with --temporary, one block */
+    uint32_t stored = temporary ? next_seq() : est_count;
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
@@ -456,7 +467,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
             st->alloc_count += est_count;
             if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
                 st->peak_bytes = st->alloc_bytes - st->free_bytes;
-            block_put((uintptr_t)ptr, k, size, est_count, seq);
+            block_put((uintptr_t)ptr, k, size, stored);
             totals.allocated += size;
             totals.current += size;
             if (totals.current > totals.peak) {
@@ -503,7 +514,7 @@ static void charge_locked(const block *b, int freed)
         return;
     if (freed && is_temporary(b)) {
         sites[b->site].temp_bytes += b->size;
-        sites[b->site].temp_count += b->count;
+        sites[b->site].temp_count++;
     }
     if (rising) {                           /* the first free after a maximum: a peak */
         peak_index++;
@@ -511,7 +522,7 @@ static void charge_locked(const block *b, int freed)
     }
     settle_peak(&sites[b->site]);
     sites[b->site].free_bytes += b->size;
-    sites[b->site].free_count += b->count;
+    sites[b->site].free_count += blocks_of(b);
     totals.current -= b->size;
 }
 
@@ -545,7 +556,7 @@ static void put_back(void *ptr, const block *b)
 {
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed))
-        block_put((uintptr_t)ptr, b->site, b->size, b->count, b->seq);
+        block_put((uintptr_t)ptr, b->site, b->size, b->count);
     unlock_tables();
 }
 
@@ -560,13 +571,13 @@ void pp_memory_forget(PyObject *obj)
     if (had && b.site < nsites) {
         settle_peak(&sites[b.site]);
         sites[b.site].alloc_bytes -= b.size;
-        sites[b.site].alloc_count -= b.count;
+        sites[b.site].alloc_count -= blocks_of(&b);
         totals.allocated -= b.size;
         totals.current -= b.size;
     }
     unlock_tables();
     if (had)
-        pp_threads_mem_delta(-(int64_t)b.size, -(int64_t)b.size, -(int64_t)b.count);
+        pp_threads_mem_delta(-(int64_t)b.size, -(int64_t)b.size, -(int64_t)blocks_of(&b));
 }
 
 /* ---------------------------------------------------------------- hooks */

@@ -11,8 +11,10 @@
 #define PP_MEM_HIDDEN __attribute__((visibility("hidden")))
 
 /* size and count: what the block stands for (sampled mode: an estimate) */
-/* seq: the allocating thread's tag and allocation count (temporary allocations) */
-typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; uint64_t seq; } pp_memblock;
+/* count: blocks the entry stands for (sampled mode: an estimate); with
+ * --temporary (exact mode: always one block) the allocating thread's tag and
+ * allocation number instead. 24 bytes: the table's size is the hooks' cost. */
+typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
 
 /* 1: let this allocation of domain d (-1: none) through unrecorded. */
 PP_MEM_HIDDEN int pp_memory_pass_through(int d);

@@ -72,6 +72,9 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
     self->run.mem.native = native_allocs && self->run.memory;
     self->run.gc = gc;
+    /* blocks keep a 24-bit allocation number (memory.c): N is below 2**24 */
+    if (temporary >= (1u << 24))
+        temporary = (1u << 24) - 1;
     self->run.mem.temporary = self->run.memory && !memory_sample ? temporary : 0;
     if (self->run.mem.native && pp_native_allocs_unsupported() != NULL) {
         PyErr_SetString(PyExc_ValueError, pp_native_allocs_unsupported());
