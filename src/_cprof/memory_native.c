@@ -580,9 +580,19 @@ static int resolve_real(void)
     return 0;
 }
 
+/* A fork while another thread patched: the child's copy of the mutex is held
+ * by a thread it does not have. */
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&patch_mu, NULL);
+}
+
 /* GIL held. */
 int pp_native_allocs_start(void)
 {
+    static int atfork_set;
+    if (!atfork_set && pthread_atfork(NULL, NULL, after_fork_child) == 0)
+        atfork_set = 1;
     const char *why = pp_native_allocs_unsupported();
     if (why != NULL) {
         PyErr_SetString(PyExc_RuntimeError, why);
