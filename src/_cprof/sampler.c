@@ -341,7 +341,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.foreign, 1, memory_order_relaxed);
     }
     else {
-        nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
+        nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
+        nframes += pp_frames_walk(ts, frames + nframes, MAX_FRAMES - nframes, &truncated);
         state = PP_STATE_PYTHON;
         if (!attached) {
             /* Detached: C code that released the GIL (using CPU since the last
