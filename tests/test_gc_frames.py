@@ -120,3 +120,14 @@ def test_without_gc_option_nothing_changes():
     s = p.session()
     assert "gc" not in s.info and not gc_functions(s)
     assert not any(getattr(cb, "__name__", "") == "_pyprof_gc_callback" for cb in gc.callbacks)
+
+
+def test_sampling_watches_the_collector_by_default():
+    """--sample has no cProfile table to keep: the collector's frame is on unless
+    turned off (gc=False); the tracer keeps cProfile's functions unless asked."""
+    with pyprof.Profile(mode="sample", wall=True, rate=1000) as p:
+        gc.collect()
+    assert p.session().info["gc"]["collections"][2] >= 1
+    with pyprof.Profile(mode="sample", gc=False) as p:
+        gc.collect()
+    assert "gc" not in p.session().info

@@ -39,7 +39,7 @@ _FIELDS = {
     # what is recorded (Profile's keywords; a child's configuration)
     "builtins": True, "exact_builtins": False, "mode": "trace", "rate": None, "wall": False,
     "native": False, "memory": False, "memory_sample": None, "memory_stacks": None,
-    "native_allocs": False, "temporary": None, "gc": False,
+    "native_allocs": False, "temporary": None, "gc": None,
     "paths": True, "lines": False, "lines_of": (), "lines_all": None, "include": (),
     "exclude": (), "timeline": False, "timeline_min_duration": None,
     "timeline_max_events": None,
@@ -53,6 +53,7 @@ _FIELDS = {
 _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
               "min_duration": ("timeline_min_duration", None),
               "memory_stacks": ("memory_stacks", lambda v: True if v else None),  # None: auto
+              "gc": ("gc", lambda v: True if v else None),      # None: by the mode
               "lines_all": ("lines_all", lambda v: True if v else None)}
 # What goes to Profile (and to a child) as keywords.
 PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", "memory",
@@ -407,7 +408,8 @@ OPTIONS = (
         _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind)")),
     (None, ("--gc",), dict(
         _FLAG, help="time in the cyclic garbage collector: a <GC gen N> frame in traced and "
-                    "sampled stacks, collections and pauses per generation in the summary")),
+                    "sampled stacks, collections and pauses per generation in the summary "
+                    "(on by default with --sample; this turns it on for the other modes)")),
     (_SAMPLING, ("--dump-every",), dict(
         type=float, metavar="SECONDS", default=0.0,
         help="with a .cprof output, rewrite it every SECONDS while sampling")),

@@ -76,7 +76,7 @@ class Profile(_cprof.Profiler):
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
                  memory_sample=0, memory_stacks=None, native_allocs=False, temporary=None,
-                 gc=False, paths=True, timeline=False,
+                 gc=None, paths=True, timeline=False,
                  timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
                  options=None, _warn=True):
         # one RunOptions, checked once (options.py); what the C core, the line
@@ -100,7 +100,9 @@ class Profile(_cprof.Profiler):
                          memory_stacks=-1 if kw["memory_stacks"] is None
                          else int(bool(kw["memory_stacks"])),
                          paths=kw["paths"], native_allocs=bool(kw["native_allocs"]),
-                         temporary=int(kw["temporary"] or 0), gc=bool(kw["gc"]))
+                         temporary=int(kw["temporary"] or 0),
+                         # None: by the mode (tracing keeps cProfile's functions)
+                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]))
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes
