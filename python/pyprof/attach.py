@@ -4,10 +4,12 @@ through gdb, and the client side of the control channel (channel.py).
 
 Injection, when the process has no channel open: gdb attaches (ptrace; every
 thread stops), maps one page in the target (``mmap``: a system call, no lock),
-writes the bootstrap's text into it and queues ``PyRun_SimpleString`` on it
-with ``Py_AddPendingCall`` (needs no GIL), then detaches: the target is stopped
-only for that. The interpreter runs the pending call in its main thread between
-two bytecodes with the GIL held, where a signal handler would run: the
+writes the bootstrap's text into it and queues ``PyRun_SimpleString`` on it as
+a pending call (``_PyEval_AddPendingCall`` for any thread on 3.12+,
+``Py_AddPendingCall`` for the main thread on 3.11; neither needs the GIL), then
+detaches: the target is stopped only for that. The interpreter runs the pending
+call between two bytecodes with the GIL held, where a signal handler would
+run: the
 bootstrap imports ``pyprof.channel`` (with pyprof's path handed over if the
 target cannot import it) and opens a one-client channel, reporting how it
 went in a status file. Nothing else runs in the target: no code from the
@@ -183,18 +185,23 @@ def bootstrap_code(status, deadline) -> bytes:
         "  p = S + '.tmp'\n"
         "  with open(p, 'w') as f: f.write(t)\n"
         "  os.replace(p, S)\n"
+        "m = set(sys.modules)\n"
         "try:\n"
         "  if time.time() < D:\n"
         "    try:\n"
-        "      import pyprof.channel as c\n"
+        "      import pyprof.channel as c, pyprof._cprof\n"
         "    except ImportError:\n"
+        "      for k in set(sys.modules) - m:\n"
+        "        if k.startswith('pyprof'): del sys.modules[k]\n"
         "      sys.path.insert(0, P)\n"
         "      try:\n"
-        "        import pyprof.channel as c\n"
+        "        import pyprof.channel as c, pyprof._cprof\n"
         "      finally:\n"
         "        sys.path.remove(P)\n"
         "    c.bootstrap(S, D)\n"
         "except BaseException as e:\n"
+        "  for k in set(sys.modules) - m:\n"
+        "    if k.startswith('pyprof'): del sys.modules[k]\n"
         "  try: w('import: %s: %s\\n' % (type(e).__name__, e))\n"
         "  except BaseException: pass\n")
     env = {"S": status, "D": deadline, "P": pkg_parent}
@@ -222,8 +229,15 @@ def run():
         out("ERR", "mmap failed in the target")
         return
     gdb.selected_inferior().write_memory(addr, code)
-    rc = int(gdb.parse_and_eval(
-        "(int)Py_AddPendingCall((void *)&PyRun_SimpleString, (void *)%d)" % addr))
+    if (v >> 24 & 0xff, v >> 16 & 0xff) >= (3, 12):
+        # any thread running Python runs it, not only the main thread
+        interp = int(gdb.parse_and_eval("(long)PyInterpreterState_Main()"))
+        rc = int(gdb.parse_and_eval(
+            "(int)_PyEval_AddPendingCall((void *)%d, (void *)&PyRun_SimpleString, (void *)%d, 0)"
+            % (interp, addr)))
+    else:
+        rc = int(gdb.parse_and_eval(
+            "(int)Py_AddPendingCall((void *)&PyRun_SimpleString, (void *)%d)" % addr))
     out("QUEUED", rc, "%.6f" % (time.monotonic() - t0))
 try:
     run()
@@ -330,10 +344,11 @@ def inject(pid, info, timeout, verbose=None):
             raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)")
         time.sleep(0.01)
     else:
+        who = ("its main thread ran" if (major, minor) < (3, 12) else "none of its threads "
+               "ran") + " Python code meanwhile"
         raise PyprofError(f"process {pid} did not run pyprof's bootstrap within {timeout:g} s: "
-                          f"its main thread ran no Python code meanwhile (blocked in a system "
-                          f"call or in C code); try again with a longer --timeout, or start it "
-                          f"with PYPROF_LISTEN=1")
+                          f"{who} (blocked in a system call or in C code); try again with a "
+                          f"longer --timeout, or start it with PYPROF_LISTEN=1")
     with open(status) as f:
         result = f.read().strip()
     os.unlink(status)

@@ -153,6 +153,8 @@ class _Server:
         self.thread = threading.Thread(target=self._run, name="pyprof-control", daemon=True)
 
     def start(self):
+        import atexit
+        atexit.register(self._close)    # the process ends: no socket left behind
         self.thread.start()
 
     # ------------------------------------------------------------ serving
@@ -219,6 +221,8 @@ class _Server:
                     pass
 
     def _close(self):
+        import atexit
+        atexit.unregister(self._close)
         try:
             self.sock.close()
         finally:

@@ -75,9 +75,9 @@ class View:
         out = []
         argv = " ".join(h.get("argv") or [])
         mode = "wall" if st is None or st.get("wall") else "cpu"
-        head = (f"pyprof top - pid {h['pid']}  {argv}  CPython {h['python']}  {mode} sampling"
-                + (f"  {st['since_start']:.0f}s" if st else ""))
-        out.append(head + ("   [PAUSED]" if self.paused else ""))
+        out.append(f"pyprof top{' [PAUSED]' if self.paused else ''} - pid {h['pid']}  "
+                   f"CPython {h['python']}  {mode} sampling"
+                   + (f"  {st['since_start']:.0f}s" if st else "") + f"  {argv}")
         if st is None:
             out.append(self.message or "waiting for the first samples...")
             return [ln[:width] for ln in out]
