@@ -297,6 +297,42 @@ def test_process_exiting_while_attached_writes_what_was_collected(tmp_path):
     assert calls > 10
 
 
+# ------------------------------------------------------------------ a loop running since before
+SPINNER = """
+import time
+def spin():
+    n = 0
+    while True:
+        n += 1                           # COUNT-LINE
+        if n % 1000 == 0:
+            time.sleep(0.001)            # SLEEP-LINE
+print("up", flush=True)
+spin()
+"""
+
+
+def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
+    script = tmp_path / "spinner.py"
+    script.write_text(SPINNER)
+    p = subprocess.Popen([BASE_PYTHON, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        out = tmp_path / "spin.cprof"
+        r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", f"{script}:spin", "-o", out)
+        assert r.returncode == 0, r.stderr
+        session = Session.load(str(out))
+        fid = function_id(session, "spin")
+        hits = {line: c.hits for (t, f, line), c in session.lines.items() if f == fid}
+        count, sleep = line_of(SPINNER, "COUNT-LINE"), line_of(SPINNER, "SLEEP-LINE")
+        assert hits[count] > 10_000, hits
+        # the program's own arithmetic: one sleep every 1000 increments
+        assert abs(hits[sleep] - hits[count] / 1000) <= 1.01, hits
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
 # ------------------------------------------------------------------ errors, one line each
 def one_error_line(r):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
