@@ -318,7 +318,7 @@ def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
     try:
         assert p.stdout.readline() == "up\n"
         out = tmp_path / "spin.cprof"
-        r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", f"{script}:spin", "-o", out)
+        r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", "spinner:spin", "-o", out)
         assert r.returncode == 0, r.stderr
         session = Session.load(str(out))
         fid = function_id(session, "spin")

@@ -248,8 +248,8 @@ except gdb.error as e:
 
 def _gdb_env():
     env = dict(os.environ)
-    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH"):
-        env.pop(k, None)                # they are for the target's Python, not gdb's
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "LD_PRELOAD"):
+        env.pop(k, None)                # for pyprof's Python (a sanitizer's runtime), not gdb
     env["DEBUGINFOD_URLS"] = ""
     return env
 

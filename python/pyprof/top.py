@@ -92,7 +92,10 @@ class View:
         for t in st["threads"]:
             sel = "> " if self.thread == t["index"] else "  "
             name = f"{t['name']} ({t['native_id']})"
-            cells = " ".join(f"{t['states'].get(s, 0) / span * 100:6.1f}%" for s in STATES)
+            # of the thread's own sampled time in the interval (a parked
+            # thread's idle time is written in batches: not of the interval)
+            seen = max(sum(t["states"].values()), 1)
+            cells = " ".join(f"{t['states'].get(s, 0) / seen * 100:6.1f}%" for s in STATES)
             out.append(f"{sel}{name[:32]:<32} {cells}")
         out.append("")
         which, col, label = SORTS[self.sort]
