@@ -2,13 +2,21 @@
 
 A threaded HTTP server (tests/attach_servers.py, started without pyprof, on the
 base interpreter) answers /work?n=N (a CPU-bound handler) to CLIENTS client
-threads of this process. For each round and mode: the requests per second for
-WINDOW s before attaching, while attached (`pyprof attach PID --duration ...`,
-counted from its "attached" line for WINDOW s), and for WINDOW s after it
-detached. Reported per mode: the median over rounds of attached/before (the
-mode's cost) and after/before (what a detach leaves: should be 1.00).
+threads of this process. For each round and mode: WINDOW s before attaching,
+WINDOW s while attached (`pyprof attach PID --duration ...`, counted from its
+"attached" line), WINDOW s after it detached; in each, the requests per second
+and the server's CPU time per request (utime + stime of /proc/PID/stat: the
+process's threads, pyprof's included, dead ones too). Reported per mode: the
+median over rounds of attached/before (the mode's cost) and after/before (what
+a detach leaves: should be 1.00). CPU per request is the steadier measure on a
+shared machine (throughput also moves with the other programs' load).
 
     python benchmarks/attach_overhead.py [--rounds 3] [--window 2] [--modes sample,trace]
+    python benchmarks/attach_overhead.py --from-start [...]
+
+--from-start measures each mode's own cost for comparison: the same server
+started under `python -m pyprof MODE -o ...` against it started plainly (both
+on this interpreter), one after the other, WINDOW s each, per round.
 """
 import argparse
 import os
@@ -54,10 +62,18 @@ class Counter:
             except OSError:
                 self.failed += 1
 
-    def rate(self, seconds):
-        d0, t0 = self.done, time.monotonic()
+    def rate(self, seconds, pid):
+        """(requests per second, server CPU ms per request) over `seconds`."""
+        d0, t0, c0 = self.done, time.monotonic(), cpu_seconds(pid)
         time.sleep(seconds)
-        return (self.done - d0) / (time.monotonic() - t0)
+        n = max(self.done - d0, 1)
+        return n / (time.monotonic() - t0), (cpu_seconds(pid) - c0) * 1000 / n
+
+
+def cpu_seconds(pid) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def attached_rate(counter, pid, args, window):
@@ -69,11 +85,58 @@ def attached_rate(counter, pid, args, window):
     for line in proc.stderr:
         if rate is None and "attached to process" in line:
             time.sleep(0.25)                    # the mode settles (first calls, timers)
-            rate = counter.rate(window)
+            rate = counter.rate(window, pid)
     proc.wait()
     if proc.returncode != 0 or rate is None:
         raise SystemExit(f"attach failed ({proc.returncode})")
     return rate
+
+
+def start_server(prefix, portfile):
+    server = subprocess.Popen([*prefix, SERVERS, "threaded", portfile],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not os.path.exists(portfile):
+        if server.poll() is not None:
+            raise SystemExit(f"the server did not start: {prefix}")
+        time.sleep(0.05)
+    time.sleep(0.3)
+    return server, int(open(portfile).read())
+
+
+def measure(prefix, window):
+    portfile = f"/tmp/pyprof-bench-{os.getpid()}.port"
+    server, port = start_server(prefix, portfile)
+    counter = Counter(port)
+    try:
+        counter.rate(1.0, server.pid)           # warm up
+        return counter.rate(window, server.pid)
+    finally:
+        counter.stop.set()
+        for t in counter.threads:               # their requests end before the server
+            t.join(30)
+        server.terminate()
+        server.wait()
+        os.unlink(portfile)
+
+
+def from_start(opts, modes):
+    ratios = {m: [] for m in modes}
+    out = "/tmp/pyprof-bench-run.cprof"
+    for r in range(opts.rounds):
+        for m in modes:
+            plain = measure([sys.executable], opts.window)
+            profiled = measure([sys.executable, "-m", "pyprof", *MODES[m], "-o", out],
+                               opts.window)
+            ratios[m].append(profiled[1] / plain[1])
+            print(f"round {r + 1} {m:20} CPU ms/req plain {plain[1]:5.2f} under pyprof "
+                  f"{profiled[1]:5.2f}", flush=True)
+    print()
+    print("| mode | CPU/request, run under pyprof from the start / plain |")
+    print("|---|---|")
+    for m in modes:
+        print(f"| {m} | {statistics.median(ratios[m]):.2f} |")
+    if os.path.exists(out):
+        os.unlink(out)
 
 
 def main():
@@ -81,8 +144,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--from-start", action="store_true")
     opts = ap.parse_args()
     modes = opts.modes.split(",")
+    if opts.from_start:
+        from_start(opts, modes)
+        return
     portfile = f"/tmp/pyprof-bench-{os.getpid()}.port"
     server = subprocess.Popen([BASE_PYTHON, SERVERS, "threaded", portfile],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -91,27 +158,35 @@ def main():
             time.sleep(0.05)
         time.sleep(0.3)
         counter = Counter(int(open(portfile).read()))
-        counter.rate(1.0)                       # warm up
-        ratios = {m: ([], []) for m in modes}
-        raw = {m: [] for m in modes}
+        counter.rate(1.0, server.pid)           # warm up
+        ratios = {m: ([], [], [], []) for m in modes}
         for r in range(opts.rounds):
             for m in modes:
-                before = counter.rate(opts.window)
+                before = counter.rate(opts.window, server.pid)
                 during = attached_rate(counter, server.pid, MODES[m], opts.window)
                 time.sleep(0.5)                 # the detach completes
-                after = counter.rate(opts.window)
-                ratios[m][0].append(during / before)
-                ratios[m][1].append(after / before)
-                raw[m].append((before, during, after))
-                print(f"round {r + 1} {m:20} before {before:7.1f} req/s  attached "
-                      f"{during:7.1f}  after {after:7.1f}", flush=True)
+                after = counter.rate(opts.window, server.pid)
+                for i, (a, b) in enumerate(((during, before), (after, before))):
+                    ratios[m][i].append(a[0] / b[0])        # throughput
+                    ratios[m][2 + i].append(a[1] / b[1])    # CPU per request
+                print(f"round {r + 1} {m:20} req/s {before[0]:6.1f} {during[0]:6.1f} "
+                      f"{after[0]:6.1f}   CPU ms/req {before[1]:5.2f} {during[1]:5.2f} "
+                      f"{after[1]:5.2f}   (before, attached, after)", flush=True)
         counter.stop.set()
+        for t in counter.threads:               # their requests end before the server
+            t.join(30)
         print()
-        print(f"{'mode':20} {'attached/before':>16} {'after/before':>13}   (median of "
-              f"{opts.rounds}; {CLIENTS} clients, n={N}; failed requests: {counter.failed})")
+        print(f"median of {opts.rounds} rounds; {CLIENTS} clients, n={N}, windows of "
+              f"{opts.window:g} s; failed requests: {counter.failed}")
+        print()
+        print(f"| mode | CPU/request attached/before | after/before | throughput "
+              f"attached/before | after/before |")
+        print("|---|---|---|---|---|")
+        med = statistics.median
         for m in modes:
-            print(f"{m:20} {statistics.median(ratios[m][0]):16.3f} "
-                  f"{statistics.median(ratios[m][1]):13.3f}")
+            t_in, t_out, c_in, c_out = ratios[m]
+            print(f"| {m} | {med(c_in):.2f} | {med(c_out):.2f} | {med(t_in):.2f} | "
+                  f"{med(t_out):.2f} |")
     finally:
         server.terminate()
         server.wait()
