@@ -578,6 +578,50 @@ def test_listen_reaches_without_gdb_and_stays(tmp_path):
             p.wait()
 
 
+def test_protocol_snapshot_and_errors(tmp_path):
+    """The channel's requests as docs/attach.md lists them, through attach.Client."""
+    from pyprof import attach
+    from pyprof.errors import PyprofError
+    script = tmp_path / "listener.py"
+    script.write_text(LISTENER.format(here=HERE, seconds=20))
+    p = subprocess.Popen([sys.executable, "-m", "pyprof", "--listen", str(script)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        wait_for(lambda: os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{p.pid}.sock"), 10,
+                 "the socket")
+        client = attach.connect(p.pid)
+        assert client.hello["pid"] == p.pid and client.hello["persistent"] is True
+        assert client.hello["argv"] == [str(script)]
+        with pytest.raises(PyprofError, match="unknown command 'nope'"):
+            client.request("nope")
+        with pytest.raises(PyprofError, match="not profiling"):
+            client.request("stop", path=str(tmp_path / "x.cprof"))
+        client.request("start", options={"mode": "sample", "wall": True})
+        with pytest.raises(PyprofError, match="profiling already"):
+            client.request("start", options={"mode": "sample"})
+        time.sleep(1.0)
+        snap = tmp_path / "snap.cprof"
+        client.request("snapshot", path=str(snap))
+        first = sampled_weight(Session.load(str(snap)), "handler_work")
+        assert first > 0
+        time.sleep(1.0)
+        stats = client.request("stats")
+        assert {t["name"] for t in stats["threads"]} == {"MainThread"}
+        assert 0.0 <= stats["gil_held"] <= 1.0
+        assert any(r["name"] == "handler_work" for r in stats["functions"])
+        end = tmp_path / "end.cprof"
+        r = client.request("stop", path=str(end))
+        assert r["released"] == {"signal": True, "allocators": True}
+        assert sampled_weight(Session.load(str(end)), "handler_work") > first   # it went on
+        assert client.request("detach")["ok"]
+        client.close()
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or _nobody() is None or not os.path.exists(SYSTEM_PYTHON),
                     reason="needs root and /usr/bin/python3, to connect as another user")
 def test_channel_refuses_another_user(tmp_path):

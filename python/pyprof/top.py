@@ -94,8 +94,9 @@ class View:
             name = f"{t['name']} ({t['native_id']})"
             # of the thread's own sampled time in the interval (a parked
             # thread's idle time is written in batches: not of the interval)
-            seen = max(sum(t["states"].values()), 1)
-            cells = " ".join(f"{t['states'].get(s, 0) / seen * 100:6.1f}%" for s in STATES)
+            seen = max(sum(max(v, 0) for v in t["states"].values()), 1)
+            cells = " ".join(f"{max(t['states'].get(s, 0), 0) / seen * 100:6.1f}%"
+                             for s in STATES)
             out.append(f"{sel}{name[:32]:<32} {cells}")
         out.append("")
         which, col, label = SORTS[self.sort]
