@@ -447,6 +447,24 @@ def test_target_not_answering(sleeper):
     assert not os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{p.pid}.boot")
 
 
+@pytest.mark.parametrize("scope,cap,says", [
+    (3, True, "ptrace is disabled on this system (kernel.yama.ptrace_scope = 3"),
+    (2, False, "kernel.yama.ptrace_scope = 2 lets only processes with CAP_SYS_PTRACE"),
+    (1, False, "kernel.yama.ptrace_scope = 1 lets a process attach only to its own"),
+    (None, False, "was not permitted (no CAP_SYS_PTRACE; in a container"),
+])
+def test_ptrace_refusals_say_why(monkeypatch, scope, cap, says):
+    """Yama's ptrace_scope cannot be changed here: each refusal's line, from the
+    values attach.py reads (/proc/sys/kernel/yama/ptrace_scope, CapEff)."""
+    from pyprof import attach
+    monkeypatch.setattr(attach, "_ptrace_scope", lambda: scope)
+    monkeypatch.setattr(attach, "_has_cap_ptrace", lambda: cap)
+    line = attach.check_ptrace(1, {"tracer": 0}, denied=True)
+    assert says in line and "PYPROF_LISTEN=1" in line, line
+    if scope in (2, 3):         # known before gdb tries
+        assert attach.check_ptrace(1, {"tracer": 0}) == line
+
+
 def _nobody():
     import pwd
     try:
