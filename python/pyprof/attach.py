@@ -221,6 +221,16 @@ def run():
     out("VERSION", v >> 24 & 0xff, v >> 16 & 0xff)
     if not LO <= (v >> 24 & 0xff, v >> 16 & 0xff) <= HI:
         return
+    # the thread gdb calls on must not be inside CPython's pending-call queue:
+    # the call would wait for a lock that thread holds
+    names, f = [], gdb.newest_frame()
+    while f is not None and len(names) < 16:
+        names.append(f.name() or "")
+        f = f.older()
+    busy = [n for n in names if n in BUSY]
+    if busy:
+        out("BUSY", ",".join(busy))
+        return
     code = open(CODE, "rb").read() + b"\0"
     size = (len(code) + 4095) // 4096 * 4096
     t0 = time.monotonic()
@@ -244,6 +254,12 @@ try:
 except gdb.error as e:
     out("ERR", str(e).replace("\n", " "))
 '''
+
+
+# CPython's functions that hold its pending-call lock (or may, inlined).
+_BUSY = ("Py_AddPendingCall", "_PyEval_AddPendingCall", "_push_pending_call",
+         "_pop_pending_call", "make_pending_calls", "_PyEval_MakePendingCalls",
+         "Py_MakePendingCalls", "_Py_HandlePending", "handle_eval_breaker")
 
 
 def _gdb_env():
@@ -295,23 +311,31 @@ def inject(pid, info, timeout, verbose=None):
             f.write(bootstrap_code(status, deadline))
         script = os.path.join(tmp, "inject.py")
         with open(script, "w") as f:
-            f.write(f"LO, HI, CODE = {lo!r}, {hi!r}, {code_path!r}\n" + _GDB_SCRIPT)
-        os.chmod(tmp, 0o755)            # gdb runs as us: only for a root client's peace
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.run(gdb_command(gdb, pid, f"source {script}", "detach"),
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  env=_gdb_env(), timeout=max(timeout, 5.0) + 20.0)
-        except subprocess.TimeoutExpired:
-            raise PyprofError(f"gdb did not finish attaching to process {pid} within "
-                              f"{max(timeout, 5.0) + 20.0:.0f} s") from None
-        gdb_s = time.monotonic() - t0
-    text = proc.stdout + proc.stderr
-    marks = {}
-    for line in text.splitlines():
-        if line.startswith("PYPROF "):
-            key, _, rest = line[7:].partition(" ")
-            marks[key] = rest
+            f.write(f"LO, HI, CODE, BUSY = {lo!r}, {hi!r}, {code_path!r}, {_BUSY!r}\n"
+                    + _GDB_SCRIPT)
+        for attempt in range(5):
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(gdb_command(gdb, pid, f"source {script}", "detach"),
+                                      stdin=subprocess.DEVNULL, capture_output=True,
+                                      text=True, env=_gdb_env(),
+                                      timeout=max(timeout, 5.0) + 20.0)
+            except subprocess.TimeoutExpired:
+                raise PyprofError(f"gdb did not finish attaching to process {pid} within "
+                                  f"{max(timeout, 5.0) + 20.0:.0f} s") from None
+            gdb_s = time.monotonic() - t0
+            text = proc.stdout + proc.stderr
+            marks = {}
+            for line in text.splitlines():
+                if line.startswith("PYPROF "):
+                    key, _, rest = line[7:].partition(" ")
+                    marks[key] = rest
+            if "BUSY" not in marks:
+                break
+            time.sleep(0.05)            # stopped in the pending-call queue: again, later
+        else:
+            raise PyprofError(f"process {pid} was in CPython's pending-call queue at each of "
+                              f"5 attempts ({marks['BUSY']}): try again")
     if "VERSION" not in marks:
         if _ptrace_denied(text):
             raise PyprofError(check_ptrace(pid, check_process(pid), denied=True))
