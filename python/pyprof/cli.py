@@ -8,6 +8,9 @@
     pyprof stats FILE.cprof... [--by step|run] [--csv OUT]
     pyprof merge A.cprof B.cprof ... -o ALL.cprof [--force]
     pyprof diff BEFORE.cprof AFTER.cprof [--by function|line] [--format table|csv|json] ...
+                [--fail-above PCT [--memory]]
+    pyprof check FILE.cprof [--max-time T] [--max-memory B] [--max-calls FUNC=N] [--format json]
+    pyprof config [RUN OPTIONS] [--format table|json]
     pyprof attach PID [--duration S] [mode options] -o FILE
     pyprof top PID [--rate HZ] [--native] [--memory-sample [BYTES]]
     pyprof dump PID [--native]
@@ -32,7 +35,8 @@ from . import _cprof
 from ._version import __version__
 from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, export, format_for_path
-from .options import SORT_KEYS, byte_count, check_writable, parse_run_args, signal_number
+from .options import (SORT_KEYS, byte_count, check_writable, given_fields, parse_run_args,
+                      signal_number, split_argv)
 
 # `python -m pyprof -o x.cprof` loads only what its mode needs (docs/cli.md,
 # "Start-up"): the data model, the exporters, traceback are imported where
@@ -366,10 +370,14 @@ def cmd_run(argv) -> int:
     if opts.version:
         print(version_text())
         return 0
+    # the command line alone decides these (not [tool.pyprof]'s run defaults)
     if opts.listen or opts.live:
         opts.check()
         target = _Target(opts, rest)
         return _run_live(opts, rest) if opts.live else _run_listening(target)
+    # [tool.pyprof] and PYPROF_* under the command line (config.py)
+    from . import config
+    config.apply(opts, given_fields(split_argv(None, argv)[0]))
     from . import mpi
     rank = mpi.detect()
     if rank is not None and opts.outfile:
@@ -879,9 +887,18 @@ def cmd_diff(argv) -> int:
                    help="also write a differential flame graph: widths from AFTER, red where "
                         "a frame grew, blue where it shrank (needs stacks: --sample or memory "
                         "stacks)")
+    p.add_argument("--fail-above", type=_percent, metavar="PCT",
+                   help="a CI gate: exit 1 when the total or a function's self time (bytes "
+                        "with --memory) grew by more than PCT percent and beyond the noise "
+                        "the captures allow (docs/ci.md), naming what grew")
+    p.add_argument("--memory", action="store_true",
+                   help="the gate judges memory: the peak and each function's allocated "
+                        "bytes (default: time)")
     opts = p.parse_args(argv)
     if opts.threshold < 0 or opts.min_time < 0 or opts.min_bytes < 0 or opts.min_count < 0:
         raise PyprofError("--threshold, --min-time, --min-bytes and --min-count must be >= 0")
+    if opts.memory and opts.fail_above is None:
+        raise PyprofError("--memory goes with --fail-above")
     fmt = opts.format
     if fmt is None:
         suffix = os.path.splitext(opts.output or "")[1].lower()
@@ -895,7 +912,20 @@ def cmd_diff(argv) -> int:
                        threshold=opts.threshold, min_time=opts.min_time,
                        min_bytes=opts.min_bytes, min_count=opts.min_count, limit=opts.limit,
                        names=(opts.before, opts.after))
-    text = diff.render(result, fmt)
+    verdict = None
+    if opts.fail_above is not None:
+        from .analysis import gates
+        from .render import gatetext
+        verdict = gates.gate(before, after, opts.fail_above, memory=opts.memory,
+                             min_time=opts.min_time, min_bytes=opts.min_bytes,
+                             names=(opts.before, opts.after))
+    if verdict is not None and fmt == "json":
+        import json
+        data = diff.to_json(result)
+        data["gate"] = gates.verdict_json(verdict)
+        text = json.dumps(data, indent=1) + "\n"
+    else:
+        text = diff.render(result, fmt)
     flame = None
     if opts.flamegraph:                 # everything is computed before anything is written
         from .export import diffflame
@@ -907,6 +937,117 @@ def cmd_diff(argv) -> int:
         atomic_write(opts.output, text)
     else:
         sys.stdout.write(text)
+    if verdict is None:
+        return 0
+    if fmt != "json":
+        out = sys.stdout if fmt == "table" and not opts.output else sys.stderr
+        out.write("\n".join(gatetext.verdict_lines(verdict)) + "\n")
+    return 1 if verdict.failed else 0
+
+
+def _percent(text) -> float:
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------ check
+def cmd_check(argv) -> int:
+    p = _Parser(prog="pyprof check",
+                description="A CI gate on one capture: exit 1 when it is over a limit, "
+                            "naming what used it most; 0 otherwise (docs/ci.md).")
+    p.add_argument("input", help="a .cprof capture file")
+    p.add_argument("--max-time", metavar="DURATION",
+                   help="the time profiled (INFO duration), at most DURATION (50ms, 1.5s)")
+    p.add_argument("--max-memory", metavar="BYTES",
+                   help="the peak traced bytes, at most BYTES (5MB, 512k; needs --memory)")
+    p.add_argument("--max-calls", action="append", default=[], metavar="FUNC=N",
+                   help="calls of FUNC (a name, a qualified name or FILE:QUALNAME) at most "
+                        "N (a traced capture); repeatable")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    opts = p.parse_args(argv)
+    from .analysis import gates
+    from .render import gatetext
+    max_time = gates.parse_seconds(opts.max_time, "--max-time") if opts.max_time else None
+    max_memory = gates.parse_bytes(opts.max_memory, "--max-memory") if opts.max_memory else None
+    calls = []
+    for spec in opts.max_calls:
+        func, eq, n = spec.rpartition("=")
+        if not eq or not func:
+            raise PyprofError(f"--max-calls takes FUNC=N, not {spec!r}")
+        calls.append((func, gates.parse_count(n, f"--max-calls {func}")))
+    if max_time is None and max_memory is None and not calls:
+        raise PyprofError("give at least one of --max-time, --max-memory, --max-calls")
+    from .model.session import Session
+    session = Session.load(opts.input)
+    try:
+        over = gates.check(session, max_time, max_memory, calls)
+    except PyprofError as e:
+        raise PyprofError(f"{opts.input}: {e}") from None
+    lines = [gatetext.limit_text(what, measured, limit, culprits)
+             for what, measured, limit, culprits in over]
+    if opts.format == "json":
+        import json
+        print(json.dumps({"input": opts.input, "failed": bool(over), "over": [
+            {"what": what, "measured": measured, "limit": limit,
+             "top": [{"what": n, "file": f, "line": ln, "value": v}
+                     for n, f, ln, v in culprits], "message": text}
+            for (what, measured, limit, culprits), text in zip(over, lines)]}, indent=1))
+    elif over:
+        print(f"pyprof: check failed: {opts.input}")
+        for text in lines:
+            print("  " + text)
+    else:
+        print(f"pyprof: check passed: {opts.input}")
+    return 1 if over else 0
+
+
+# ------------------------------------------------------------------ config
+def cmd_config(argv) -> int:
+    """The effective settings and where each came from (config.py)."""
+    fmt = "table"
+    argv = list(argv)
+    if "--format" in argv:
+        i = argv.index("--format")
+        if i + 1 >= len(argv) or argv[i + 1] not in ("table", "json"):
+            raise PyprofError("--format takes table or json (see 'pyprof config --help')")
+        fmt = argv[i + 1]
+        del argv[i:i + 2]
+    if argv in (["-h"], ["--help"]):
+        print("usage: pyprof config [RUN OPTIONS] [--format table|json]\n\n"
+              "The settings a run would use (run options given here, then PYPROF_* "
+              "variables, then [tool.pyprof] of the nearest pyproject.toml, then the "
+              "defaults) and where each came from; also the pytest plugin's and the web "
+              "middleware's (docs/cli.md, 'Configuration').")
+        return 0
+    from . import config
+    opts, rest = parse_run_args(argv)
+    if rest:
+        raise PyprofError(f"pyprof config takes run options only, not {rest[0]!r}")
+    cfg = config.load()
+    origins = config.apply(opts, given_fields(argv), cfg)
+    opts.check()
+    desc = config.describe(origins, cfg)
+    if fmt == "json":
+        import json
+        print(json.dumps(desc, indent=1, default=str))
+        return 0
+    print(f"pyproject.toml: {desc['pyproject'] or '(none found)'}")
+    print("precedence: command line > environment (PYPROF_*) > pyproject.toml > default")
+    for name, title in (("run", "[tool.pyprof]"), ("pytest", "[tool.pyprof.pytest]"),
+                        ("web", "[tool.pyprof.web]")):
+        print(f"\n{title}")
+        width = max(len(r["key"]) for r in desc[name])
+        for r in desc[name]:
+            value = r["value"]
+            shown = "-" if value is None or value == () or value == [] else (
+                ",".join(value) if isinstance(value, (list, tuple)) else value)
+            print(f"  {r['key']:<{width}}  {str(shown):<24} {r['from']}")
     return 0
 
 
@@ -932,6 +1073,10 @@ def main(argv=None) -> int:
             return cmd_top(argv[1:])
         if argv and argv[0] == "dump":
             return cmd_dump(argv[1:])
+        if argv and argv[0] == "check":
+            return cmd_check(argv[1:])
+        if argv and argv[0] == "config":
+            return cmd_config(argv[1:])
         if argv and argv[0] == "run":
             argv = argv[1:]
         return cmd_run(argv)

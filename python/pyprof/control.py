@@ -5,8 +5,10 @@ program that imports pyprof (itself, or from sitecustomize), each time the
 process receives that signal sampling starts, and the next time it stops and
 the capture is written: to ``PYPROF_OUTPUT`` if set (a stop overwrites it), else
 ``pyprof-PID-N.cprof`` in the current directory. ``PYPROF_WALL=1`` samples wall
-time, ``PYPROF_RATE`` sets the rate. Python runs signal handlers in the main
-thread between bytecodes, so the switch itself is safe at any time.
+time, ``PYPROF_RATE`` sets the rate; each falls back to ``output``, ``wall`` and
+``rate`` of [tool.pyprof] in the nearest pyproject.toml (config.py). Python
+runs signal handlers in the main thread between bytecodes, so the switch itself
+is safe at any time.
 """
 from __future__ import annotations
 
@@ -23,9 +25,8 @@ def _toggle(signum, frame):
     from .profiler import Profile
     prof = _state["prof"]
     if prof is None:
-        rate = os.environ.get("PYPROF_RATE")
-        prof = Profile(mode="sample", wall=os.environ.get("PYPROF_WALL") == "1",
-                       rate=float(rate) if rate else None)
+        settings = _settings()
+        prof = Profile(mode="sample", wall=bool(settings.get("wall")), rate=settings.get("rate"))
         try:
             prof.enable()
         except (ValueError, RuntimeError) as e:
@@ -35,13 +36,31 @@ def _toggle(signum, frame):
         return
     _state["prof"] = None
     prof.disable()
-    path = os.environ.get("PYPROF_OUTPUT") or f"pyprof-{os.getpid()}-{_state['n']}.cprof"
+    path = _settings().get("output") or f"pyprof-{os.getpid()}-{_state['n']}.cprof"
     _state["n"] += 1
     try:
         prof.dump(path)
         print(f"pyprof: wrote {path}", file=sys.stderr)
     except PyprofError as e:
         print(f"pyprof: error: {e}", file=sys.stderr)
+
+
+def _settings() -> dict:
+    """rate, wall and output: PYPROF_* > [tool.pyprof] (config.py); a bad
+    configuration is said once and the environment alone is used."""
+    from . import config
+    from .errors import PyprofError
+    try:
+        cfg = config.load()
+    except PyprofError as e:
+        if not _state.get("warned"):
+            _state["warned"] = True
+            print(f"pyprof: {e}; ignored", file=sys.stderr)
+        try:
+            cfg = config.Config(path="")                    # the environment alone
+        except PyprofError:
+            cfg = config.Config(path="", environ={})
+    return {key: cfg.value("", key) for key in ("rate", "wall", "output")}
 
 
 def install_from_environment():

@@ -21,8 +21,8 @@ def profile(func=None):
     Under ``python -m pyprof -l`` the results go with the run's. In a plain
     ``python script.py`` run, the first decorated function starts pyprof, and the
     line tables are printed at exit (or written to the file named by the
-    ``PYPROF_OUTPUT`` environment variable: ``.cprof``, ``.prof``, ``.txt``,
-    ``.callgrind``). Decorating twice, or stacking with functools.wraps or
+    ``PYPROF_OUTPUT`` environment variable, else by ``output`` in [tool.pyprof]:
+    ``.cprof``, ``.prof``, ``.txt``, ``.callgrind``). Decorating twice, or stacking with functools.wraps or
     functools.lru_cache, works.
     """
     if func is None:
@@ -75,6 +75,12 @@ def _report_at_exit():
         return
     prof.disable()
     out = os.environ.get("PYPROF_OUTPUT")
+    if out is None:                     # else [tool.pyprof] output (config.py)
+        from . import config
+        try:
+            out = config.load().value("", "output")
+        except PyprofError as e:
+            print(f"pyprof: {e}; ignored", file=sys.stderr)
     try:
         if out:
             prof.dump(out)

@@ -39,6 +39,7 @@ _FIELDS = {
     # what is recorded (Profile's keywords; a child's configuration)
     "builtins": True, "exact_builtins": False, "mode": "trace", "rate": None, "wall": False,
     "native": False, "memory": False, "memory_sample": None, "memory_stacks": None,
+    "native_allocs": False, "temporary": None, "gc": False,
     "paths": True, "lines": False, "lines_of": (), "lines_all": None, "include": (),
     "exclude": (), "timeline": False, "timeline_min_duration": None,
     "timeline_max_events": None,
@@ -55,7 +56,7 @@ _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
               "lines_all": ("lines_all", lambda v: True if v else None)}
 # What goes to Profile (and to a child) as keywords.
 PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", "memory",
-                "memory_sample", "memory_stacks", "paths", "lines", "lines_of", "lines_all",
+                "memory_sample", "memory_stacks", "native_allocs", "temporary", "gc", "paths", "lines", "lines_of", "lines_all",
                 "include", "exclude", "timeline", "timeline_min_duration",
                 "timeline_max_events")
 
@@ -181,6 +182,31 @@ class RunOptions:
                 self.memory = True
         if cli and self.memory_stacks:
             self.memory = True
+        if cli and (self.native_allocs or self.temporary):
+            self.memory = True
+        memory = self.memory or self.mode == "memory" or bool(self.memory_sample)
+        if self.native_allocs:
+            if not memory:
+                raise OptionError("native_allocs=True goes with memory=True or mode='memory'")
+            from . import _cprof
+            why = _cprof.native_allocs_unsupported()
+            if why:
+                raise OptionError(why if cli else why.replace("--native-allocs",
+                                                              "native_allocs=True"))
+        if self.temporary is not None and self.temporary is not False:
+            t = self.temporary
+            if isinstance(t, bool) or not isinstance(t, (int, str)) or not str(t).isdigit() \
+                    or not 1 <= int(t) < 2**24:
+                raise OptionError(f"{n('temporary')} must be a number of allocations in "
+                                  f"[1, 2**24), not {t!r}")
+            self.temporary = int(t)
+            if not memory:
+                raise OptionError("temporary= goes with memory=True or mode='memory'")
+            if self.memory_sample:
+                raise OptionError(f"{n('temporary')} needs exact memory mode (every allocation "
+                                  f"numbered), not {n('memory_sample')}")
+        else:
+            self.temporary = None
         if cli and self.functions and not self.memory:
             raise OptionError("--functions goes with --memory (function mode is the default "
                               "without it)")
@@ -258,7 +284,8 @@ class RunOptions:
         out = self.outfile
         check_writable(out)
         fmt = format_for_path(out)
-        memory = self.memory or self.memory_sample is not None
+        memory = (self.memory or self.memory_sample is not None or self.native_allocs
+                  or self.temporary is not None)
         if fmt in MEMORY_FORMATS and not memory:
             raise OptionError(f"{out}: {fmt} shows memory: add --memory")
         memory_only = memory and not (self.sample or self.functions or self.lines
@@ -391,6 +418,9 @@ OPTIONS = (
              "(python, native, idle)")),
     (_SAMPLING, ("--native",), dict(
         _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind)")),
+    (None, ("--gc",), dict(
+        _FLAG, help="time in the cyclic garbage collector: a <GC gen N> frame in traced and "
+                    "sampled stacks, collections and pauses per generation in the summary")),
     (_SAMPLING, ("--dump-every",), dict(
         type=float, metavar="SECONDS", default=0.0,
         help="with a .cprof output, rewrite it every SECONDS while sampling")),
@@ -408,6 +438,14 @@ OPTIONS = (
     (_MEMORY, ("--memory-stacks",), dict(
         _FLAG, help="record each allocation's Python stack in exact mode too (for the memory "
                     "flame graph; on by default with --memory-sample)")),
+    (_MEMORY, ("--native-allocs",), dict(
+        _FLAG, help="also record what C code allocates with malloc, calloc, realloc, "
+                    "posix_memalign... and anonymous mmap (libraries, extensions), charged to "
+                    "the Python line running; implies --memory")),
+    (_MEMORY, ("--temporary",), dict(
+        metavar="N", nargs="?", const="1", value_looks_like=str.isdigit,
+        help="count temporary allocations per line: blocks freed by their thread within N of "
+             "its allocations (default 1: before any other); implies --memory")),
     (_MEMORY, ("--objects",), dict(
         _FLAG, help="at the end, the live objects by type: count and total size (pympler's "
                     "summary; any mode)")),
@@ -683,6 +721,47 @@ def _read_plain(argv):
         else:
             values[opt.dest] = value
     return values
+
+
+def given_fields(argv, parser=None) -> set:
+    """The RunOptions fields the options in `argv` (the options part of a
+    command line, split_argv's first half) set: what configuration must not
+    override (config.py). ``--cpu`` counts as giving ``wall``."""
+    table = _table(parser)
+    longs = [f for f in table if f.startswith("--")]
+    found = set()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        i += 1
+        if a == "--" or not a.startswith("-") or a == "-":
+            continue
+        opts = []
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            opt = table.get(flag)
+            if opt is None:
+                cands = {id(table[f]): table[f] for f in longs if f.startswith(flag)}
+                opt = next(iter(cands.values())) if len(cands) == 1 else None
+            opts = [opt] if opt is not None else []
+            if opt is not None and "=" not in a and opt.takes_value() is True:
+                i += 1
+        else:
+            for k in range(1, len(a)):
+                o = table.get("-" + a[k])
+                if o is None:
+                    break
+                opts.append(o)
+                if o.takes_value() is not False:
+                    if k == len(a) - 1 and o.takes_value() is True:
+                        i += 1
+                    break
+        for o in opts:
+            dest = o.dest
+            if dest in _FROM_ARGS:
+                dest = _FROM_ARGS[dest][0]
+            found.add("wall" if dest == "cpu" else dest)
+    return found
 
 
 def parse_run_args(argv, parser=None):

@@ -366,24 +366,44 @@ PyObject *pp_frames_legacy_profile_swap(int c_raise, PyObject *cb)
 #include "internal/pycore_runtime.h"
 #endif
 
+/* The main interpreter's GIL. CPython counts a switch when a thread other
+ * than the last holder takes it (take_gil, under the GIL's mutex: the holder
+ * is stored before the count); the last holder stays set after it drops it. */
+#if PY_VERSION_HEX >= 0x030D0000
+#define GIL_LOCKED(g) __atomic_load_n(&(g)->locked, __ATOMIC_ACQUIRE)
+#define GIL_LAST(g) ((uintptr_t)__atomic_load_n(&(g)->last_holder, __ATOMIC_ACQUIRE))
+#else
+#define GIL_LOCKED(g) __atomic_load_n(&(g)->locked._value, __ATOMIC_ACQUIRE)
+#define GIL_LAST(g) __atomic_load_n(&(g)->last_holder._value, __ATOMIC_ACQUIRE)
+#endif
+
+static struct _gil_runtime_state *main_gil(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyInterpreterState_Main()->ceval.gil;
+#else
+    return &_PyRuntime.ceval.gil;
+#endif
+}
+
 uintptr_t pp_gil_holder(void)
 {
-#if PY_VERSION_HEX >= 0x030D0000
-    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
-    if (g == NULL || !__atomic_load_n(&g->locked, __ATOMIC_RELAXED))
+    struct _gil_runtime_state *g = main_gil();
+    return g != NULL && GIL_LOCKED(g) ? GIL_LAST(g) : 0;
+}
+
+uint64_t pp_gil_switches(uintptr_t *last_holder)
+{
+    struct _gil_runtime_state *g = main_gil();
+    *last_holder = 0;
+    if (g == NULL)
         return 0;
-    return (uintptr_t)__atomic_load_n(&g->last_holder, __ATOMIC_RELAXED);
-#elif PY_VERSION_HEX >= 0x030C0000
-    struct _gil_runtime_state *g = PyInterpreterState_Main()->ceval.gil;
-    if (g == NULL || !__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
-        return 0;
-    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
-#else
-    struct _gil_runtime_state *g = &_PyRuntime.ceval.gil;
-    if (!__atomic_load_n(&g->locked._value, __ATOMIC_RELAXED))
-        return 0;
-    return __atomic_load_n(&g->last_holder._value, __ATOMIC_RELAXED);
-#endif
+    for (;;) {          /* a pair read between two switches */
+        uint64_t n = __atomic_load_n(&g->switch_number, __ATOMIC_ACQUIRE);
+        *last_holder = GIL_LAST(g);
+        if (__atomic_load_n(&g->switch_number, __ATOMIC_ACQUIRE) == n)
+            return n;
+    }
 }
 
 uintptr_t pp_interp_threads_head(void)

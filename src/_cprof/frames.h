@@ -49,6 +49,10 @@ int pp_frames_code_is_shim(PyObject *code);
  * by the time they are used. */
 uintptr_t pp_gil_holder(void);
 uintptr_t pp_interp_threads_head(void);
+/* Without the GIL: how many times the GIL has changed hands, and the thread
+ * state that took it last (it may have dropped it since). No switch between
+ * two reads: no thread but the last holder ran Python in between. */
+uint64_t pp_gil_switches(uintptr_t *last_holder);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);

@@ -39,7 +39,7 @@ static void *np_malloc(void *ctx, size_t size)
     pp_mem_self = 1;
     void *ptr = np_orig.allocator.malloc(np_orig.allocator.ctx, size);
     if (ptr)
-        pp_memory_note_alloc(ptr, size);
+        pp_memory_note_alloc(ptr, size, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -52,7 +52,7 @@ static void *np_calloc(void *ctx, size_t nelem, size_t elsize)
     pp_mem_self = 1;
     void *ptr = np_orig.allocator.calloc(np_orig.allocator.ctx, nelem, elsize);
     if (ptr)
-        pp_memory_note_alloc(ptr, nelem * elsize);
+        pp_memory_note_alloc(ptr, nelem * elsize, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -66,7 +66,7 @@ static void *np_realloc(void *ctx, void *old, size_t size)
     pp_memblock b;
     int had = old != NULL && pp_memory_take_block(old, &b);
     void *ptr = np_orig.allocator.realloc(np_orig.allocator.ctx, old, size);
-    pp_memory_realloc_done(old, ptr, size, had ? &b : NULL);
+    pp_memory_realloc_done(old, ptr, size, had ? &b : NULL, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -77,7 +77,10 @@ static void np_free(void *ctx, void *ptr, size_t size)
     if (ptr != NULL && !pp_memory_pass_through(-1)) {
         pp_mem_self = 1;
         pp_memory_release_block(ptr);
+        /* inside: with --native-allocs, the C free below is not seen again */
+        np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
         pp_mem_self = 0;
+        return;
     }
     np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
 }

@@ -10,6 +10,7 @@
  * Never: per-event work; formats (capture.c writes).
  */
 #include "profiler.h"
+#include "gcwatch.h"
 
 #include "clock.h"
 #include "frames.h"
@@ -264,6 +265,13 @@ int pp_profiler_enable(pp_profiler *p)
             (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
         rc = -1;
     }
+    if (rc == 0 && r->gc && pp_gcwatch_start(&r->gcstats, tracing ? &r->tr : NULL) < 0) {
+        if (r->memory)
+            (void)pp_memory_stop(&r->mem);
+        if (!r->memory_only)
+            (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
+        rc = -1;
+    }
     if (rc < 0) {
         r->enabled = 0;
         pp_active = NULL;
@@ -288,6 +296,8 @@ int pp_profiler_disable(pp_profiler *p)
         pp_threads_activate(NULL);
     }
     r->enabled_ns += pp_clock_monotonic_ns() - r->enabled_since_ns;
+    if (r->gc)
+        pp_gcwatch_stop();
     int rc = r->memory && pp_memory_stop(&r->mem) < 0 ? -1 : 0;
     if (!r->memory_only && (r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr)) < 0)
         rc = -1;

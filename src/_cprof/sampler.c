@@ -245,6 +245,8 @@ static void park(wslot *sl, int tick_running, uint64_t leaf)
         moved = moved < MOVED_CPU_NS ? MOVED_CPU_NS : moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
     }
     sl->leaf = leaf;
+    if (tick_running)
+        sl->native_looked = 0;
     atomic_store(&sl->moved_ns, moved);
     struct itimerspec off = pp_itimer(0, 0);
     if (pp_wall_set_parked(sl, thread_cpu_ns()) && tick_running)
@@ -345,7 +347,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.foreign, 1, memory_order_relaxed);
     }
     else {
-        nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
+        nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
+        nframes += pp_frames_walk(ts, frames + nframes, MAX_FRAMES - nframes, &truncated);
         state = PP_STATE_PYTHON;
         if (!attached) {
             /* Detached: C code that released the GIL (using CPU since the last
@@ -508,7 +511,8 @@ static void *sampler_main(void *arg)
         check_takeover();
         /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
         int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
-                      && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound));
+                      && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound)
+                          || atomic_load(&S.nsuspects));
         if (refresh)
             next_refresh = now + SCAN_NS;
         if (refresh && next_drain > now + NAME_NS)
@@ -520,6 +524,8 @@ static void *sampler_main(void *arg)
             if (atomic_load(&S.stop))
                 break;
             PyGILState_STATE g = PyGILState_Ensure();
+            uintptr_t self_ts;
+            atomic_store(&S.helper_switch, pp_gil_switches(&self_ts));
             if (!atomic_load(&S.stop) && S.prof) {
                 if (S.mode == PP_SAMPLE_WALL && now >= flush_due) {
                     pthread_mutex_lock(&pp_wall_mu);
@@ -531,6 +537,7 @@ static void *sampler_main(void *arg)
                 if (S.mode == PP_SAMPLE_WALL) {
                     pthread_mutex_lock(&pp_wall_mu);
                     pp_wall_refresh();
+                    pp_wall_resolve_suspects();
                     pthread_mutex_unlock(&pp_wall_mu);
                 }
                 if (S.prof->periodic)
@@ -564,8 +571,7 @@ static void *ticker_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         pthread_mutex_lock(&pp_wall_mu);
-        pp_wall_wake_gil_holder();
-        uint32_t nparked = pp_wall_check_parked(now - last);
+        uint32_t nparked = pp_wall_look(now - last);
         pthread_mutex_unlock(&pp_wall_mu);
         last = now;
         if (nparked == 0)               /* nothing to look at: seldom (a park is seen late, not wrong) */
@@ -771,8 +777,13 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.unbound, 0);
     atomic_store(&S.parked, 0);
     atomic_store(&S.nparked, 0);
+    atomic_store(&S.nsuspects, 0);
     atomic_store(&S.woken, 0);
     atomic_store(&S.idle_ticks, 0);
+    atomic_store(&S.helper_switch, 0);
+    atomic_store(&S.still_ns, 0);
+    S.look_valid = 0;
+    S.refresh_ns = 0;
     pp_sampler_drain_reset();
     atomic_store(&S.stop, 0);
     atomic_store(&S.paused, 0);

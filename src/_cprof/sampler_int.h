@@ -64,6 +64,13 @@ typedef struct {
     int have_ticker;
     pid_t ticker_tid;
     _Atomic int64_t recheck_ns;     /* how often the ticker looks at each parked thread */
+    /* The GIL's switch count when the helper last took it (it holds the GIL
+     * then, so the count is its own); the ticker's previous look at the GIL;
+     * the last look that proved every parked thread alive and still. */
+    _Atomic uint64_t helper_switch;
+    uint64_t look_switches;
+    int look_valid;
+    _Atomic int64_t still_ns;
     _Atomic int stop;
     _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
     _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
@@ -75,8 +82,10 @@ typedef struct {
     struct wslot **slots;
     uint32_t nslots, cap_slots;
     uintptr_t threads_head;         /* the interpreter's newest thread state at the last refresh */
+    int64_t refresh_ns;             /* when the last refresh ran (0: none yet this run) */
     _Atomic uint64_t parked, woken, idle_ticks;     /* counts, for the capture's info */
     _Atomic uint32_t nparked;       /* slots parked now */
+    _Atomic uint32_t nsuspects;     /* slots with suspect_ns set */
     pp_sampling *prof;              /* the sampling state (its owner kept alive) */
     PyObject *owner;                /* strong while sampling */
     int64_t started_ns, stopped_ns, cpu0_ns, cpu1_ns;
@@ -162,6 +171,7 @@ typedef struct wslot {
     uint64_t run;               /* S.run it belongs to */
     timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
     int have_wake;
+    int native_looked;          /* --native: woken at its leaf once since it parked running */
     int alive;                  /* seen by the current refresh */
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
@@ -171,6 +181,8 @@ typedef struct wslot {
     _Atomic int64_t left_ns;    /* parked, seen to have run since about then (0: not seen) */
     _Atomic int sampled;        /* it has a record this run (a repeat needs a stack) */
     _Atomic int64_t moved_ns;   /* parked: the CPU it must use to be woken by the ticker */
+    _Atomic int64_t suspect_ns; /* parked, seen to have used CPU since (0: not): its stack
+                                 * is looked at by the helper (pp_wall_resolve_suspects) */
     uint64_t leaf;              /* its last sample's leaf frame (code, offset) */
     struct wslot *next_free;
 } wslot;
@@ -197,12 +209,15 @@ static inline int pp_wall_take_parked(wslot *sl)
 /* GIL and pp_wall_mu held: a slot for every new Python thread, the slots of
  * threads that are gone dropped; parked threads' time into the ring; all. */
 void pp_wall_refresh(void);
+/* GIL and pp_wall_mu held, after a refresh: the stacks of the parked threads
+ * the ticker saw use CPU (suspects) are read; one found elsewhere is charged
+ * there from when it was seen to move. */
+void pp_wall_resolve_suspects(void);
 void pp_wall_flush(void);
 void pp_wall_delete(int own_process);
-/* The ticker (pp_wall_mu held, never the GIL): wake a parked GIL holder;
- * look at parked threads' CPU clocks. Returns how many are parked. */
-void pp_wall_wake_gil_holder(void);
-uint32_t pp_wall_check_parked(int64_t since_ns);
+/* The ticker (pp_wall_mu held, never the GIL): wakes the parked threads
+ * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
+uint32_t pp_wall_look(int64_t since_ns);
 
 int pp_sampler_grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem);
 /* A new run: no thread has a last stack yet. */

@@ -40,6 +40,8 @@ int pp_wall_set_parked(wslot *sl, int64_t cpu)
     if (!sl->have_wake || timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
         return 0;
     int64_t now = pp_mono_ns();
+    if (atomic_exchange(&sl->suspect_ns, 0))
+        atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
     atomic_store(&sl->cpu_parked, cpu);
     atomic_store(&sl->seen_ns, now);
     atomic_store(&sl->parked_ns, now);
@@ -108,7 +110,10 @@ void pp_wall_flush(void)
  * before the ticker's next look at it; charged to halfway. */
 static int64_t ended_at(wslot *sl, int64_t now)
 {
-    int64_t seen = atomic_load(&sl->seen_ns), gap = now - seen;
+    int64_t seen = atomic_load(&sl->seen_ns), still = atomic_load(&S.still_ns);
+    if (still > seen)
+        seen = still;
+    int64_t gap = now - seen;
     int64_t recheck = atomic_load(&S.recheck_ns);
     if (recheck > 0 && gap > recheck)
         gap = recheck;
@@ -145,6 +150,8 @@ static void drop_slot(wslot *sl, int own_process)
             end = ended_at(sl, end);
         charge_ended(sl, end);
     }
+    if (atomic_exchange(&sl->suspect_ns, 0))
+        atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
     atomic_store(&sl->magic, 0);
     if (own_process) {
         timer_delete(sl->tick);
@@ -183,6 +190,20 @@ static int64_t thread_start_ns(pid_t tid)
     unsigned long long ticks = strtoull(p + 1, NULL, 10);
     int64_t since_boot = (int64_t)(ticks * (1000000000ull / (unsigned long long)hz));
     return pp_ts_ns(mono) - (pp_ts_ns(boot) - since_boot);
+}
+
+/* When a thread found by the refresh at `now` started: it was not there at
+ * the previous refresh. Soon after it, halfway between the two (/proc's
+ * start time is no finer: it counts 10 ms ticks, and reading it costs ~20 µs,
+ * a thousand threads started at once 20 ms); long after, from /proc. At the
+ * first refresh, every thread was there before sampling started. */
+static int64_t birth(pid_t tid, int64_t prev_refresh, int64_t now)
+{
+    if (prev_refresh == 0)
+        return S.started_ns;
+    if (now - prev_refresh <= 2 * SCAN_NS)
+        return prev_refresh + (now - prev_refresh) / 2;
+    return thread_start_ns(tid);
 }
 
 static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
@@ -240,12 +261,18 @@ void pp_wall_refresh(void)
         S.slots[i]->alive = 0;
         (void)pp_index_put(&by_tid, (uint64_t)S.slots[i]->tid + 1, i);
     }
-    S.threads_head = pp_interp_threads_head();
+    PyInterpreterState *interp = PyInterpreterState_Main();
+    int64_t now = pp_mono_ns(), prev_refresh = S.refresh_ns;
+    S.refresh_ns = now;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    /* The helper's thread state (PyGILState_Ensure's) is made for this pass
+     * and goes after it: the newest one but its is what tells a new thread. */
+    PyThreadState *head = PyInterpreterState_ThreadHead(interp);
+    if (self == S.helper_tid && head != NULL && head == PyThreadState_Get())
+        head = PyThreadState_Next(head);
+    S.threads_head = (uintptr_t)head;
     if (S.prof)
         S.prof->threads->sample_pass++;
-    PyInterpreterState *interp = PyInterpreterState_Main();
-    int64_t now = pp_mono_ns();
-    pid_t self = (pid_t)syscall(SYS_gettid);
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(interp); ts;
          ts = PyThreadState_Next(ts)) {
         pid_t tid = (pid_t)pp_tstate_native_tid(ts);
@@ -266,7 +293,7 @@ void pp_wall_refresh(void)
         /* A thread with no Python frames yet (its start waits for the GIL)
          * is looked at again at the next refresh: it then has the stack it
          * waits in, and starts parked rather than ticking until it parks. */
-        int64_t born = thread_start_ns(tid);
+        int64_t born = birth(tid, prev_refresh, now);
         pp_rawframe top[1];
         int cut = 0;
         if (tid != self && born > 0 && now - born < YOUNG_NS && pp_frames_walk(ts, top, 1, &cut) == 0) {
@@ -290,6 +317,8 @@ void pp_wall_refresh(void)
         atomic_store(&sl->parked, 0);
         atomic_store(&sl->sampled, 0);
         atomic_store(&sl->moved_ns, MOVED_CPU_NS);
+        atomic_store(&sl->suspect_ns, 0);
+        sl->native_looked = 0;
         sl->leaf = 0;
         /* threads alive at start count from the start, later ones from theirs */
         atomic_store(&sl->accounted, born <= 0 || born > now ? now
@@ -329,6 +358,67 @@ void pp_wall_delete(int own_process)
     S.nslots = 0;
 }
 
+/* A suspect (check_parked) may have run Python and blocked elsewhere, or only
+ * queued for the GIL. We hold the GIL, so its frames stand still and its
+ * thread state is alive (the refresh just matched it): its stack is read
+ * here. Elsewhere: its old stack is charged up to when it was seen to move,
+ * the new one from then. The same: it stays parked, and one seen there again
+ * after a while parked must move twice as much to be a suspect again. With
+ * native stacks, only the thread can read its own: it is woken instead when
+ * elsewhere, and once per park when not (queueing for the GIL shows as
+ * take_gil). Taken out of the parked ones meanwhile, so its handler leaves
+ * it be. */
+void pp_wall_resolve_suspects(void)
+{
+    for (uint32_t i = 0; i < S.nslots && atomic_load(&S.nsuspects); i++) {
+        wslot *sl = S.slots[i];
+        int64_t since = atomic_exchange(&sl->suspect_ns, 0);
+        if (since == 0)
+            continue;
+        atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
+        if (!sl->alive || !pp_wall_take_parked(sl))
+            continue;                   /* gone, or woken: its own sample tells */
+        pp_rawframe frames[MAX_FRAMES];
+        uintptr_t no_native[1];
+        int truncated = 0;
+        int nframes = pp_frames_walk((PyThreadState *)sl->tstate, frames, MAX_FRAMES, &truncated);
+        uint64_t leaf = pp_leaf_key(frames, nframes);
+        int elsewhere = nframes > 0 && leaf != sl->leaf, wake = 0;
+        int64_t now = pp_mono_ns(), moved = MOVED_CPU_NS;
+        if (S.native) {
+            wake = elsewhere || !sl->native_looked;
+            sl->native_looked = 1;
+        }
+        else if (elsewhere) {
+            int64_t prev = atomic_load(&sl->accounted), from = since > prev ? since : prev;
+            if (from > prev)
+                pp_ring_write_repeat(sl->tid, sl->ident, from, from - prev);
+            if (pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
+                                     frames, nframes, no_native, 0, now - from)) {
+                atomic_store(&sl->accounted, now);
+                sl->leaf = leaf;
+            }
+            else
+                atomic_store(&sl->accounted, from);     /* the rest carries */
+        }
+        if (!elsewhere && now - atomic_load(&sl->parked_ns) >= MOVED_GROW_AFTER_NS) {
+            moved = atomic_load(&sl->moved_ns) * 2;
+            moved = moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
+        }
+        atomic_store(&sl->moved_ns, moved);
+        struct timespec c;
+        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0 || !pp_wall_set_parked(sl, pp_ts_ns(c))) {
+            struct itimerspec tick = pp_itimer(S.interval_ns, S.interval_ns);
+            timer_settime(sl->tick, 0, &tick, NULL);    /* cannot stay parked: it ticks */
+            continue;
+        }
+        if (wake) {                     /* its old stack up to `since`, if it cannot take it */
+            atomic_store(&sl->left_ns, since);
+            send_wake(sl);
+        }
+    }
+}
+
 /* ------------------------------------------------ the ticker's side (no GIL) */
 
 static void send_wake(wslot *sl)
@@ -343,20 +433,20 @@ static void send_wake(wslot *sl)
     syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
 }
 
-/* Without the GIL: a parked thread seen holding the GIL runs Python again. */
-void pp_wall_wake_gil_holder(void)
+/* Without the GIL: the parked thread whose thread state is `ts`, if any, is
+ * woken (it holds the GIL, or held it since the previous look). */
+static void wake_if_parked(uintptr_t ts)
 {
-    static uintptr_t holder;
+    static uintptr_t cached_ts;
     static wslot *slot;
-    uintptr_t h = pp_gil_holder();
-    if (h == 0)
+    if (ts == 0)
         return;
-    if (h != holder || slot == NULL || slot->tstate != h
+    if (ts != cached_ts || slot == NULL || slot->tstate != ts
         || atomic_load(&slot->magic) != SLOT_MAGIC) {
-        holder = h;
+        cached_ts = ts;
         slot = NULL;
         for (uint32_t i = 0; i < S.nslots; i++)
-            if (S.slots[i]->tstate == h) {
+            if (S.slots[i]->tstate == ts) {
                 slot = S.slots[i];
                 break;
             }
@@ -365,31 +455,26 @@ void pp_wall_wake_gil_holder(void)
         send_wake(slot);
 }
 
-/* Without the GIL: a parked thread whose CPU clock moved ran since it parked
- * (a short run between two blocking calls can escape both the CPU timer,
- * checked at kernel ticks, and the GIL check): it is woken to be sampled
- * again. Reads are budgeted per second, round robin: each parked thread is
- * looked at every tick while there are few, every n / CHECKS_PER_S s when
- * there are many. A read costs ~0.2 µs. How much CPU is a move: the slot's
- * moved_ns (MOVED_CPU_NS, sampler_int.h). Wake-ups
- * are budgeted too (WAKES_PER_S, a sample each): a crowd of threads queueing
- * for the GIL moves all the time, and waking each at every move would slow
- * the queue itself (it did: 48,000 signals for 1,000 threads, 10x the plain
- * run's CPU). One woken that cannot take the signal (its exit has begun) is
- * charged to its old stack only up to then (left_ns). */
+/* Without the GIL: a parked thread whose CPU clock moved may have run since
+ * it parked (a short run between two blocking calls can escape both its CPU
+ * timer, checked at kernel ticks, and the GIL check), or only queued for the
+ * GIL, whose waits make a clock creep: it becomes a suspect, whose stack the
+ * helper reads with the GIL (pp_wall_resolve_suspects) instead of a signal
+ * (a thousand threads woken at once and queueing for the GIL were each woken
+ * 1-6 times by signals, which slowed the queue itself: 0.1-1 s of CPU). How
+ * much CPU is a move: the slot's moved_ns (MOVED_CPU_NS, sampler_int.h).
+ * Reads are budgeted per second, round robin: each parked thread is looked
+ * at every tick while there are few, every n / CHECKS_PER_S s when there
+ * are many. A read costs ~0.2 µs. */
 #define CHECKS_PER_S 50000
-#define WAKES_PER_S 10000
 
-uint32_t pp_wall_check_parked(int64_t since_ns)
+static uint32_t check_parked(int64_t since_ns)
 {
     static uint32_t cursor;
     uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000);
-    uint32_t wakes = (uint32_t)(WAKES_PER_S * since_ns / 1000000000);
     uint32_t nparked = atomic_load_explicit(&S.nparked, memory_order_relaxed);
     if (budget < 8)
         budget = 8;
-    if (wakes < 4)
-        wakes = 4;
     int64_t per = (int64_t)nparked * 1000000000 / CHECKS_PER_S;
     atomic_store(&S.recheck_ns, per > since_ns ? per : since_ns);
     for (uint32_t k = 0; k < S.nslots && budget; k++) {
@@ -409,15 +494,38 @@ uint32_t pp_wall_check_parked(int64_t since_ns)
         }
         atomic_store(&sl->seen_ns, now);
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
-        if (ran > atomic_load(&sl->moved_ns) && wakes) {
-            /* it ran since it parked: from now - ran at the latest (the first
-             * look that woke it), in case it cannot take the signal */
+        if (ran > atomic_load(&sl->moved_ns)) {
+            /* it moved since now - ran at the latest */
             int64_t none = 0, left = now - ran, since = atomic_load(&sl->parked_ns);
-            atomic_compare_exchange_strong(&sl->left_ns, &none, left > since ? left : since);
-            wakes--;
-            send_wake(sl);
+            if (atomic_compare_exchange_strong(&sl->suspect_ns, &none, left > since ? left : since))
+                atomic_fetch_add_explicit(&S.nsuspects, 1, memory_order_relaxed);
         }
     }
     return nparked;
 }
 
+
+/* A parked thread's Python stack changes only while it holds the GIL, and a
+ * thread ends only with it. Between two looks, the threads that took the GIL
+ * are the last holder and, for each other switch CPython counted, one we do
+ * not know, but for the helper's (it notes its switch). None unknown: every
+ * parked thread is alive and still, but for the last holder, which is woken
+ * if parked; no clock is read (a busy thread beside a thousand idle ones
+ * costs the ticker a few reads a second). Else each parked thread's CPU
+ * clock is looked at (check_parked). */
+uint32_t pp_wall_look(int64_t since_ns)
+{
+    uintptr_t last;
+    uint64_t n = pp_gil_switches(&last), prev = S.look_switches;
+    uint64_t helper = atomic_load(&S.helper_switch);
+    int known = S.look_valid && n >= prev
+                && n - prev <= 1u + (helper > prev && helper < n);
+    S.look_switches = n;
+    S.look_valid = 1;
+    wake_if_parked(known && n == prev ? pp_gil_holder() : last);
+    if (known) {
+        atomic_store(&S.still_ns, pp_mono_ns());
+        return atomic_load_explicit(&S.nparked, memory_order_relaxed);
+    }
+    return check_parked(since_ns);
+}

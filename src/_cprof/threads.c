@@ -11,6 +11,8 @@
 
 __thread pp_tls_t pp_tls __attribute__((tls_model("initial-exec")));
 __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
+__thread int pp_gc_running __attribute__((tls_model("initial-exec")));
+uintptr_t pp_gc_code[3];
 
 static pp_threadset *pp_active_set;     /* the enabled profiler's records */
 void (*pp_mem_forget_hook)(PyObject *obj);
@@ -25,10 +27,13 @@ void pp_threads_init(pp_threadset *s)
     s->cap_byindex = 0;
 }
 
-static pp_thread *new_record(pp_threadset *s, unsigned long ident, unsigned long native_id)
+/* A record; its counter tables (~20 KiB) are made only for a thread that
+ * attaches (the tracer's): one the sampler names has none until then. */
+static pp_thread *new_record(pp_threadset *s, unsigned long ident, unsigned long native_id,
+                             int with_tables)
 {
     pp_thread *ts = calloc(1, sizeof *ts);
-    if (ts == NULL || pp_tables_init(&ts->t) < 0) {
+    if (ts == NULL || (with_tables && pp_tables_init(&ts->t) < 0)) {
         free(ts);
         return NULL;
     }
@@ -61,8 +66,16 @@ static pp_thread *attach_impl(pp_threadset *s)
     for (ts = s->head; ts; ts = ts->next)
         if (ts->ident == ident && ts->attach_gen != s->gen)
             break;
+    if (ts != NULL && ts->t.fidx.e == NULL) {     /* the sampler's record */
+        int timeline = ts->t.tl.on;
+        if (pp_tables_init(&ts->t) < 0) {
+            s->oom = 1;
+            return NULL;
+        }
+        ts->t.tl.on = timeline;
+    }
     if (ts == NULL) {
-        ts = new_record(s, ident, PyThread_get_thread_native_id());
+        ts = new_record(s, ident, PyThread_get_thread_native_id(), 1);
         if (ts == NULL) {
             s->oom = 1;
             return NULL;
@@ -178,7 +191,7 @@ pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident)
                 ;
     }
     else {
-        ts = new_record(s, (unsigned long)ident, tid);
+        ts = new_record(s, (unsigned long)ident, tid, 0);
         if (ts == NULL)
             return NULL;
         ts->name_tries = ident ? 8 : 0;

@@ -13,7 +13,7 @@ import gzip
 import os
 
 from ..files import atomic_write
-from ..analysis.stacks import named_stacks
+from ..analysis.stacks import frame_name, named_stacks
 from ..model.names import plain_builtin_name
 
 
@@ -58,7 +58,7 @@ def render(session, lines=True) -> bytes:
     for t, state, frames, count, weight in named_stacks(session, lines=True, threads=False):
         loc_ids = []
         for label, file, line in reversed(frames):                  # leaf first
-            name = label.rsplit(":", 1)[0] if file else label
+            name = frame_name(label) if file else label
             if file == "~":                 # a C function (traced captures)
                 name, file = plain_builtin_name(name), ""
             fkey = (name, file)

@@ -1,0 +1,309 @@
+"""The web middleware (docs/web.md) with the real frameworks: Flask (WSGI),
+Starlette/FastAPI (ASGI) and Django through their test clients, and real
+servers on 127.0.0.1 (gunicorn with threads, uvicorn) under concurrent
+requests. Ground truth: the apps count their own calls and time their own
+work; the captures are read back by pyprof.load."""
+import logging
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import pytest
+
+import pyprof
+
+flask = pytest.importorskip("flask")
+
+
+def captures(d):
+    return sorted(p for p in os.listdir(d) if p.endswith(".cprof"))
+
+
+def function_calls(path, name):
+    s = pyprof.load(path)
+    return sum(c.calls for fid, c in s.function_totals().items()
+               if s.functions[fid].name == name)
+
+
+# ------------------------------------------------------------------ test clients
+def make_flask(**options):
+    from pyprof.middleware import WSGIProfiler
+    app = flask.Flask("webtest")
+    app.count = 0
+
+    @app.route("/work")
+    def work():
+        app.count += 1
+        return str(sum(i * i for i in range(20000)))
+
+    app.wsgi_app = WSGIProfiler(app.wsgi_app, **options)
+    return app
+
+
+def test_flask_query_parameter(tmp_path):
+    app = make_flask(directory=str(tmp_path), mode="function", param="pyprof",
+                     index="/_pyprof")
+    c = app.test_client()
+    assert c.get("/work").status_code == 200
+    assert c.get("/work?pyprof=0").status_code == 200
+    assert captures(tmp_path) == []                     # not asked: nothing
+    r = c.get("/work?pyprof=1")
+    assert r.status_code == 200 and r.text == str(sum(i * i for i in range(20000)))
+    (name,) = captures(tmp_path)
+    assert function_calls(tmp_path / name, "work") == 1      # this request's view, once
+    assert app.count == 3
+    html = (tmp_path / name.replace(".cprof", ".html")).read_text()
+    assert html.lstrip().lower().startswith("<!doctype html")
+    index = c.get("/_pyprof/")
+    assert index.status_code == 200 and name in index.text
+    got = c.get(f"/_pyprof/{name}")
+    assert got.status_code == 200 and got.data == (tmp_path / name).read_bytes()
+    for bad in ("/_pyprof/../../etc/passwd", "/_pyprof/x.cprof", "/_pyprof/%2e%2e/secret"):
+        assert c.get(bad).status_code == 404
+
+
+def test_nothing_unless_configured(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                         # no pyproject.toml above
+    for k in list(os.environ):
+        if k.startswith("PYPROF_"):
+            monkeypatch.delenv(k)
+    app = make_flask()
+    c = app.test_client()
+    assert c.get("/work?pyprof=1", headers={"X-Pyprof": "1"}).status_code == 200
+    assert c.get("/_pyprof/").status_code == 404        # the app's own 404: no index
+    assert os.listdir(tmp_path) == []
+
+
+def test_one_in_n(tmp_path):
+    app = make_flask(directory=str(tmp_path), every=3, html=False)
+    c = app.test_client()
+    for _ in range(9):
+        assert c.get("/work").status_code == 200
+    names = captures(tmp_path)
+    assert len(names) == 3 and not [n for n in os.listdir(tmp_path) if n.endswith(".html")]
+
+
+def test_unwritable_directory_logs_once_and_serves(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with caplog.at_level(logging.INFO, logger="pyprof"):
+        app = make_flask(directory=str(blocker / "sub"), param="pyprof")
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and f"cannot write {blocker / 'sub'}" in errors[0].getMessage()
+    assert app.test_client().get("/work?pyprof=1").status_code == 200
+
+
+def test_starlette_slower_than(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from pyprof.middleware import ASGIProfiler
+    app = FastAPI()
+
+    @app.get("/slow")
+    def slow():
+        t = time.perf_counter()
+        time.sleep(0.25)
+        return {"slept": time.perf_counter() - t}
+
+    @app.get("/fast")
+    async def fast():
+        return {"ok": True}
+
+    app.add_middleware(ASGIProfiler, directory=str(tmp_path), slower_than="150ms",
+                       index="/_prof")
+    c = TestClient(app)
+    assert c.get("/fast").json() == {"ok": True}
+    slept = c.get("/slow").json()["slept"]
+    assert c.get("/fast").status_code == 200
+    (name,) = captures(tmp_path)
+    assert "-GET-slow-" in name
+    s = pyprof.load(tmp_path / name)
+    assert s.meta["request"]["path"] == "/slow"
+    assert s.meta["request"]["seconds"] >= slept
+    assert name in c.get("/_prof").text
+
+
+def test_django_header(tmp_path):
+    pytest.importorskip("django")
+    prog = tmp_path / "dj.py"
+    prog.write_text(textwrap.dedent(f"""
+        import os, sys
+        import django
+        from django.conf import settings
+        settings.configure(
+            DEBUG=False, SECRET_KEY="x", ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__,
+            MIDDLEWARE=["pyprof.middleware.DjangoProfiler"],
+            PYPROF={{"directory": {str(tmp_path / "prof")!r}, "header": "X-Pyprof",
+                    "mode": "function", "index": "/_pyprof"}})
+        django.setup()
+        from django.http import HttpResponse
+    """) + textwrap.dedent("""
+        from django.urls import path
+        CALLS = []
+        def view(request):
+            CALLS.append(1)
+            return HttpResponse(str(sum(range(1000))))
+        urlpatterns = [path("v", view)]
+        from django.test import Client
+        c = Client()
+        assert c.get("/v").status_code == 200
+        r = c.get("/v", headers={"X-Pyprof": "1"})
+        assert r.status_code == 200 and r.content == b"499500", r.content
+        names = sorted(n for n in os.listdir(settings.PYPROF["directory"]) if n.endswith(".cprof"))
+        index = c.get("/_pyprof/")
+        print(len(CALLS), names, index.status_code, all(n in index.content.decode() for n in names))
+    """))
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    calls, rest = r.stdout.split(" ", 1)
+    assert calls == "2" and rest.rstrip().endswith("200 True"), r.stdout
+    (name,) = captures(tmp_path / "prof")
+    assert function_calls(tmp_path / "prof" / name, "view") == 1
+
+
+# ------------------------------------------------------------------ real servers
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, headers=None, timeout=10):
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
+class Server:
+    """A server process on 127.0.0.1: started, waited for, always stopped."""
+
+    def __init__(self, args, cwd, port):
+        self.port = port
+        self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+
+    def __enter__(self):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server ended: {self.proc.stdout.read()}")
+            try:
+                get(f"http://127.0.0.1:{self.port}/ping", timeout=1)
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("the server did not answer within 30 s")
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.out = self.proc.communicate(timeout=15)[0]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.out = self.proc.communicate()[0]
+
+
+def concurrently(n, fn):
+    results, threads = [None] * n, []
+    for i in range(n):
+        def run(i=i):
+            try:
+                results[i] = fn(i)
+            except Exception as e:      # noqa: BLE001 - reported below
+                results[i] = e
+        threads.append(threading.Thread(target=run))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+APP = """
+import time
+from flask import Flask
+from pyprof.middleware import WSGIProfiler
+
+app = Flask(__name__)
+
+@app.route("/ping")
+def ping():
+    return "pong"
+
+@app.route("/work/<int:n>")
+def work(n):
+    time.sleep(0.05)
+    return str(sum(i * i for i in range(n)))
+
+wsgi = WSGIProfiler(app.wsgi_app, directory="prof", header="X-Pyprof", mode="sample",
+                    index="/_pyprof")
+"""
+
+ASGI_APP = """
+import asyncio
+from fastapi import FastAPI
+from pyprof.middleware import ASGIProfiler
+
+app = FastAPI()
+
+@app.get("/ping")
+async def ping():
+    return "pong"
+
+@app.get("/work/{n}")
+async def work(n: int):
+    await asyncio.sleep(0.05)
+    return sum(i * i for i in range(n))
+
+app.add_middleware(ASGIProfiler, directory="prof", every=2, mode="function", index="/_pyprof")
+"""
+
+
+def test_gunicorn_threads_concurrent_requests(tmp_path):
+    pytest.importorskip("gunicorn")
+    (tmp_path / "app.py").write_text(APP)
+    port = free_port()
+    with Server(["gunicorn", "-w", "1", "-k", "gthread", "--threads", "4", "-b",
+                 f"127.0.0.1:{port}", "app:wsgi"], tmp_path, port):
+        results = concurrently(12, lambda i: get(f"http://127.0.0.1:{port}/work/{1000 + i}",
+                                                 {"X-Pyprof": "1"}))
+        index = get(f"http://127.0.0.1:{port}/_pyprof/")
+    for i, r in enumerate(results):
+        assert r == (200, str(sum(k * k for k in range(1000 + i)))), r
+    names = captures(tmp_path / "prof")
+    # one profile at a time: some chosen requests ran unprofiled while another was
+    assert 1 <= len(names) <= 12
+    assert index[0] == 200 and all(n in index[1] for n in names)
+    for n in names:
+        s = pyprof.load(tmp_path / "prof" / n)
+        assert s.meta["request"]["path"].startswith("/work/")
+        assert len(s.threads) <= 1                  # the request's thread only
+
+
+def test_uvicorn_concurrent_requests(tmp_path):
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("fastapi")
+    (tmp_path / "app.py").write_text(ASGI_APP)
+    port = free_port()
+    with Server(["uvicorn", "--host", "127.0.0.1", "--port", str(port), "app:app"],
+                tmp_path, port):
+        results = concurrently(10, lambda i: get(f"http://127.0.0.1:{port}/work/{100 + i}"))
+        # sequential ones too: every second of them is profiled
+        for i in range(4):
+            assert get(f"http://127.0.0.1:{port}/work/7") == (200, str(sum(k * k for k in range(7))))
+        index = get(f"http://127.0.0.1:{port}/_pyprof/")
+    for i, r in enumerate(results):
+        assert r == (200, str(sum(k * k for k in range(100 + i)))), r
+    names = captures(tmp_path / "prof")
+    assert 2 <= len(names) <= 8, names
+    assert index[0] == 200 and all(n in index[1] for n in names)
+    for n in names:
+        assert function_calls(tmp_path / "prof" / n, "work") >= 1
