@@ -249,7 +249,8 @@ class RunOptions:
             given = [f for f, on in (("-o", self.outfile), ("--sample", self.sample),
                                      ("--memory", self.memory), ("line tracing", lines),
                                      ("--timeline", self.timeline), ("--children", self.children),
-                                     ("--objects", self.objects), ("--functions", self.functions))
+                                     ("--objects", self.objects), ("--functions", self.functions),
+                                     ("--gc", self.gc))
                      if on]
             if given:
                 raise OptionError(f"{flag} runs the program without profiling it (profile it "
