@@ -46,6 +46,18 @@ def tasks(pid) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+def killed(p):
+    """Kill a test's process; a listening one leaves its socket file (no exit
+    hooks run): the test removes it."""
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    try:
+        os.unlink(f"/tmp/pyprof-{os.geteuid()}/{p.pid}.sock")
+    except OSError:
+        pass
+
+
 def wait_for(cond, timeout=10.0, what="condition"):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -226,6 +238,8 @@ def settled_state(server, before, pid, tasks_before):
         raise AssertionError({k: (before[k], now[k]) for k in before if before[k] != now[k]})
     wait_for(lambda: tasks(pid) == tasks_before, 10, "the threads before attaching")
     assert not caught_signals(pid) & SIGPROF_BIT
+    wait_for(lambda: not os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{pid}.sock"), 10,
+             "the injected channel's socket to go")
 
 
 @pytest.mark.parametrize("kind", ["threaded", "asyncio"])
@@ -329,8 +343,7 @@ def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
         assert abs(hits[sleep] - hits[count] / 1000) <= 1.01, hits
         assert p.poll() is None
     finally:
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 # ------------------------------------------------------------------ errors, one line each
@@ -358,9 +371,7 @@ def sleeper(tmp_path):
         return p
     yield start
     for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+        killed(p)
 
 
 def test_no_such_process():
@@ -377,8 +388,7 @@ def test_not_a_cpython():
         line = one_error_line(pyprof("dump", p.pid))
         assert "is not a CPython interpreter" in line
     finally:
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 def other_python(minor_ok):
@@ -509,8 +519,7 @@ def test_ptrace_not_permitted(tmp_path):
         assert "PYPROF_LISTEN=1" in line
         assert p.poll() is None
     finally:
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 # ------------------------------------------------------------------ dump
@@ -550,8 +559,7 @@ def test_dump_prints_every_threads_stack(tmp_path):
         assert "native:" in text and re.search(r"clock_nanosleep|nanosleep", text), text
         assert p.poll() is None
     finally:
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 # ------------------------------------------------------------------ --listen, PYPROF_LISTEN
@@ -591,9 +599,7 @@ def test_listen_reaches_without_gdb_and_stays(tmp_path):
         assert (p.returncode, out, err) == (4, "bye\n", "")
         assert not os.path.exists(sock)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        killed(p)
 
 
 def test_protocol_snapshot_and_errors(tmp_path):
@@ -636,8 +642,7 @@ def test_protocol_snapshot_and_errors(tmp_path):
         client.close()
         assert p.poll() is None
     finally:
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or _nobody() is None or not os.path.exists(SYSTEM_PYTHON),
@@ -671,8 +676,7 @@ def test_channel_refuses_another_user(tmp_path):
         assert r.returncode == 0 and "handler_work" in r.stdout or "<module>" in r.stdout
     finally:
         os.chmod(f"/tmp/pyprof-{os.geteuid()}", 0o700)
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 # ------------------------------------------------------------------ top, in a real terminal
@@ -761,8 +765,7 @@ def test_top_in_a_terminal(tmp_path):
     finally:
         if term is not None:
             term.close()
-        p.kill()
-        p.wait()
+        killed(p)
 
 
 @needs_tmux
@@ -774,10 +777,16 @@ def test_live_runs_the_program_under_top(tmp_path):
     try:
         term.wait(r"hot_loop_function \(hot\.py:3\)", 30)
         assert "busy-worker" in term.screen()
+        pid = int(re.search(r"pid (\d+)", term.screen()).group(1))
         term.keys("q")
         term.wait(r"LIVE-EXIT=0")
+        # quitting stops the program as Ctrl-C would: its own output, then Python's
+        # word on the KeyboardInterrupt; and its channel closed
         log = re.search(r"output is in (\S+)", term.screen()).group(1)
-        assert open(log).read() == "up\n"
+        text = open(log).read()
         os.unlink(log)
+        assert text.startswith("up\nTraceback") and text.endswith("KeyboardInterrupt\n"), text
+        assert re.search(r"exit status -2\)", term.screen()), term.screen()
+        assert not os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{pid}.sock")
     finally:
         term.close()

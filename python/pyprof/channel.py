@@ -88,6 +88,12 @@ def listen(persistent=True):
     return server
 
 
+def close():
+    """Close this process's channel, if open (its socket file goes too)."""
+    if _servers:
+        _servers[0]._close()
+
+
 def install_from_environment():
     """At import: PYPROF_LISTEN=1 opens a listening channel."""
     if os.environ.get("PYPROF_LISTEN", "") not in ("", "0") and not _servers:

@@ -398,8 +398,10 @@ def _run_listening(target) -> int:
     try:
         exec(target.code, globs)
     except SystemExit:
+        channel.close()
         raise
     except KeyboardInterrupt:
+        channel.close()             # before dying by SIGINT: no exit hook runs then
         _print_program_exception()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -436,7 +438,12 @@ def _run_live(opts, rest) -> int:
         top.run(attach.connect(child.pid))
     finally:
         if child.poll() is None:
-            child.terminate()
+            # Ctrl-C's signal: the program ends as it would by it (and closes its channel)
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.terminate()
         status = child.wait()
         print(f"pyprof: the program's output is in {log} (exit status {status})",
               file=sys.stderr)
