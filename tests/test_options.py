@@ -68,6 +68,8 @@ CASES = {
     "--exact-builtins": (["--exact-builtins"], {}, {"exact_builtins": True}),
     "--flush-interval": (["--flush-interval", "3"], {"flush_interval": 3.0}, {}),
     "--children": (["--children"], {"children": True}, {}),
+    "--listen": (["--listen"], {"listen": True}, {}),
+    "--live": (["--live"], {"live": True}, {}),
     "--version": (["--version"], {"version": True}, {}),
 }
 

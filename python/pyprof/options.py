@@ -47,7 +47,7 @@ _FIELDS = {
     "outfile": None, "sort": "cumulative", "module": False, "code": False, "version": False,
     "sample": False, "cpu": False, "functions": False, "dump_every": 0.0, "signal": None,
     "objects": False, "unit": "us", "no_call_rows": False, "strict": False,
-    "flush_interval": 10.0, "children": False,
+    "flush_interval": 10.0, "children": False, "listen": False, "live": False,
 }
 # Parser destinations that are not field names: dest -> (field, conversion).
 _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
@@ -243,6 +243,20 @@ class RunOptions:
             if not 0 <= self.timeline_max_events < 2**32:
                 raise OptionError(f"{n('timeline_max_events')} must be in [0, 2**32), not "
                                   f"{self.timeline_max_events}")
+        if self.listen or self.live:
+            flag = "--listen" if self.listen else "--live"
+            if self.listen and self.live:
+                raise OptionError("--listen and --live do not combine (--live listens already)")
+            given = [f for f, on in (("-o", self.outfile), ("--sample", self.sample),
+                                     ("--memory", self.memory), ("line tracing", lines),
+                                     ("--timeline", self.timeline), ("--children", self.children),
+                                     ("--objects", self.objects), ("--functions", self.functions),
+                                     ("--gc", self.gc))
+                     if on]
+            if given:
+                raise OptionError(f"{flag} runs the program without profiling it (profile it "
+                                  f"with 'pyprof attach' or 'pyprof top'), not with "
+                                  f"{', '.join(given)}")
         # sampling
         if cli and not self.sample and (self.rate or self.wall or self.cpu or self.native
                                         or self.signal or self.dump_every):
@@ -492,6 +506,12 @@ OPTIONS = (
                     "concurrent.futures, subprocess running Python): each writes NAME.PID.cprof "
                     "next to the output, merged into it at the end, one process apart from the "
                     "other (docs/children.md)")),
+    (None, ("--listen",), dict(
+        _FLAG, help="run the program without profiling, with pyprof's control channel open, so "
+                    "that 'pyprof attach/top/dump PID' reach it without gdb (docs/attach.md)")),
+    (None, ("--live",), dict(
+        _FLAG, help="run the program in the background (its output to a log file) and show "
+                    "'pyprof top' on it: a live view of its functions and threads")),
     # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
     # text to the terminal width, splitting it over two lines.
     (None, ("--version",), dict(
@@ -550,6 +570,19 @@ def run_parser(prog="pyprof"):
         if "value_looks_like" in kw:
             action.value_looks_like = kw["value_looks_like"]
     return p
+
+
+def add_options(parser, names) -> None:
+    """The OPTIONS entries whose long spelling is in `names`, added to another
+    command's parser (``pyprof attach``, ``pyprof top``): the same flags, help
+    and values as a run's."""
+    groups = {None: parser}
+    for group, flags, kw in OPTIONS:
+        if max(flags, key=len) not in names:
+            continue
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group)
+        groups[group].add_argument(*flags, **{k: v for k, v in kw.items() if k not in _OURS})
 
 
 def _columns() -> int:

@@ -32,11 +32,11 @@ enum { DOM_RAW, DOM_MEM, DOM_OBJ, NDOM };
 static const PyMemAllocatorDomain domain_id[NDOM] = {
     PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
 
-/* The allocators below ours, never changed once installed: callers read an
+/* The allocators below ours, never changed while installed: callers read an
  * allocator's function and context without a lock, so ours ignore ctx. */
 static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
-static int installed;
+static int installed, atfork_done;
 static _Atomic int recording;
 
 /* ---------------------------------------------------------------- lock */
@@ -696,8 +696,22 @@ static void install(void)
         PyMem_GetAllocator(domain_id[d], &below[d]);
     for (int d = 0; d < NDOM; d++)
         PyMem_SetAllocator(domain_id[d], &ours[d]);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    atfork_done = atfork_done || pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0;
     installed = 1;
+}
+
+/* A detach (GIL held, not recording): the allocators found at install back, unless a
+ * hook sits above ours (then kept, forwarding). 1 done, 0 kept. */
+int pp_memory_uninstall(void)
+{
+    PyMemAllocatorEx cur;
+    for (int d = 0; d < NDOM && installed; d++)
+        if (PyMem_GetAllocator(domain_id[d], &cur), cur.malloc != ours[d].malloc)
+            return 0;
+    for (int d = 0; d < NDOM && installed; d++)
+        PyMem_SetAllocator(domain_id[d], &below[d]);
+    installed = 0;
+    return 1;
 }
 
 /* Domains whose allocations still reach our hooks: ours may be on top, or

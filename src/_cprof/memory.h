@@ -119,13 +119,18 @@ void pp_native_allocs_stop(void);
 void pp_memory_forget(PyObject *obj);
 
 /* Start/stop recording (GIL held). The hooks are installed on first use and
- * stay, forwarding only, when stopped. */
+ * stay, forwarding only, when stopped, until pp_memory_uninstall. */
 int pp_memory_start(pp_memstate *p);
 /* Around fork (GIL held): stop the memory curve's thread, returning its
  * kernel tid (0: none ran), and start it again. */
 pid_t pp_memory_curve_pause(void);
 void pp_memory_curve_resume(void);
 int pp_memory_stop(pp_memstate *p);
+/* Not recording (GIL held): give the allocators found at install back. 1
+ * done (or none installed), 0 kept (another hook sits above ours). */
+int pp_memory_uninstall(void);
+/* NumPy's default handler as it was (memory_numpy.c): 0, or -1 if it failed. */
+int pp_memory_unpatch_numpy(void);
 /* A copy of the sites (malloc'd, *n entries; the caller frees it) and the totals. */
 pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info);
 /* Forget everything recorded (GIL held, not recording). */

@@ -28,6 +28,7 @@ typedef struct {
 } np_handler;
 
 static np_handler np_orig, np_wrap;
+static np_handler *np_orig_ptr;         /* the capsule's pointer before the patch */
 static PyObject *np_capsule;            /* NumPy's default handler capsule, patched */
 
 static void *np_malloc(void *ctx, size_t size)
@@ -113,7 +114,22 @@ int pp_memory_patch_numpy(PyObject *api)
         Py_DECREF(cap);
         return -1;
     }
-    np_capsule = cap;                   /* kept: patched for the life of the process */
+    np_orig_ptr = h;
+    np_capsule = cap;                   /* kept patched until an uninstall (a detach) */
     return 1;
+}
+
+/* The capsule points at NumPy's handler again: arrays made meanwhile free
+ * through it directly (ours only forwarded). GIL held. */
+int pp_memory_unpatch_numpy(void)
+{
+    if (np_capsule == NULL)
+        return 0;
+    if (PyCapsule_SetPointer(np_capsule, np_orig_ptr) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_CLEAR(np_capsule);
+    return 0;
 }
 

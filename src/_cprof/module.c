@@ -752,7 +752,20 @@ static PyObject *mod_term_guard_ack(PyObject *m, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_release(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    int sig, mem;
+    if (pp_profiler_release(&sig, &mem) < 0)
+        return NULL;
+    return Py_BuildValue("{sOsO}", "signal", sig ? Py_True : Py_False,
+                         "allocators", mem ? Py_True : Py_False);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_release", mod_release, METH_NOARGS,
+     "_release() -> {'signal': bool, 'allocators': bool}\nNo profiler enabled: give back "
+     "SIGPROF's disposition and the allocators, where safe now (a detach: docs/attach.md)."},
     {"_term_guard", mod_term_guard, METH_O,
      "_term_guard(signum) -> bool\nMain thread, after signal.signal(signum, handler): re-send "
      "the signal until the handler calls _term_guard_ack() (children.md)."},

@@ -326,6 +326,22 @@ pp_profiler *pp_profiler_active(void)
     return pp_active;
 }
 
+/* A detach (docs/attach.md): with no profiler enabled or suspended, what the
+ * engines keep installed between runs is given back. The tracer keeps
+ * nothing (stop frees the tool id and unsets the hooks). */
+int pp_profiler_release(int *signal_done, int *memory_done)
+{
+    if (pp_active != NULL || pp_suspended != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: a profiler is still enabled");
+        return -1;
+    }
+    *signal_done = pp_sampler_release_signal() == 1;
+    *memory_done = pp_memory_uninstall() == 1;
+    if (*memory_done && pp_memory_unpatch_numpy() < 0)
+        *memory_done = 0;
+    return 0;
+}
+
 void pp_profiler_pause_thread(pp_profiler *p, int paused)
 {
     if (p->run.enabled)
