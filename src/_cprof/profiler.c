@@ -259,18 +259,20 @@ int pp_profiler_enable(pp_profiler *p)
         PyErr_Clear();                      /* then a fork warns, nothing worse */
     pp_threads_activate(&r->threads);
     r->enabled = 1;
-    int rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);
+    /* the collector's watch first: it may import gc, which no engine should see */
+    int rc = r->gc && pp_gcwatch_start(&r->gcstats, tracing ? &r->tr : NULL) < 0 ? -1 : 0;
+    if (rc == 0)
+        rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);
     if (rc == 0 && r->memory && pp_memory_start(&r->mem) < 0) {
         if (!r->memory_only)
             (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
         rc = -1;
     }
-    if (rc == 0 && r->gc && pp_gcwatch_start(&r->gcstats, tracing ? &r->tr : NULL) < 0) {
-        if (r->memory)
-            (void)pp_memory_stop(&r->mem);
-        if (!r->memory_only)
-            (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
-        rc = -1;
+    if (rc < 0 && r->gc) {              /* keeps the engine's error */
+        pp_err_state err;
+        pp_err_save(&err);
+        pp_gcwatch_stop();
+        pp_err_restore(&err);
     }
     if (rc < 0) {
         r->enabled = 0;
