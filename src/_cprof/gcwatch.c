@@ -45,9 +45,8 @@ static PyObject *on_gc(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (start) {
         started_ns = mono_ns();
         pp_gc_running = (int)gen + 1;
-        entered = tracer != NULL;
-        if (entered)
-            pp_tracer_pseudo(tracer, codes[gen], 1);
+        /* not entered while the tracer is not on yet (it starts after us) */
+        entered = tracer != NULL && pp_tracer_pseudo(tracer, codes[gen], 1);
     }
     else if (pp_gc_running) {
         if (entered && tracer != NULL)

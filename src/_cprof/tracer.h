@@ -81,8 +81,9 @@ int64_t pp_tracer_now(pp_tracer *t);
  * by snapshots); in line mode the stack's line_cost is taken off it. */
 void pp_tracer_stop_all(pp_tables *t, pp_stack *st, int64_t now, int lines);
 /* Time that is not a call (the garbage collector) entered and left as a
- * function of its own, the pseudo code object `code` (GIL held). */
-void pp_tracer_pseudo(pp_tracer *t, PyObject *code, int entering);
+ * function of its own, the pseudo code object `code` (GIL held); 0 when
+ * the tracer is not on (nothing recorded). */
+int pp_tracer_pseudo(pp_tracer *t, PyObject *code, int entering);
 /* Ticks of the tracer's clock per nanosecond (user timer: its unit). */
 double pp_tracer_ticks_per_ns(const pp_tracer *t);
 
