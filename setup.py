@@ -1,6 +1,7 @@
 """Build of the C core, pyprof._cprof (metadata lives in pyproject.toml).
 
-zlib is required. libunwind is linked when its headers are found, and the
+zlib is required. libunwind and elfutils' libdw are linked when their headers
+are found (PYPROF_NO_LIBUNWIND=1 / PYPROF_NO_LIBDW=1 leave them out), and the
 feature list (`pyprof --version`) says so. PYPROF_SANITIZE=1 builds with
 AddressSanitizer + UBSan (used by `make asan`).
 """
@@ -17,18 +18,22 @@ def header_exists(name):
 
 
 sources = [os.path.join("src", "_cprof", f) for f in (
-    "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "termguard.c",
+    "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "symbols.c", "termguard.c",
     "threads.c", "registry.c",
-    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c", "sampler_drain.c", "sampler_wall.c",
-    "sampler_async.c",
-    "memory.c", "memory_numpy.c",
-    "capture.c", "capture_async.c", "profiler.c", "module.c")]
+    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
+    "sampler_drain.c", "sampler_wall.c", "sampler_async.c",
+    "memory.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
+    "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "module.c")]
 
 define_macros = []
 libraries = ["z", "m"]
 if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
     define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
     libraries.append("unwind")
+# elfutils' libdw names native frames with file, line and inlined functions
+if header_exists("elfutils/libdwfl.h") and os.environ.get("PYPROF_NO_LIBDW") != "1":
+    define_macros.append(("PP_HAVE_LIBDW", "1"))
+    libraries += ["dw", "elf"]
 
 # hidden: calls between the core's files are direct (no PLT) and inlinable, as
 # they were when one file held them; only PyInit__cprof is exported.

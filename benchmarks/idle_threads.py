@@ -125,6 +125,7 @@ def main():
     threads = [int(x) for x in a.threads.split(",")]
     rates = [int(x) for x in a.rates.split(",")]
     for py in a.python:
+        py = os.path.abspath(py)        # the runs' cwd is a temporary directory
         rows = measure(py, threads, rates, a.rounds, a.work)
         print(table(py, rows, a.rounds))
         print()

@@ -77,6 +77,14 @@ MEMORY_WORKLOADS.update(deepcopy="allocation-heavy", json_loads="allocation-heav
                         xml_etree="allocation-heavy")
 # memory_profiler reads the process's RSS after every line: ~300x on float,
 # so it is measured apart, on a few workloads (--configs base,memory_profiler).
+# --native-allocs (C code's malloc and mmap too) against memray's tracker with
+# native stacks, on the allocation-heavy workloads and a SQLite/zlib one of ours
+# (benchmarks/bm_sqlite_zlib.py), whose allocations are mostly native:
+#   run.py --suite memory --set native
+NATIVE_WORKLOADS = {"float": "allocation-heavy", "deepcopy": "allocation-heavy",
+                    "json_loads": "allocation-heavy", "xml_etree": "allocation-heavy",
+                    "sqlite_zlib": "native (SQLite, zlib)"}
+NATIVE_CONFIGS = ["base", "pyprof-memory", "pyprof-native", "memray", "memray-native"]
 MEMORY_CONFIGS = ["base", "pyprof-memory", "pyprof-memory-sample", "tracemalloc",
                   "tracemalloc-snapshot", "memray", "scalene-full"]
 MONITORING_ONLY = {"pyprof-exact", "floor-py"}
@@ -128,6 +136,9 @@ class Runner:
         self.tmp = tempfile.mkdtemp(prefix="pyprof-bench-")
 
     def script(self, bench):
+        own = os.path.join(HERE, f"bm_{bench}.py")      # a workload of ours (sqlite_zlib)
+        if os.path.exists(own):
+            return own
         path = os.path.join(self.info["bm_dir"], f"bm_{bench}", "run_benchmark.py")
         if not os.path.exists(path):
             raise SystemExit(f"run.py: no pyperformance benchmark {bench!r} at {path}")
@@ -573,7 +584,8 @@ def main():
                          "installed); repeatable")
     ap.add_argument("--suite", choices=["function", "lines", "sample", "memory"],
                     default="function")
-    ap.add_argument("--set", choices=["core", "stress", "all"], default="core")
+    ap.add_argument("--set", choices=["core", "stress", "all", "native"], default="core",
+                    help="workloads (native: --suite memory's --native-allocs comparison)")
     ap.add_argument("--only", help="comma-separated workloads (overrides --set)")
     ap.add_argument("--configs", help="comma-separated configurations (default: the suite's)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -593,12 +605,14 @@ def main():
             ap.error("give at least one --python")
         benches = (a.only.split(",") if a.only else
                    list(LINE_WORKLOADS) if a.suite == "lines" else
+                   list(NATIVE_WORKLOADS) if a.suite == "memory" and a.set == "native" else
                    list(MEMORY_WORKLOADS) if a.suite == "memory" else
                    list(CORE) if a.set == "core" else list(STRESS) if a.set == "stress"
                    else list(CORE) + list(STRESS))
         configs = (a.configs.split(",") if a.configs else
                    LINE_CONFIGS if a.suite == "lines" else
                    SAMPLE_CONFIGS if a.suite == "sample" else
+                   NATIVE_CONFIGS if a.suite == "memory" and a.set == "native" else
                    MEMORY_CONFIGS if a.suite == "memory" else DEFAULT_CONFIGS)
         if "base" not in configs:
             configs.insert(0, "base")

@@ -24,7 +24,8 @@ Memory configurations: "pyprof-memory" (exact), "pyprof-memory-sample" (512 KiB)
 "tracemalloc" (1 frame, as pyprof's line attribution), "tracemalloc-snapshot"
 (the same plus a snapshot and its per-line statistics at the end, inside the
 timed region: what a user does to read it), "memray" (its Tracker, writing its
-capture file), "memory_profiler" (its line-by-line mode on every function of
+capture file), "pyprof-native" (exact, with --native-allocs), "memray-native"
+(its Tracker with native stack traces), "memory_profiler" (its line-by-line mode on every function of
 the benchmark's file, as @profile would), and "scalene-full" (run under
 scalene's launcher, CPU and memory: see run.py).
 
@@ -135,6 +136,9 @@ CONFIGS = {
     "tracemalloc": lambda: _tracemalloc(False),
     "tracemalloc-snapshot": lambda: _tracemalloc(True),
     "memray": lambda: _memray(),
+    # C code's malloc/mmap too (--native-allocs); memray with native stacks
+    "pyprof-native": lambda: _pyprof_memory(native_allocs=True),
+    "memray-native": lambda: _memray(native_traces=True),
     "scalene-full": lambda: (lambda: None, lambda: None),
     "py-spy": lambda: (lambda: None, lambda: None),
     "austin": lambda: (lambda: None, lambda: None),
@@ -160,11 +164,11 @@ def _tracemalloc(snapshot):
     return (lambda: tracemalloc.start(1)), stop
 
 
-def _memray():
+def _memray(**kw):
     import tempfile
     import memray
     path = os.path.join(tempfile.mkdtemp(prefix="memray-"), "run.bin")
-    tracker = memray.Tracker(path)
+    tracker = memray.Tracker(path, **kw)
     return tracker.__enter__, (lambda: tracker.__exit__(None, None, None))
 
 

@@ -437,6 +437,8 @@ def check_sample(path, known=True):
         if known and "sample" in KNOWN_BUGS and KNOWN_BUGS["sample"](k):
             continue
         filename, _, name = k.rsplit(":", 2)
+        if filename == "<gc>":          # the collector's frame (--gc, on when sampling)
+            continue
         if "/pyprof/" in filename or (filename.endswith("threading.py")
                                       and name in ("_bootstrap", "_bootstrap_inner")):
             continue

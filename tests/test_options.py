@@ -45,6 +45,10 @@ CASES = {
                         {"mode": "memory", "memory_sample": 65536}),
     "--memory-stacks": (["--memory-stacks"], {"memory": True},
                         {"mode": "memory", "memory_stacks": True}),
+    "--native-allocs": (["--native-allocs"], {"memory": True},
+                        {"mode": "memory", "native_allocs": True}),
+    "--temporary": (["--temporary", "3"], {"memory": True}, {"mode": "memory", "temporary": 3}),
+    "--gc": (["--gc"], {}, {"gc": True}),
     "--objects": (["--objects"], {"objects": True}, {}),
     "--functions": (["--memory", "--functions"], {"functions": True},
                     {"mode": "trace", "memory": True}),
@@ -65,6 +69,8 @@ CASES = {
     "--exact-builtins": (["--exact-builtins"], {}, {"exact_builtins": True}),
     "--flush-interval": (["--flush-interval", "3"], {"flush_interval": 3.0}, {}),
     "--children": (["--children"], {"children": True}, {}),
+    "--listen": (["--listen"], {"listen": True}, {}),
+    "--live": (["--live"], {"live": True}, {}),
     "--version": (["--version"], {"version": True}, {}),
 }
 

@@ -77,3 +77,6 @@ def load_ipython_extension(ip):
 if _os.environ.get("PYPROF_SIGNAL"):       # sampling on a signal (control.py)
     from . import control as _control
     _control.install_from_environment()
+if _os.environ.get("PYPROF_LISTEN", "") not in ("", "0"):   # the control channel (channel.py)
+    from . import channel as _channel
+    _channel.install_from_environment()

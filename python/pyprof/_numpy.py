@@ -1,9 +1,10 @@
 """NumPy array buffers in memory mode (docs/memory.md#numpy).
 
 NumPy (>= 1.22) allocates array data through its default data handler, not
-through Python's allocators. pyprof patches that handler (in C, for the life of
-the process) as soon as NumPy's core module is loaded: now if it is, else when
-the program imports it, through an import hook that removes itself."""
+through Python's allocators. pyprof patches that handler (in C, until a detach
+gives it back: docs/attach.md) as soon as NumPy's core module is loaded: now if
+it is, else when the program imports it, through an import hook that removes
+itself."""
 from __future__ import annotations
 
 import sys
@@ -43,6 +44,13 @@ def install() -> None:
     if _state["finder"] is None:
         _state["finder"] = _Finder()
         sys.meta_path.insert(0, _state["finder"])
+
+
+def release() -> None:
+    """A detach: no import hook left behind (the C side gives the handler back)."""
+    _remove_finder()
+    if _state["status"] == "patched":
+        _state["status"] = "numpy not loaded"
 
 
 def _remove_finder() -> None:

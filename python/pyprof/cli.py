@@ -11,6 +11,10 @@
                 [--fail-above PCT [--memory]]
     pyprof check FILE.cprof [--max-time T] [--max-memory B] [--max-calls FUNC=N] [--format json]
     pyprof config [RUN OPTIONS] [--format table|json]
+    pyprof attach PID [--duration S] [mode options] -o FILE
+    pyprof top PID [--rate HZ] [--native] [--memory-sample [BYTES]]
+    pyprof dump PID [--native]
+    python -m pyprof --listen | --live script.py [args...]
     pyprof --version
 
 `run` (the default) is a drop-in for ``python -m cProfile``: the program runs as
@@ -369,6 +373,11 @@ def cmd_run(argv) -> int:
     if opts.version:
         print(version_text())
         return 0
+    # the command line alone decides these (not [tool.pyprof]'s run defaults)
+    if opts.listen or opts.live:
+        opts.check()
+        target = _Target(opts, rest)
+        return _run_live(opts, rest) if opts.live else _run_listening(target)
     # [tool.pyprof] and PYPROF_* under the command line (config.py)
     from . import config
     config.apply(opts, given_fields(split_argv(None, argv)[0]))
@@ -380,6 +389,258 @@ def cmd_run(argv) -> int:
     opts.check()
     target = _Target(opts, rest)
     return _Runner(opts, target).run()
+
+
+def _run_listening(target) -> int:
+    """--listen: the program runs as if started directly, with the control
+    channel open (docs/attach.md); its exit status is pyprof's."""
+    import threading  # noqa: F401 - before the program, as a plain run has it
+    from . import channel
+    globs = target.install()
+    channel.listen(persistent=True)
+    try:
+        exec(target.code, globs)
+    except SystemExit:
+        channel.close()
+        raise
+    except KeyboardInterrupt:
+        channel.close()             # before dying by SIGINT: no exit hook runs then
+        _print_program_exception()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException:
+        _print_program_exception()
+        return 1
+    return 0
+
+
+def _run_live(opts, rest) -> int:
+    """--live: the program in a child listening (its output to a log file),
+    and `pyprof top` on it here."""
+    import subprocess
+    import tempfile
+    from . import attach, top
+    _require_terminal("--live")
+    fd, log = tempfile.mkstemp(prefix="pyprof-live-", suffix=".log")
+    argv = [sys.executable, "-m", "pyprof", "--listen"]
+    argv += ["-m"] if opts.module else ["-c"] if opts.code else []
+    with os.fdopen(fd, "w") as out:
+        child = subprocess.Popen(argv + rest, stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=subprocess.STDOUT)
+    try:
+        import time
+        from .channel import socket_path
+        end = time.monotonic() + attach.CONNECT_TIMEOUT
+        while not os.path.exists(socket_path(child.pid)):
+            if child.poll() is not None or time.monotonic() > end:
+                raise PyprofError(f"the program ended or did not listen (see {log})")
+            time.sleep(0.02)
+        top.run(attach.connect(child.pid))
+    finally:
+        if child.poll() is None:
+            # Ctrl-C's signal: the program ends as it would by it (and closes its channel)
+            child.send_signal(signal.SIGINT)
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.terminate()
+        status = child.wait()
+        print(f"pyprof: the program's output is in {log} (exit status {status})",
+              file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------ attach, top, dump
+_ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--memory",
+                 "--memory-sample", "--memory-stacks", "--functions", "--lines-of",
+                 "--include", "--exclude", "--timeline", "--min-duration",
+                 "--timeline-max-events", "--no-builtins", "--exact-builtins")
+
+
+def _pid_arg(text) -> int:
+    try:
+        pid = int(text)
+    except ValueError:
+        raise PyprofError(f"PID must be a process id (a positive integer), not {text!r}") from None
+    if pid <= 0:
+        raise PyprofError(f"no such process: {pid}")
+    return pid
+
+
+def _add_common(p) -> None:
+    p.add_argument("pid", metavar="PID", help="the process id of a running CPython 3.11-3.13")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="how long the process may take to answer (default 10)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="say how the process was reached")
+
+
+def _say(text):
+    print(f"pyprof: {text}", file=sys.stderr)
+
+
+def _require_terminal(what):
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise PyprofError(f"{what} is a live view: it needs a terminal")
+
+
+def cmd_attach(argv) -> int:
+    from .options import RunOptions, add_options
+    p = _Parser(prog="pyprof attach",
+                description="Profile a running CPython process for a while, then detach and "
+                            "write the capture (docs/attach.md). Default mode: function "
+                            "tracing.")
+    _add_common(p)
+    p.add_argument("-o", "--outfile", required=True, metavar="FILE",
+                   help="where the capture goes; its suffix picks the format, as for a run")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="profile for SECONDS (default: until Ctrl-C)")
+    add_options(p, _ATTACH_MODES)
+    ns = p.parse_args(argv)
+    pid = _pid_arg(ns.pid)
+    if ns.duration is not None and ns.duration <= 0:
+        raise PyprofError("--duration must be > 0")
+    opts = RunOptions.from_args(ns)
+    opts.check()
+    from . import attach
+    client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
+    return _attach_run(client, opts, ns)
+
+
+def _attach_run(client, opts, ns) -> int:
+    import time
+    from . import attach
+    pid = client.pid
+    uid = attach.check_process(pid)["uid"] if os.path.exists(f"/proc/{pid}") else os.geteuid()
+    tmp, flush = attach.capture_paths(pid, uid)
+    outfile = os.path.abspath(opts.outfile)
+    started = None
+    try:
+        r = client.request("start", options=opts.profile_kwargs(), output=tmp, flush=flush,
+                           client_pid=os.getpid(), timeout=ns.timeout + 30)
+        started = time.monotonic()
+        how = f"for {ns.duration:g} s" if ns.duration else "until Ctrl-C"
+        _say(f"attached to process {pid} (CPython {client.hello['python']}), {r['mode']} "
+             f"mode, {how}")
+        got = None
+        try:
+            while got is None:
+                left = None if ns.duration is None else started + ns.duration - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                got = client.wait_event(1.0 if left is None else min(1.0, left))
+        except KeyboardInterrupt:
+            pass
+        if got is None:
+            r = client.request("stop", path=tmp, timeout=ns.timeout + 60)
+            _report_release(r.get("released"))
+            client.request("detach", timeout=ns.timeout)
+            source = tmp
+        elif got.get("event") == "exit" and got.get("path") and os.path.exists(got["path"]):
+            _say(f"process {pid} exited after {time.monotonic() - started:.1f} s: writing what "
+                 f"was collected")
+            source = got["path"]
+        elif os.path.exists(flush):
+            _say(f"process {pid} ended without a word (killed?): writing its last periodic "
+                 f"flush")
+            source = flush
+        else:
+            raise PyprofError(f"process {pid} ended before anything was written")
+        from .model.session import Session
+        session = Session.load(source)
+        attach.drop_own_threads(session)
+        fmt = format_for_path(outfile)
+        if fmt == "cprof":
+            session.save(outfile)
+        else:
+            export(session, fmt, outfile)
+        _say(f"wrote {outfile}; detached")
+    finally:
+        client.close()
+        for path in (tmp, flush):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return 0
+
+
+def _report_release(released):
+    if released and not released.get("signal"):
+        _say("note: a SIGPROF was still pending in the process: pyprof's signal handler stays "
+             "installed there, inert (docs/attach.md)")
+    if released and not released.get("allocators"):
+        _say("note: another allocator hook sits above pyprof's in the process "
+             "(tracemalloc?): pyprof's stays below it, forwarding only (docs/attach.md)")
+
+
+def cmd_top(argv) -> int:
+    from .options import byte_count
+    p = _Parser(prog="pyprof top",
+                description="A live view of a running process: functions, threads and their "
+                            "states, the GIL, memory (docs/attach.md#top).")
+    _add_common(p)
+    p.add_argument("--rate", type=float, default=100.0, metavar="HZ",
+                   help="wall-clock samples per second and thread (default 100)")
+    p.add_argument("--native", action="store_true",
+                   help="native frames too: tells threads waiting for the GIL (state gil)")
+    p.add_argument("--memory-sample", nargs="?", const="512k", metavar="BYTES",
+                   help="also trace a sample of the allocations (one byte in BYTES, default "
+                        "512k): the traced heap")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="refresh period (default 1)")
+    ns = p.parse_args(argv)
+    pid = _pid_arg(ns.pid)
+    if not 0 < ns.rate <= 100000:
+        raise PyprofError(f"--rate must be in (0, 100000] Hz, not {ns.rate:g}")
+    if ns.interval < 0.1:
+        raise PyprofError("--interval must be at least 0.1 s")
+    sample = byte_count(ns.memory_sample, "--memory-sample") if ns.memory_sample else None
+    _require_terminal("pyprof top")
+    from . import attach, top
+    client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
+    return top.run(client, rate=ns.rate, native=ns.native, memory_sample=sample,
+                   interval=ns.interval)
+
+
+def cmd_dump(argv) -> int:
+    p = _Parser(prog="pyprof dump",
+                description="Print every thread's current Python stack (and native with "
+                            "--native) of a running process, like py-spy dump.")
+    _add_common(p)
+    p.add_argument("--native", action="store_true",
+                   help="each thread's native (C) stack too, read by gdb (the process stops "
+                        "while gdb reads it)")
+    ns = p.parse_args(argv)
+    pid = _pid_arg(ns.pid)
+    from . import attach
+    client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
+    try:
+        threads = client.request("stacks", timeout=ns.timeout)["threads"]
+        client.request("detach", timeout=ns.timeout)
+    finally:
+        client.close()
+    native = attach.native_stacks(pid) if ns.native else {}
+    hello = client.hello
+    print(f"Process {pid}: {' '.join(hello.get('argv') or [])}")
+    print(f"Python v{hello['python']}")
+    states = {"R": "running", "S": "sleeping", "D": "in I/O", "T": "stopped", "t": "stopped"}
+    for t in threads:
+        state = states.get(t["state"], t["state"])
+        daemon = ", daemon" if t.get("daemon") else ""
+        print()
+        print(f"Thread {t['native_id']} ({t['name']}{daemon}): {state}")
+        for filename, line, func in reversed(t["frames"]):
+            print(f"    {func} ({filename}:{line})")
+        if ns.native:
+            frames = native.get(t["native_id"], [])
+            print("  native:" if frames else "  native: (not read)")
+            for text in frames:
+                print(f"    {text}")
+    return 0
 
 
 # ------------------------------------------------------------------ convert
@@ -816,6 +1077,12 @@ def main(argv=None) -> int:
             return cmd_merge(argv[1:])
         if argv and argv[0] == "diff":
             return cmd_diff(argv[1:])
+        if argv and argv[0] == "attach":
+            return cmd_attach(argv[1:])
+        if argv and argv[0] == "top":
+            return cmd_top(argv[1:])
+        if argv and argv[0] == "dump":
+            return cmd_dump(argv[1:])
         if argv and argv[0] == "check":
             return cmd_check(argv[1:])
         if argv and argv[0] == "config":

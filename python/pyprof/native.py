@@ -1,15 +1,22 @@
 """Names of native instruction pointers (sampling with --native).
 
 The addresses are only meaningful in the process that recorded them, so this
-runs there, when a capture is written: each address's loaded object comes
-from dladdr; its function from that object's ELF symbol tables (.symtab and
-.dynsym, with sizes, so a static function is not mistaken for the exported one
-before it). An address no symbol covers is named by its object, ``[libz.so.1]``.
+runs there, when a capture is written. With elfutils' libdw (the build's
+FEATURES has "libdw"), each address is named from the debug information of its
+object: function, source file and line, and the functions inlined there as
+frames of their own; without debug information, from the object's symbol
+tables. C++ and Rust (legacy) names are demangled with the C++ runtime's
+__cxa_demangle; Rust v0 names (``_R...``) are left mangled. Without libdw (a
+build without its headers), the object's ELF symbol tables are read here
+(.symtab and .dynsym, with sizes, so a static function is not mistaken for the
+exported one before it): function names only. An address no symbol covers is
+named by its object, ``[libz.so.1]``.
 """
 from __future__ import annotations
 
 import bisect
 import os
+import re
 import struct
 
 from . import _cprof
@@ -18,22 +25,82 @@ _tables: dict = {}
 
 
 def symbolize(ips, return_addresses=()) -> dict:
-    """{ip: [function, object path]} for the given addresses. An address in
-    `return_addresses` is where a call returns to: it is looked up one byte
-    back, inside the calling function."""
+    """{ip: [function, object path, source file, line, outer]} for the given
+    addresses: the innermost frame naming the address (an inlined function,
+    or the function), its file and line ("" and 0 where unknown), and
+    ``outer``: the frames that inlined it, innermost first, each [function,
+    file, line]. An address in `return_addresses` is where a call returns to:
+    it is looked up one byte back, inside the calling function."""
     ips = sorted(set(ips))
     ret = set(return_addresses)
     probe = [ip - 1 if ip in ret else ip for ip in ips]
+    frames = _cprof.native_frames(probe) if "libdw" in _cprof.FEATURES else None
     out = {}
     for ip, at, mod in zip(ips, probe, _cprof.native_modules(probe)):
         if mod is None:
-            out[ip] = [f"0x{ip:x}", ""]
+            out[ip] = [f"0x{ip:x}", "", "", 0, []]
             continue
         path, base = mod
+        found = frames.get(at) if frames is not None else None
+        if found:
+            named = [[demangle(name), file, line] for name, file, line in found]
+            out[ip] = [named[0][0], path, named[0][1], named[0][2], named[1:]]
+            continue
         # An unnamed (stripped, static) function: one frame per object, not
         # one per address.
-        out[ip] = [_lookup(path, at, base) or f"[{os.path.basename(path)}]", path]
+        name = _lookup(path, at, base) if frames is None else None
+        out[ip] = [demangle(name) if name else f"[{os.path.basename(path)}]", path, "", 0, []]
     return out
+
+
+_RUST_HASH = re.compile(r"17h[0-9a-f]{16}E$")
+_RUST_ESCAPES = {"$LT$": "<", "$GT$": ">", "$RF$": "&", "$BP$": "*", "$C$": ",",
+                 "$SP$": "@", "$u20$": " ", "$u27$": "'", "$u5b$": "[", "$u5d$": "]",
+                 "$u7b$": "{", "$u7d$": "}", "$u7e$": "~", "$LP$": "(", "$RP$": ")"}
+_demangler: list = []
+
+
+def demangle(name: str) -> str:
+    """A C++ (Itanium ABI) or legacy Rust linkage name made readable; others
+    (C names, Rust v0 ``_R`` names) unchanged."""
+    if not name.startswith("_Z"):
+        return name
+    if not _demangler:
+        _demangler.append(_find_demangler())
+    fn, free = _demangler[0]
+    if fn is None:
+        return name
+    import ctypes
+    status = ctypes.c_int(0)
+    p = fn(name.encode(), None, None, ctypes.byref(status))
+    if not p or status.value != 0:
+        return name
+    text = ctypes.string_at(p).decode("utf-8", "replace")
+    free(p)
+    if _RUST_HASH.search(name):             # _ZN...17h<hash>E: a legacy Rust path
+        text = re.sub(r"::h[0-9a-f]{16}$", "", text)
+        for esc, ch in _RUST_ESCAPES.items():
+            text = text.replace(esc, ch)
+        text = text.replace("..", "::")
+    return text
+
+
+def _find_demangler():
+    """__cxa_demangle of the C++ runtime already loaded (or libstdc++), and free."""
+    import ctypes
+    for lib in (None, "libstdc++.so.6"):
+        try:
+            dll = ctypes.CDLL(lib)
+            fn = dll.__cxa_demangle
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_void_p
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_int)]
+        libc = ctypes.CDLL(None)
+        libc.free.argtypes = [ctypes.c_void_p]
+        return fn, libc.free
+    return None, None
 
 
 def _lookup(path, ip, base):

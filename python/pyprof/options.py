@@ -39,6 +39,7 @@ _FIELDS = {
     # what is recorded (Profile's keywords; a child's configuration)
     "builtins": True, "exact_builtins": False, "mode": "trace", "rate": None, "wall": False,
     "native": False, "memory": False, "memory_sample": None, "memory_stacks": None,
+    "native_allocs": False, "temporary": None, "gc": None,
     "paths": True, "lines": False, "lines_of": (), "lines_all": None, "include": (),
     "exclude": (), "timeline": False, "timeline_min_duration": None,
     "timeline_max_events": None, "asyncio": False,
@@ -46,16 +47,17 @@ _FIELDS = {
     "outfile": None, "sort": "cumulative", "module": False, "code": False, "version": False,
     "sample": False, "cpu": False, "functions": False, "dump_every": 0.0, "signal": None,
     "objects": False, "unit": "us", "no_call_rows": False, "strict": False,
-    "flush_interval": 10.0, "children": False,
+    "flush_interval": 10.0, "children": False, "listen": False, "live": False,
 }
 # Parser destinations that are not field names: dest -> (field, conversion).
 _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
               "min_duration": ("timeline_min_duration", None),
               "memory_stacks": ("memory_stacks", lambda v: True if v else None),  # None: auto
+              "gc": ("gc", lambda v: True if v else None),      # None: by the mode
               "lines_all": ("lines_all", lambda v: True if v else None)}
 # What goes to Profile (and to a child) as keywords.
 PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", "memory",
-                "memory_sample", "memory_stacks", "paths", "lines", "lines_of", "lines_all",
+                "memory_sample", "memory_stacks", "native_allocs", "temporary", "gc", "paths", "lines", "lines_of", "lines_all",
                 "include", "exclude", "timeline", "timeline_min_duration",
                 "timeline_max_events", "asyncio")
 
@@ -181,6 +183,31 @@ class RunOptions:
                 self.memory = True
         if cli and self.memory_stacks:
             self.memory = True
+        if cli and (self.native_allocs or self.temporary):
+            self.memory = True
+        memory = self.memory or self.mode == "memory" or bool(self.memory_sample)
+        if self.native_allocs:
+            if not memory:
+                raise OptionError("native_allocs=True goes with memory=True or mode='memory'")
+            from . import _cprof
+            why = _cprof.native_allocs_unsupported()
+            if why:
+                raise OptionError(why if cli else why.replace("--native-allocs",
+                                                              "native_allocs=True"))
+        if self.temporary is not None and self.temporary is not False:
+            t = self.temporary
+            if isinstance(t, bool) or not isinstance(t, (int, str)) or not str(t).isdigit() \
+                    or not 1 <= int(t) < 2**24:
+                raise OptionError(f"{n('temporary')} must be a number of allocations in "
+                                  f"[1, 2**24), not {t!r}")
+            self.temporary = int(t)
+            if not memory:
+                raise OptionError("temporary= goes with memory=True or mode='memory'")
+            if self.memory_sample:
+                raise OptionError(f"{n('temporary')} needs exact memory mode (every allocation "
+                                  f"numbered), not {n('memory_sample')}")
+        else:
+            self.temporary = None
         if cli and self.functions and not self.memory:
             raise OptionError("--functions goes with --memory (function mode is the default "
                               "without it)")
@@ -223,6 +250,20 @@ class RunOptions:
                               + ("--sample or function tracing (not line tracing or --memory "
                                  "alone)" if cli else "mode='sample' or mode='trace' without "
                                  "line tracing"))
+        if self.listen or self.live:
+            flag = "--listen" if self.listen else "--live"
+            if self.listen and self.live:
+                raise OptionError("--listen and --live do not combine (--live listens already)")
+            given = [f for f, on in (("-o", self.outfile), ("--sample", self.sample),
+                                     ("--memory", self.memory), ("line tracing", lines),
+                                     ("--timeline", self.timeline), ("--children", self.children),
+                                     ("--objects", self.objects), ("--functions", self.functions),
+                                     ("--gc", self.gc), ("--async", self.asyncio))
+                     if on]
+            if given:
+                raise OptionError(f"{flag} runs the program without profiling it (profile it "
+                                  f"with 'pyprof attach' or 'pyprof top'), not with "
+                                  f"{', '.join(given)}")
         # sampling
         if cli and not self.sample and (self.rate or self.wall or self.cpu or self.native
                                         or self.signal or self.dump_every):
@@ -252,7 +293,8 @@ class RunOptions:
         out = self.outfile
         check_writable(out)
         fmt = format_for_path(out)
-        memory = self.memory or self.memory_sample is not None
+        memory = (self.memory or self.memory_sample is not None or self.native_allocs
+                  or self.temporary is not None)
         if fmt in MEMORY_FORMATS and not memory:
             raise OptionError(f"{out}: {fmt} shows memory: add --memory")
         memory_only = memory and not (self.sample or self.functions or self.lines
@@ -389,6 +431,10 @@ OPTIONS = (
         _FLAG, dest="asyncio",
         help="asyncio: each sample of a task under <task NAME>, its coroutines' stack; "
              "with --wall, suspended tasks' time where they wait (docs/async.md)")),
+    (None, ("--gc",), dict(
+        _FLAG, help="time in the cyclic garbage collector: a <GC gen N> frame in traced and "
+                    "sampled stacks, collections and pauses per generation in the summary "
+                    "(on by default with --sample; this turns it on for the other modes)")),
     (_SAMPLING, ("--dump-every",), dict(
         type=float, metavar="SECONDS", default=0.0,
         help="with a .cprof output, rewrite it every SECONDS while sampling")),
@@ -406,6 +452,14 @@ OPTIONS = (
     (_MEMORY, ("--memory-stacks",), dict(
         _FLAG, help="record each allocation's Python stack in exact mode too (for the memory "
                     "flame graph; on by default with --memory-sample)")),
+    (_MEMORY, ("--native-allocs",), dict(
+        _FLAG, help="also record what C code allocates with malloc, calloc, realloc, "
+                    "posix_memalign... and anonymous mmap (libraries, extensions), charged to "
+                    "the Python line running; implies --memory")),
+    (_MEMORY, ("--temporary",), dict(
+        metavar="N", nargs="?", const="1", value_looks_like=str.isdigit,
+        help="count temporary allocations per line: blocks freed by their thread within N of "
+             "its allocations (default 1: before any other); implies --memory")),
     (_MEMORY, ("--objects",), dict(
         _FLAG, help="at the end, the live objects by type: count and total size (pympler's "
                     "summary; any mode)")),
@@ -463,6 +517,12 @@ OPTIONS = (
                     "concurrent.futures, subprocess running Python): each writes NAME.PID.cprof "
                     "next to the output, merged into it at the end, one process apart from the "
                     "other (docs/children.md)")),
+    (None, ("--listen",), dict(
+        _FLAG, help="run the program without profiling, with pyprof's control channel open, so "
+                    "that 'pyprof attach/top/dump PID' reach it without gdb (docs/attach.md)")),
+    (None, ("--live",), dict(
+        _FLAG, help="run the program in the background (its output to a log file) and show "
+                    "'pyprof top' on it: a live view of its functions and threads")),
     # Printed by cmd_run, not argparse's "version" action: that one re-wraps the
     # text to the terminal width, splitting it over two lines.
     (None, ("--version",), dict(
@@ -521,6 +581,19 @@ def run_parser(prog="pyprof"):
         if "value_looks_like" in kw:
             action.value_looks_like = kw["value_looks_like"]
     return p
+
+
+def add_options(parser, names) -> None:
+    """The OPTIONS entries whose long spelling is in `names`, added to another
+    command's parser (``pyprof attach``, ``pyprof top``): the same flags, help
+    and values as a run's."""
+    groups = {None: parser}
+    for group, flags, kw in OPTIONS:
+        if max(flags, key=len) not in names:
+            continue
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group)
+        groups[group].add_argument(*flags, **{k: v for k, v in kw.items() if k not in _OURS})
 
 
 def _columns() -> int:

@@ -75,7 +75,8 @@ class Profile(_cprof.Profiler):
                  exact_builtins=False, flush_to=None, flush_interval=10.0,
                  lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
                  mode="trace", rate=None, wall=False, native=False, memory=False,
-                 memory_sample=0, memory_stacks=None, paths=True, timeline=False,
+                 memory_sample=0, memory_stacks=None, native_allocs=False, temporary=None,
+                 gc=None, paths=True, timeline=False,
                  timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
                  asyncio=False, options=None, _warn=True):
         # one RunOptions, checked once (options.py); what the C core, the line
@@ -85,7 +86,8 @@ class Profile(_cprof.Profiler):
             builtins=builtins, exact_builtins=exact_builtins, lines=lines, lines_of=lines_of,
             lines_all=lines_all, include=include, exclude=exclude, mode=mode, rate=rate,
             wall=wall, native=native, memory=memory, memory_sample=memory_sample,
-            memory_stacks=memory_stacks, paths=paths, timeline=timeline,
+            memory_stacks=memory_stacks, native_allocs=native_allocs, temporary=temporary,
+            gc=gc, paths=paths, timeline=timeline,
             timeline_min_duration=timeline_min_duration,
             timeline_max_events=timeline_max_events, children=children,
             flush_interval=flush_interval, asyncio=asyncio)
@@ -97,7 +99,11 @@ class Profile(_cprof.Profiler):
                          memory=kw["memory"], memory_sample=kw["memory_sample"],
                          memory_stacks=-1 if kw["memory_stacks"] is None
                          else int(bool(kw["memory_stacks"])),
-                         paths=kw["paths"], asyncio=bool(kw["asyncio"]))
+                         paths=kw["paths"], native_allocs=bool(kw["native_allocs"]),
+                         temporary=int(kw["temporary"] or 0),
+                         # None: by the mode (tracing keeps cProfile's functions)
+                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]),
+                         asyncio=bool(kw["asyncio"]))
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes

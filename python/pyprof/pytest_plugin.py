@@ -116,6 +116,13 @@ def item_budget(item):
     return parse_budget(mark) if mark is not None else None
 
 
+def _harness(name, file) -> bool:
+    """pytest's and pluggy's own functions, around the test's call: not what
+    a summary of the test's time should name."""
+    parts = os.path.normpath(file or "").split(os.sep)
+    return "_pytest" in parts or "pluggy" in parts
+
+
 def _repr(exc):
     """pytest's own representation of `exc` (serializable by pytest-xdist), its
     first line shown in the short summary: 'pyprof_limit: ...'."""
@@ -329,7 +336,7 @@ class Runtime:
         from .analysis import gates
         session = plan.profile.session()
         row["mode"] = plan.mode
-        row["top"] = [list(r) for r in gates.top_functions(session)]
+        row["top"] = [list(r) for r in gates.top_functions(session, skip=_harness)]
         mem = session.info.get("memory")
         if mem:
             row["peak"] = mem.get("peak_bytes", 0)

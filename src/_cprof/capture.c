@@ -156,13 +156,14 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             "\"current_bytes\":%llu,"
             "\"allocated_bytes\":%llu,\"live_blocks\":%llu,\"unknown_frees\":%llu,"
             "\"hooks_linked\":%s,\"rss_peak_bytes\":%llu,\"rss_end_bytes\":%llu,"
-            "\"dropped_blocks\":%llu}",
+            "\"dropped_blocks\":%llu,\"native_allocs\":%s,\"temporary\":%u}",
             p->mem.sample ? "sampled" : "exact", (long long)p->mem.sample,
             (unsigned long long)mi->peak, (unsigned long long)mi->current,
             (unsigned long long)mi->allocated, (unsigned long long)mi->live_blocks,
             (unsigned long long)mi->unknown_frees, mi->linked ? "true" : "false",
             (unsigned long long)rss_peak, (unsigned long long)rss_end,
-            (unsigned long long)mi->dropped);
+            (unsigned long long)mi->dropped, p->mem.native ? "true" : "false",
+            p->mem.temporary);
     }
     if (n > 0 && (size_t)n < sizeof s && p->tr.timeline) {
         n += snprintf(s + n, sizeof s - (size_t)n,
@@ -172,6 +173,16 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             (unsigned long long)tl->events, (unsigned long long)tl->dropped_short,
             (unsigned long long)tl->dropped_full, (unsigned long long)tl->open,
             (long long)p->tr.tl_min_ns, (unsigned long long)p->tr.tl_max);
+    }
+    if (n > 0 && (size_t)n < sizeof s && p->gcstats.on) {
+        const pp_gcstats *g = &p->gcstats;
+        n += snprintf(s + n, sizeof s - (size_t)n,
+            ",\"gc\":{\"collections\":[%llu,%llu,%llu],\"pause_ns\":[%lld,%lld,%lld],"
+            "\"max_pause_ns\":%lld,\"collected\":%llu,\"uncollectable\":%llu}",
+            (unsigned long long)g->collections[0], (unsigned long long)g->collections[1],
+            (unsigned long long)g->collections[2], (long long)g->pause_ns[0],
+            (long long)g->pause_ns[1], (long long)g->pause_ns[2], (long long)g->max_pause_ns,
+            (unsigned long long)g->collected, (unsigned long long)g->uncollectable);
     }
     if (n > 0 && (size_t)n + 1 < sizeof s)
         s[n++] = '}';
@@ -371,7 +382,7 @@ static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         put_u32(b, rows[i].fid);
         put_u32(b, rows[i].line);
-        put_u32(b, rows[i].kind);
+        put_u32(b, rows[i].kind & ~PP_MEM_NATIVE);
         put_u32(b, rows[i].stack);
         put_u64(b, rows[i].alloc_bytes);
         put_u64(b, rows[i].alloc_count);
@@ -379,6 +390,35 @@ static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
         put_u64(b, rows[i].free_count);
         put_u64(b, rows[i].peak_bytes);
         put_u64(b, rows[i].at_peak_bytes);
+    }
+}
+
+/* MEMEXTRA: of the rows above, what C code allocated and what was temporary. */
+static uint32_t count_extra(const pp_memrow *rows, uint32_t n)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += (rows[i].kind & PP_MEM_NATIVE) || rows[i].temp_count;
+    return k;
+}
+
+static void put_extrarows(buf *b, const pp_memrow *rows, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const pp_memrow *r = &rows[i];
+        if (!(r->kind & PP_MEM_NATIVE) && !r->temp_count)
+            continue;
+        int native = (r->kind & PP_MEM_NATIVE) != 0;
+        put_u32(b, r->fid);
+        put_u32(b, r->line);
+        put_u32(b, r->kind & ~PP_MEM_NATIVE);
+        put_u32(b, r->stack);
+        put_u64(b, native ? r->alloc_bytes : 0);
+        put_u64(b, native ? r->alloc_count : 0);
+        put_u64(b, native ? r->free_bytes : 0);
+        put_u64(b, native ? r->free_count : 0);
+        put_u64(b, r->temp_bytes);
+        put_u64(b, r->temp_count);
     }
 }
 
@@ -432,6 +472,15 @@ static void put_memory(buf *b, pp_run *p, pp_memrow *live, uint32_t nlive,
         put_memrows(b, p->mem.data->rows, nold);
     put_memrows(b, live, nlive);
     record_end(b, r);
+    uint32_t nextra = (nold ? count_extra(p->mem.data->rows, nold) : 0) + count_extra(live, nlive);
+    if (nextra) {                           /* live stack ids renumbered above */
+        r = record_begin(b, PP_REC_MEMEXTRA);
+        put_u32(b, nextra);
+        if (nold)
+            put_extrarows(b, p->mem.data->rows, nold);
+        put_extrarows(b, live, nlive);
+        record_end(b, r);
+    }
     r = record_begin(b, PP_REC_MEMSTACKS);
     put_u32(b, old_stacks + (live_stacks ? live_stacks->n : 0));
     put_stacklist(b, p->mem.data ? &p->mem.data->stacks : NULL);
@@ -743,7 +792,7 @@ static void put_memory_row(buf *b, const stepctx *c, uint32_t i, const pp_cnt4 *
         stack = stack == PP_NONE || !c->p->mem.stacks ? PP_NONE : stack + c->old_stacks;
     put_u32(b, r->fid);
     put_u32(b, r->line);
-    put_u32(b, r->kind);
+    put_u32(b, r->kind & ~PP_MEM_NATIVE);
     put_u32(b, stack);
     put_u64(b, d->calls);
     put_u64(b, d->rec_calls);

@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 6
+#define PP_FORMAT_MINOR 7
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -51,12 +51,16 @@ enum {
     PP_REC_LINEMEM = 19,        /* 1.5: u32 n, n x <IIIIQQqq thread fid line pad alloc_bytes
                                  * alloc_blocks net_bytes peak_bytes> (line mode with memory:
                                  * callees included) */
-    PP_REC_TASKS = 20,          /* 1.6: u32 n, n x <IIIIIIqqqqQQ fid coro_fid created_fid
+    PP_REC_MEMEXTRA = 20,       /* 1.6: u32 n, n x <IIIIQQQQQQ fid line kind stack
+                                 * native_alloc_bytes native_alloc_blocks native_free_bytes
+                                 * native_free_blocks temp_bytes temp_blocks>: of MEMORY's
+                                 * rows, C code's blocks and the temporary ones */
+    PP_REC_TASKS = 21,          /* 1.7: u32 n, n x <IIIIIIqqqqQQ fid coro_fid created_fid
                                  * created_line thread state start_ns end_ns running_ns
                                  * awaiting_ns samples steps> (asyncio; times from the start) */
-    PP_REC_COROS = 21,          /* 1.6: u32 n, n x <IIQQqq fid pad instances ended wall open_wall>
+    PP_REC_COROS = 22,          /* 1.7: u32 n, n x <IIQQqq fid pad instances ended wall open_wall>
                                  * (function tracing: coroutines from first start to end) */
-    PP_REC_TASKSTEPS = 22,      /* 1.6: u32 n, n x <IIqq task pad start_ns dur_ns> (tracing's
+    PP_REC_TASKSTEPS = 23,      /* 1.7: u32 n, n x <IIqq task pad start_ns dur_ns> (tracing's
                                  * tasks with a timeline: each step of each task) */
     PP_REC_END = 0xFFFF,
 };
@@ -85,6 +89,8 @@ typedef struct pp_run {
     double snap_ns_per_tick;    /* > 0: the next snapshot converts ticks with this */
     pp_cntbase step_samples;    /* steps: sample counters at the last mark, by entry */
     pp_cntbase step_memory;     /* steps: live allocation sites at the last mark, by site */
+    int gc;                     /* watch the garbage collector (gcwatch.c) */
+    pp_gcstats gcstats;         /* its collections while enabled, over all runs */
 } pp_run;
 
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as

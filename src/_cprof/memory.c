@@ -32,11 +32,11 @@ enum { DOM_RAW, DOM_MEM, DOM_OBJ, NDOM };
 static const PyMemAllocatorDomain domain_id[NDOM] = {
     PYMEM_DOMAIN_RAW, PYMEM_DOMAIN_MEM, PYMEM_DOMAIN_OBJ};
 
-/* The allocators below ours, never changed once installed: callers read an
+/* The allocators below ours, never changed while installed: callers read an
  * allocator's function and context without a lock, so ours ignore ctx. */
 static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
-static int installed;
+static int installed, atfork_done;
 static _Atomic int recording;
 
 /* ---------------------------------------------------------------- lock */
@@ -364,7 +364,43 @@ static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
     return 1;
 }
 
-static void note_alloc(void *ptr, size_t size)
+/* Temporary allocations: a thread's recorded allocations are numbered; a
+ * block freed by the thread that made it, fewer than `temporary` of its
+ * allocations later, is temporary (memray's definition). */
+#define SEQ_BITS 24                         /* the number, modulo 2**24 */
+#define SEQ_MASK ((1u << SEQ_BITS) - 1)
+static uint32_t temporary;
+static _Atomic uint32_t next_tag;
+static __thread struct { uint64_t gen; uint32_t tag, n; } s_seq
+    __attribute__((tls_model("initial-exec")));
+
+/* A thread's tag (8 bits: threads 256 apart share one, and are told apart by
+ * their numbers, which would also have to fall within N) and number. */
+static inline uint32_t next_seq(void)
+{
+    uint64_t gen = atomic_load_explicit(&run_gen, memory_order_relaxed);
+    if (s_seq.gen != gen) {
+        s_seq.gen = gen;
+        s_seq.tag = (atomic_fetch_add_explicit(&next_tag, 1, memory_order_relaxed) & 0xFF) + 1;
+        s_seq.n = 0;
+    }
+    return (s_seq.tag & 0xFF) << SEQ_BITS | (++s_seq.n & SEQ_MASK);
+}
+
+static inline int is_temporary(const block *b)
+{
+    return temporary && s_seq.gen == atomic_load_explicit(&run_gen, memory_order_relaxed)
+           && (s_seq.tag & 0xFF) == b->count >> SEQ_BITS
+           && ((s_seq.n - b->count) & SEQ_MASK) < temporary;
+}
+
+/* Blocks an entry stands for (its count holds a number with --temporary). */
+static inline uint32_t blocks_of(const block *b)
+{
+    return temporary ? 1 : b->count;
+}
+
+static void note_alloc(void *ptr, size_t size, uint32_t src)
 {
     uint64_t est;
     uint32_t est_count;
@@ -394,8 +430,23 @@ static void note_alloc(void *ptr, size_t size)
         kind = PP_MEM_LINE;
     else {
         int att;
-        kind = pp_signal_tstate(&att) && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
+        PyThreadState *ts = pp_signal_tstate(&att);
+        kind = ts && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
+        pp_rawframe f;
+        int cut;
+        /* C code called from a Python line that released the GIL (ctypes,
+         * sqlite3, zlib): that line, read from the thread's own frames, which
+         * cannot change while it runs C code. No reference can be taken
+         * without the GIL: the site holds none (see pp_memory_rows). */
+        if (src && ts && !att && pp_frames_walk(ts, &f, 1, &cut) == 1) {
+            kind = PP_MEM_LINE;
+            code = f.code;
+            offset = f.offset;
+        }
     }
+    kind |= src;
+    /* what the entry keeps in count: exact mode with --temporary, one block */
+    uint32_t stored = temporary ? next_seq() : est_count;
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
@@ -404,9 +455,11 @@ static void note_alloc(void *ptr, size_t size)
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
         else {
-            if (created && code)
-                Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
             pp_memsite *st = &sites[k];
+            if (code && attached && !st->held) {
+                Py_INCREF((PyObject *)code);   /* attached: the GIL is ours; dropped in clear */
+                st->held = 1;
+            }
             if (created)
                 st->seen_peak = peak_index;     /* made after the last peak: 0 there */
             settle_peak(st);
@@ -414,7 +467,7 @@ static void note_alloc(void *ptr, size_t size)
             st->alloc_count += est_count;
             if (st->alloc_bytes - st->free_bytes > st->peak_bytes)
                 st->peak_bytes = st->alloc_bytes - st->free_bytes;
-            block_put((uintptr_t)ptr, k, size, est_count);
+            block_put((uintptr_t)ptr, k, size, stored);
             totals.allocated += size;
             totals.current += size;
             if (totals.current > totals.peak) {
@@ -428,7 +481,7 @@ static void note_alloc(void *ptr, size_t size)
         }
     }
     unlock_tables();
-    if (kind == PP_MEM_LINE)
+    if (attached)
         pp_threads_mem_delta((int64_t)size, (int64_t)size, est_count);
 }
 
@@ -453,25 +506,30 @@ static int take_block(void *ptr, block *b)
     return had;
 }
 
-/* Charges a freed block to its site. Tables locked. */
-static void charge_locked(const block *b)
+/* Charges a freed block to its site (freed: by free, not moved by realloc).
+ * Tables locked. */
+static void charge_locked(const block *b, int freed)
 {
     if (!atomic_load_explicit(&recording, memory_order_relaxed) || b->site >= nsites)
         return;
+    if (freed && is_temporary(b)) {
+        sites[b->site].temp_bytes += b->size;
+        sites[b->site].temp_count++;
+    }
     if (rising) {                           /* the first free after a maximum: a peak */
         peak_index++;
         rising = 0;
     }
     settle_peak(&sites[b->site]);
     sites[b->site].free_bytes += b->size;
-    sites[b->site].free_count += b->count;
+    sites[b->site].free_count += blocks_of(b);
     totals.current -= b->size;
 }
 
 static void charge_free(const block *b)
 {
     lock_tables();
-    charge_locked(b);
+    charge_locked(b, 0);
     unlock_tables();
     pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
 }
@@ -486,7 +544,7 @@ static void release_block(void *ptr)
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
     if (had)
-        charge_locked(&b);
+        charge_locked(&b, 1);
     else if (!sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
         totals.unknown_frees++;
     unlock_tables();
@@ -513,13 +571,13 @@ void pp_memory_forget(PyObject *obj)
     if (had && b.site < nsites) {
         settle_peak(&sites[b.site]);
         sites[b.site].alloc_bytes -= b.size;
-        sites[b.site].alloc_count -= b.count;
+        sites[b.site].alloc_count -= blocks_of(&b);
         totals.allocated -= b.size;
         totals.current -= b.size;
     }
     unlock_tables();
     if (had)
-        pp_threads_mem_delta(-(int64_t)b.size, -(int64_t)b.size, -(int64_t)b.count);
+        pp_threads_mem_delta(-(int64_t)b.size, -(int64_t)b.size, -(int64_t)blocks_of(&b));
 }
 
 /* ---------------------------------------------------------------- hooks */
@@ -541,7 +599,7 @@ static inline int pass_through(int d)
 /* After a realloc below: the old block (taken out before, b; NULL if it was
  * not tracked) is back if the realloc failed, else freed and the new one made
  * on this line. */
-static void realloc_done(void *old, void *ptr, size_t size, const block *b)
+static void realloc_done(void *old, void *ptr, size_t size, const block *b, uint32_t src)
 {
     if (ptr == NULL) {
         if (b)
@@ -550,7 +608,7 @@ static void realloc_done(void *old, void *ptr, size_t size, const block *b)
     }
     if (b)
         charge_free(b);
-    note_alloc(ptr, size);
+    note_alloc(ptr, size, src);
 }
 
 static void *do_malloc(int d, size_t size)
@@ -560,7 +618,7 @@ static void *do_malloc(int d, size_t size)
     pp_mem_self = 1;
     void *ptr = below[d].malloc(below[d].ctx, size);
     if (ptr)
-        note_alloc(ptr, size);
+        note_alloc(ptr, size, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -572,7 +630,7 @@ static void *do_calloc(int d, size_t nelem, size_t elsize)
     pp_mem_self = 1;
     void *ptr = below[d].calloc(below[d].ctx, nelem, elsize);
     if (ptr)
-        note_alloc(ptr, nelem * elsize);   /* the PyMem_*Calloc callers checked overflow */
+        note_alloc(ptr, nelem * elsize, 0);   /* the PyMem_*Calloc callers checked overflow */
     pp_mem_self = 0;
     return ptr;
 }
@@ -585,7 +643,7 @@ static void *do_realloc(int d, void *old, size_t size)
     block b;
     int had = old != NULL && take_block(old, &b);
     void *ptr = below[d].realloc(below[d].ctx, old, size);
-    realloc_done(old, ptr, size, had ? &b : NULL);
+    realloc_done(old, ptr, size, had ? &b : NULL, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -611,9 +669,23 @@ DOMAIN_HOOKS(raw, DOM_RAW)
 DOMAIN_HOOKS(mem, DOM_MEM)
 DOMAIN_HOOKS(obj, DOM_OBJ)
 
-static void atfork_prepare(void);
-static void atfork_parent(void);
-static void atfork_child(void);
+static void atfork_prepare(void)
+{
+    pp_curve_lock();
+    lock_tables();
+}
+
+static void atfork_parent(void)
+{
+    unlock_tables();
+    pp_curve_unlock();
+}
+
+static void atfork_child(void)
+{
+    unlock_tables();
+    pp_curve_after_fork_child();
+}
 
 static void install(void)
 {
@@ -624,8 +696,22 @@ static void install(void)
         PyMem_GetAllocator(domain_id[d], &below[d]);
     for (int d = 0; d < NDOM; d++)
         PyMem_SetAllocator(domain_id[d], &ours[d]);
-    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    atfork_done = atfork_done || pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0;
     installed = 1;
+}
+
+/* A detach (GIL held, not recording): the allocators found at install back, unless a
+ * hook sits above ours (then kept, forwarding). 1 done, 0 kept. */
+int pp_memory_uninstall(void)
+{
+    PyMemAllocatorEx cur;
+    for (int d = 0; d < NDOM && installed; d++)
+        if (PyMem_GetAllocator(domain_id[d], &cur), cur.malloc != ours[d].malloc)
+            return 0;
+    for (int d = 0; d < NDOM && installed; d++)
+        PyMem_SetAllocator(domain_id[d], &below[d]);
+    installed = 0;
+    return 1;
 }
 
 /* Domains whose allocations still reach our hooks: ours may be on top, or
@@ -643,261 +729,28 @@ static int reached_domains(void)
 
 /* For the NumPy handler (memory_numpy.c): the hooks' steps, out of line. */
 int pp_memory_pass_through(int d) { return pass_through(d); }
-void pp_memory_note_alloc(void *ptr, size_t size) { note_alloc(ptr, size); }
+void pp_memory_note_alloc(void *ptr, size_t size, uint32_t src) { note_alloc(ptr, size, src); }
 int pp_memory_take_block(void *ptr, pp_memblock *b) { return take_block(ptr, b); }
-void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock *b)
+void pp_memory_realloc_done(void *old, void *ptr, size_t size, const pp_memblock *b,
+                            uint32_t src)
 {
-    realloc_done(old, ptr, size, b);
+    realloc_done(old, ptr, size, b, src);
 }
 void pp_memory_release_block(void *ptr) { release_block(ptr); }
 
-/* -------------------------------------------------------------- curve */
-
-#define CURVE_NS (10 * 1000 * 1000)
-#define CURVE_MAX 65536                     /* then halve it and double the interval */
-
-typedef struct { int64_t t_ns; uint64_t rss, heap, heap_max; uint32_t site; } rawpoint;
-
-static struct {
-    pthread_t thread;
-    int running;
-    pthread_mutex_t mu;                     /* guards points (the sampler thread appends) */
-    pthread_cond_t cv;
-    int stop;
-    rawpoint *points;
-    uint32_t n, cap;
-    int64_t interval_ns;
-    int statm_fd;
-    int cv_ready;
-    int paused;                             /* stopped for a fork */
-    pid_t tid;
-} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .statm_fd = -1};
-
-/* The condition variable waits on CLOCK_MONOTONIC, as the deadlines are. */
-static void init_cv(void)
+void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site)
 {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&C.cv, &attr);
-    pthread_condattr_destroy(&attr);
-    C.cv_ready = 1;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint64_t read_rss(void)
-{
-    char buf[128];
-    if (C.statm_fd < 0)
-        return 0;
-    ssize_t n = pread(C.statm_fd, buf, sizeof buf - 1, 0);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    unsigned long long size = 0, resident = 0;
-    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
-        return 0;
-    return resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
-void pp_memory_rss(uint64_t *rss, uint64_t *peak)
-{
-    int fd = C.statm_fd >= 0 ? C.statm_fd : open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    int saved = C.statm_fd;
-    C.statm_fd = fd;
-    *rss = read_rss();
-    C.statm_fd = saved;
-    if (fd != saved && fd >= 0)
-        close(fd);
-    struct rusage ru;
-    *peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0;
-}
-
-static void add_point(void)
-{
-    rawpoint pt;
-    pt.t_ns = now_ns();
-    pt.rss = read_rss();
     lock_tables();
-    pt.heap = totals.current;
-    pt.heap_max = interval_max > totals.current ? interval_max : totals.current;
-    pt.site = interval_site;
-    interval_max = totals.current;
+    if (heap) {
+        *heap = totals.current;
+        *heap_max = interval_max > totals.current ? interval_max : totals.current;
+        *site = interval_site;
+        interval_max = totals.current;
+    }
+    else
+        interval_max = 0;
     interval_site = UINT32_MAX;
     unlock_tables();
-    pthread_mutex_lock(&C.mu);
-    if (C.n == CURVE_MAX) {                 /* keep the shape: pairs merged, maxima kept */
-        for (uint32_t i = 0; i < C.n / 2; i++) {
-            rawpoint a = C.points[2 * i], b = C.points[2 * i + 1];
-            rawpoint m = b;
-            if (a.heap_max > b.heap_max) {
-                m.heap_max = a.heap_max;
-                m.site = a.site;
-            }
-            if (a.rss > m.rss)
-                m.rss = a.rss;
-            C.points[i] = m;
-        }
-        C.n /= 2;
-        C.interval_ns *= 2;
-    }
-    if (C.n == C.cap) {
-        uint32_t ncap = C.cap ? C.cap * 2 : 1024;
-        rawpoint *np = realloc(C.points, ncap * sizeof *np);   /* libc: not a hooked allocator */
-        if (np == NULL) {
-            pthread_mutex_unlock(&C.mu);
-            return;
-        }
-        C.points = np;
-        C.cap = ncap;
-    }
-    C.points[C.n++] = pt;
-    pthread_mutex_unlock(&C.mu);
-}
-
-static void *curve_main(void *arg)
-{
-    (void)arg;
-    sigset_t set;
-    sigfillset(&set);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);         /* the program's signals are not ours */
-    C.tid = (pid_t)syscall(SYS_gettid);
-    pthread_mutex_lock(&C.mu);
-    while (!C.stop) {
-        int64_t due = now_ns() + C.interval_ns;
-        struct timespec ts = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
-        pthread_cond_timedwait(&C.cv, &C.mu, &ts);
-        if (C.stop)
-            break;
-        pthread_mutex_unlock(&C.mu);
-        add_point();
-        pthread_mutex_lock(&C.mu);
-    }
-    pthread_mutex_unlock(&C.mu);
-    return NULL;
-}
-
-static void curve_start(void)
-{
-    if (!C.cv_ready)
-        init_cv();
-    pthread_mutex_lock(&C.mu);
-    C.n = 0;
-    C.stop = 0;
-    C.paused = 0;
-    C.interval_ns = CURVE_NS;
-    pthread_mutex_unlock(&C.mu);
-    if (C.statm_fd < 0)
-        C.statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    interval_max = 0;
-    interval_site = UINT32_MAX;
-    add_point();                            /* where the curve starts */
-    C.running = pthread_create(&C.thread, NULL, curve_main, NULL) == 0;
-}
-
-static void curve_stop(void)
-{
-    if (C.running) {
-        pthread_mutex_lock(&C.mu);
-        C.stop = 1;
-        pthread_cond_signal(&C.cv);
-        pthread_mutex_unlock(&C.mu);
-        pthread_join(C.thread, NULL);
-        C.running = 0;
-    }
-    add_point();                            /* where it ends */
-}
-
-/* Around fork, as the sampler's helper: CPython counts threads after fork(). */
-pid_t pp_memory_curve_pause(void)
-{
-    if (!C.running)
-        return C.paused ? C.tid : 0;        /* another thread's fork paused it */
-    pthread_mutex_lock(&C.mu);
-    C.stop = 1;
-    pthread_cond_signal(&C.cv);
-    pthread_mutex_unlock(&C.mu);
-    /* Before the GIL goes: a thread forking meanwhile must not join it too. */
-    C.running = 0;
-    C.paused = 1;
-    pthread_t th = C.thread;
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(th, NULL);
-    Py_END_ALLOW_THREADS
-    return C.tid;
-}
-
-void pp_memory_curve_resume(void)
-{
-    if (!C.paused)
-        return;
-    C.paused = 0;
-    if (!atomic_load(&recording) || C.running)
-        return;                             /* stopped meanwhile */
-    pthread_mutex_lock(&C.mu);
-    C.stop = 0;
-    pthread_mutex_unlock(&C.mu);
-    C.running = pthread_create(&C.thread, NULL, curve_main, NULL) == 0;
-}
-
-static void atfork_prepare(void)
-{
-    pthread_mutex_lock(&C.mu);
-    lock_tables();
-}
-
-static void atfork_parent(void)
-{
-    unlock_tables();
-    pthread_mutex_unlock(&C.mu);
-}
-
-/* The child has no curve thread: it goes on without one. */
-static void atfork_child(void)
-{
-    unlock_tables();
-    pthread_mutex_init(&C.mu, NULL);
-    if (C.cv_ready)
-        init_cv();
-    C.running = 0;
-    C.paused = 0;
-}
-
-/* The points so far, sites resolved through rows (row i is site i). */
-static pp_mempoint *resolve_curve(const pp_memrow *rows, uint32_t nrows, uint32_t *n)
-{
-    pthread_mutex_lock(&C.mu);
-    pp_mempoint *out = malloc((C.n ? C.n : 1) * sizeof *out);
-    *n = out ? C.n : 0;
-    for (uint32_t i = 0; out && i < C.n; i++) {
-        const rawpoint *r = &C.points[i];
-        uint32_t fid = PP_NONE, line = 0;
-        if (r->site < nrows) {
-            fid = rows[r->site].fid;
-            line = rows[r->site].line;
-        }
-        out[i] = (pp_mempoint){r->t_ns, r->rss, r->heap, r->heap_max, fid, line};
-    }
-    pthread_mutex_unlock(&C.mu);
-    return out;
-}
-
-pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n)
-{
-    pp_memrow *rows;
-    uint32_t nrows;
-    pp_meminfo info;
-    if (pp_memory_rows(p, &rows, &nrows, &info) < 0)
-        return NULL;
-    pp_mempoint *c = resolve_curve(rows, nrows, n);
-    free(rows);
-    return c;
 }
 
 /* ------------------------------------------------------------ control */
@@ -922,9 +775,16 @@ int pp_memory_start(pp_memstate *p)
     pp_memory_clear();
     sample_every = p->sample;
     with_stacks = p->stacks;
+    temporary = p->temporary;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
-    curve_start();
+    pp_curve_start();
+    if (p->native && pp_native_allocs_start() < 0) {
+        pp_curve_stop();
+        atomic_store(&recording, 0);
+        pp_memory_clear();
+        return -1;
+    }
     return 0;
 }
 
@@ -938,30 +798,6 @@ void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run)
     into->live_blocks += run->live_blocks;
     into->dropped += run->dropped;
     into->linked = run->linked;
-}
-
-/* This run's curve after the earlier runs' (rows: this run's, site-indexed),
- * and the RSS peak: the kernel's high-water mark and its RSS counter are
- * updated lazily, so the larger of it and what the curve saw. */
-static void keep_curve(struct pp_memdata *m, const pp_memrow *rows, uint32_t n)
-{
-    uint32_t npts;
-    pp_mempoint *pts = resolve_curve(rows, n, &npts);
-    pp_mempoint *curve = pts ? realloc(m->curve, ((size_t)m->npoints + npts + 1) * sizeof *curve)
-                             : NULL;
-    if (curve) {
-        memcpy(curve + m->npoints, pts, (size_t)npts * sizeof *pts);
-        m->curve = curve;
-        m->npoints += npts;
-    }
-    uint64_t rss_peak;
-    pp_memory_rss(&m->rss_end, &rss_peak);
-    for (uint32_t i = 0; pts && i < npts; i++)
-        if (pts[i].rss > rss_peak)
-            rss_peak = pts[i].rss;
-    if (rss_peak > m->rss_peak)
-        m->rss_peak = rss_peak;
-    free(pts);
 }
 
 /* This run's stacks after the earlier runs'; its rows are made to point there
@@ -1003,7 +839,9 @@ static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, u
 
 int pp_memory_stop(pp_memstate *p)
 {
-    curve_stop();
+    if (p->native)
+        pp_native_allocs_stop();
+    pp_curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
     lock_tables();
     totals.linked = reached == (1 << NDOM) - 1;
@@ -1025,7 +863,7 @@ int pp_memory_stop(pp_memstate *p)
             rc = -1;
         }
         else {
-            keep_curve(m, rows, n);
+            pp_curve_keep(m, rows, n);
             keep_stacks(p, m, rows, n);
             memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
             free(rows);
@@ -1056,18 +894,21 @@ int pp_memory_rows(pp_memstate *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
         return -1;
     }
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t fid = PP_NONE, line = 0;
-        if (s[i].code) {
+        uint32_t fid = PP_NONE, line = 0, kind = s[i].kind;
+        if (s[i].code && !s[i].held && !pp_frames_code_alive(s[i].code))
+            kind = PP_MEM_DETACHED | (kind & PP_MEM_NATIVE);    /* its code is gone */
+        else if (s[i].code) {
             PyObject *code = (PyObject *)s[i].code;
             fid = pp_registry_code(p->reg, code);
             int l = s[i].offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
         }
-        rows[i] = (pp_memrow){fid, line, s[i].kind,
+        rows[i] = (pp_memrow){fid, line, kind,
                               s[i].stack == UINT32_MAX ? PP_NONE : s[i].stack,
                               s[i].alloc_bytes, s[i].alloc_count, s[i].free_bytes,
-                              s[i].free_count, s[i].peak_bytes, s[i].at_peak};
+                              s[i].free_count, s[i].peak_bytes, s[i].at_peak,
+                              s[i].temp_bytes, s[i].temp_count};
     }
     free(s);
     *out = rows;
@@ -1163,7 +1004,7 @@ void pp_memory_clear(void)
 {
     /* GIL held and not recording (or about to start): no hook touches the tables */
     for (size_t k = 0; k < nsites; k++)
-        if (sites[k].code)
+        if (sites[k].code && sites[k].held)
             Py_DECREF((PyObject *)sites[k].code);
     for (size_t k = 0; k < nsframes; k++)
         Py_DECREF((PyObject *)sframes[k].code);

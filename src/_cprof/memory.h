@@ -12,8 +12,10 @@
 #include "registry.h"
 
 /* A site: where blocks were allocated. code == 0: no Python frame (kind says
- * why). Counters in bytes and blocks; net = allocated - freed. */
-enum { PP_MEM_LINE = 0, PP_MEM_DETACHED = 1, PP_MEM_NO_FRAME = 2 };
+ * why); the PP_MEM_NATIVE bit of kind: blocks C code allocated with malloc or
+ * mmap (--native-allocs), not through a Python allocator. Counters in bytes
+ * and blocks; net = allocated - freed. */
+enum { PP_MEM_LINE = 0, PP_MEM_DETACHED = 1, PP_MEM_NO_FRAME = 2, PP_MEM_NATIVE = 4 };
 typedef struct {
     uintptr_t code;
     uint32_t offset;
@@ -23,6 +25,9 @@ typedef struct {
     uint64_t peak_bytes;                /* most of its bytes live at once */
     uint64_t at_peak;                   /* its bytes live when all traced bytes peaked */
     uint64_t seen_peak;                 /* the peak its at_peak belongs to (lazy) */
+    uint64_t temp_bytes, temp_count;    /* blocks freed by their thread soon after (temporary) */
+    uint32_t held;                      /* a reference to code is held (else: found by a
+                                         * thread without the GIL, checked when resolved) */
 } pp_memsite;
 
 typedef struct {
@@ -38,10 +43,11 @@ typedef struct {
 typedef struct {
     uint32_t fid;                       /* PP_NONE for sites without a Python frame */
     uint32_t line;
-    uint32_t kind;
+    uint32_t kind;                      /* with the PP_MEM_NATIVE bit */
     uint32_t stack;                     /* into pp_memdata's stacks, PP_NONE if none */
     uint64_t alloc_bytes, alloc_count, free_bytes, free_count, peak_bytes;
     uint64_t at_peak_bytes;             /* live when the traced total peaked */
+    uint64_t temp_bytes, temp_count;
 } pp_memrow;
 
 /* Allocation stacks, resolved: frames (fid << 32 | line), root first. */
@@ -77,6 +83,8 @@ typedef struct pp_memstate {
     pp_registry *reg;                   /* the owner's function ids */
     int64_t sample;                     /* 0: every allocation; else mean bytes between picks */
     int stacks;                         /* record each allocation's Python stack */
+    int native;                         /* C code's malloc and mmap too (memory_native.c) */
+    uint32_t temporary;                 /* N > 0: count blocks freed within N allocations */
     struct pp_memdata *data;            /* what finished runs recorded, resolved to lines */
 } pp_memstate;
 
@@ -98,18 +106,31 @@ pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n);
 void pp_memory_rss(uint64_t *rss, uint64_t *peak);
 void pp_memory_free(pp_memstate *p);
 
+/* --native-allocs (memory_native.c): NULL if C code's allocations can be
+ * recorded in this process, else why not (one line). */
+const char *pp_native_allocs_unsupported(void);
+/* Point the loaded objects' allocator entries at the recording wrappers, and
+ * back (GIL held). -1 with a Python exception if it cannot be done. */
+int pp_native_allocs_start(void);
+void pp_native_allocs_stop(void);
+
 /* A block pyprof's own hook made CPython allocate (3.11's frame objects for the
  * profile hook): as if never allocated. GIL held. */
 void pp_memory_forget(PyObject *obj);
 
 /* Start/stop recording (GIL held). The hooks are installed on first use and
- * stay, forwarding only, when stopped. */
+ * stay, forwarding only, when stopped, until pp_memory_uninstall. */
 int pp_memory_start(pp_memstate *p);
 /* Around fork (GIL held): stop the memory curve's thread, returning its
  * kernel tid (0: none ran), and start it again. */
 pid_t pp_memory_curve_pause(void);
 void pp_memory_curve_resume(void);
 int pp_memory_stop(pp_memstate *p);
+/* Not recording (GIL held): give the allocators found at install back. 1
+ * done (or none installed), 0 kept (another hook sits above ours). */
+int pp_memory_uninstall(void);
+/* NumPy's default handler as it was (memory_numpy.c): 0, or -1 if it failed. */
+int pp_memory_unpatch_numpy(void);
 /* A copy of the sites (malloc'd, *n entries; the caller frees it) and the totals. */
 pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info);
 /* Forget everything recorded (GIL held, not recording). */

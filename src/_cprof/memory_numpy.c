@@ -28,6 +28,7 @@ typedef struct {
 } np_handler;
 
 static np_handler np_orig, np_wrap;
+static np_handler *np_orig_ptr;         /* the capsule's pointer before the patch */
 static PyObject *np_capsule;            /* NumPy's default handler capsule, patched */
 
 static void *np_malloc(void *ctx, size_t size)
@@ -38,7 +39,7 @@ static void *np_malloc(void *ctx, size_t size)
     pp_mem_self = 1;
     void *ptr = np_orig.allocator.malloc(np_orig.allocator.ctx, size);
     if (ptr)
-        pp_memory_note_alloc(ptr, size);
+        pp_memory_note_alloc(ptr, size, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -51,7 +52,7 @@ static void *np_calloc(void *ctx, size_t nelem, size_t elsize)
     pp_mem_self = 1;
     void *ptr = np_orig.allocator.calloc(np_orig.allocator.ctx, nelem, elsize);
     if (ptr)
-        pp_memory_note_alloc(ptr, nelem * elsize);
+        pp_memory_note_alloc(ptr, nelem * elsize, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -65,7 +66,7 @@ static void *np_realloc(void *ctx, void *old, size_t size)
     pp_memblock b;
     int had = old != NULL && pp_memory_take_block(old, &b);
     void *ptr = np_orig.allocator.realloc(np_orig.allocator.ctx, old, size);
-    pp_memory_realloc_done(old, ptr, size, had ? &b : NULL);
+    pp_memory_realloc_done(old, ptr, size, had ? &b : NULL, 0);
     pp_mem_self = 0;
     return ptr;
 }
@@ -76,7 +77,10 @@ static void np_free(void *ctx, void *ptr, size_t size)
     if (ptr != NULL && !pp_memory_pass_through(-1)) {
         pp_mem_self = 1;
         pp_memory_release_block(ptr);
+        /* inside: with --native-allocs, the C free below is not seen again */
+        np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
         pp_mem_self = 0;
+        return;
     }
     np_orig.allocator.free(np_orig.allocator.ctx, ptr, size);
 }
@@ -110,7 +114,22 @@ int pp_memory_patch_numpy(PyObject *api)
         Py_DECREF(cap);
         return -1;
     }
-    np_capsule = cap;                   /* kept: patched for the life of the process */
+    np_orig_ptr = h;
+    np_capsule = cap;                   /* kept patched until an uninstall (a detach) */
     return 1;
+}
+
+/* The capsule points at NumPy's handler again: arrays made meanwhile free
+ * through it directly (ours only forwarded). GIL held. */
+int pp_memory_unpatch_numpy(void)
+{
+    if (np_capsule == NULL)
+        return 0;
+    if (PyCapsule_SetPointer(np_capsule, np_orig_ptr) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    Py_CLEAR(np_capsule);
+    return 0;
 }
 

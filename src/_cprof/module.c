@@ -8,6 +8,7 @@
  * Never touches interpreter internals (frames.h does).
  */
 #include "profiler.h"
+#include "symbols.h"
 
 #include "clock.h"
 #include <structmember.h>
@@ -24,17 +25,20 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", "paths", "asyncio", NULL};
+                             "memory_stacks", "paths", "native_allocs", "temporary", "gc",
+                             "asyncio", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1, asyncio = 0;
+    int memory_stacks = -1, paths = 1, native_allocs = 0, gc = 0, asyncio = 0;
+    unsigned int temporary = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLipp:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippIpp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks, &paths, &asyncio))
+                                     &memory_stacks, &paths, &native_allocs, &temporary, &gc,
+                                     &asyncio))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -68,6 +72,16 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     /* stacks cost a frame walk per recorded block: by default only when few
      * blocks are recorded (sampled mode) */
     self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
+    self->run.mem.native = native_allocs && self->run.memory;
+    self->run.gc = gc;
+    /* blocks keep a 24-bit allocation number (memory.c): N is below 2**24 */
+    if (temporary >= (1u << 24))
+        temporary = (1u << 24) - 1;
+    self->run.mem.temporary = self->run.memory && !memory_sample ? temporary : 0;
+    if (self->run.mem.native && pp_native_allocs_unsupported() != NULL) {
+        PyErr_SetString(PyExc_ValueError, pp_native_allocs_unsupported());
+        return -1;
+    }
     self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->run.sm.opts.native = native;
@@ -685,6 +699,15 @@ static PyObject *mod_native_modules(PyObject *m, PyObject *ips)
     return out;
 }
 
+static PyObject *mod_native_frames(PyObject *m, PyObject *ips)
+{
+    (void)m;
+    int was = pp_memory_self_begin();
+    PyObject *r = pp_symbols_frames(ips);
+    pp_memory_self_end(was);
+    return r;
+}
+
 static PyObject *mod_native_depth(PyObject *m, PyObject *unused)
 {
     (void)m; (void)unused;
@@ -711,6 +734,15 @@ static PyObject *mod_numpy_patch(PyObject *m, PyObject *api)
     return PyLong_FromLong(rc);
 }
 
+static PyObject *mod_native_allocs_unsupported(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    const char *why = pp_native_allocs_unsupported();
+    if (why == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
+}
+
 static PyObject *mod_term_guard(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -734,7 +766,20 @@ static PyObject *mod_term_guard_ack(PyObject *m, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static PyObject *mod_release(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    int sig, mem;
+    if (pp_profiler_release(&sig, &mem) < 0)
+        return NULL;
+    return Py_BuildValue("{sOsO}", "signal", sig ? Py_True : Py_False,
+                         "allocators", mem ? Py_True : Py_False);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_release", mod_release, METH_NOARGS,
+     "_release() -> {'signal': bool, 'allocators': bool}\nNo profiler enabled: give back "
+     "SIGPROF's disposition and the allocators, where safe now (a detach: docs/attach.md)."},
     {"_term_guard", mod_term_guard, METH_O,
      "_term_guard(signum) -> bool\nMain thread, after signal.signal(signum, handler): re-send "
      "the signal until the handler calls _term_guard_ack() (children.md)."},
@@ -751,9 +796,16 @@ static PyMethodDef module_methods[] = {
     {"native_modules", mod_native_modules, METH_O,
      "native_modules(ips) -> [(path, load base) or None]\nThe loaded objects holding these "
      "addresses (dladdr)."},
+    {"native_frames", mod_native_frames, METH_O,
+     "native_frames(ips) -> {ip: [(name, file, line), ...]} or None without libdw\nThe "
+     "frames naming each address, innermost first (inlined functions, then the function), "
+     "from debug information or the symbol tables."},
     {"_numpy_patch", mod_numpy_patch, METH_O,
      "_numpy_patch(array_api_capsule) -> 1 patched, 0 not possible\nMemory mode: route "
      "NumPy's default array-data handler through pyprof (for the life of the process)."},
+    {"native_allocs_unsupported", mod_native_allocs_unsupported, METH_NOARGS,
+     "native_allocs_unsupported() -> None or str\nWhy C code's allocations cannot be "
+     "recorded in this process (--native-allocs), or None."},
     {"_code_alive", mod_code_alive, METH_O,
      "_code_alive(address) -> bool\nWhether a live code object is at this address, as the "
      "sampler decides it (checked reads)."},
@@ -784,10 +836,19 @@ PyMODINIT_FUNC PyInit__cprof(void)
         goto fail;
     if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0)
         goto fail;
-    PyObject *features = Py_BuildValue("(s" "s" ")", "zlib",
-                                       pp_unwind_available() ? "libunwind" : "");
-    if (features && !pp_unwind_available()) {
-        Py_SETREF(features, Py_BuildValue("(s)", "zlib"));
+    const char *have[3] = {"zlib", NULL, NULL};
+    int nhave = 1;
+    if (pp_unwind_available())
+        have[nhave++] = "libunwind";
+    if (pp_symbols_available())
+        have[nhave++] = "libdw";
+    PyObject *features = PyTuple_New(nhave);
+    for (int i = 0; features && i < nhave; i++) {
+        PyObject *name = PyUnicode_FromString(have[i]);
+        if (name == NULL)
+            Py_CLEAR(features);
+        else
+            PyTuple_SET_ITEM(features, i, name);
     }
     if (features == NULL || PyModule_AddObject(m, "FEATURES", features) < 0) {
         Py_XDECREF(features);

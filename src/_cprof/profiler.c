@@ -10,6 +10,7 @@
  * Never: per-event work; formats (capture.c writes).
  */
 #include "profiler.h"
+#include "gcwatch.h"
 
 #include "clock.h"
 #include "frames.h"
@@ -258,11 +259,20 @@ int pp_profiler_enable(pp_profiler *p)
         PyErr_Clear();                      /* then a fork warns, nothing worse */
     pp_threads_activate(&r->threads);
     r->enabled = 1;
-    int rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);
+    /* the collector's watch first: it may import gc, which no engine should see */
+    int rc = r->gc && pp_gcwatch_start(&r->gcstats, tracing ? &r->tr : NULL) < 0 ? -1 : 0;
+    if (rc == 0)
+        rc = r->memory_only ? 0 : r->sampling ? pp_sampler_start(&r->sm) : pp_tracer_start(&r->tr);
     if (rc == 0 && r->memory && pp_memory_start(&r->mem) < 0) {
         if (!r->memory_only)
             (void)(r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr));
         rc = -1;
+    }
+    if (rc < 0 && r->gc) {              /* keeps the engine's error */
+        pp_err_state err;
+        pp_err_save(&err);
+        pp_gcwatch_stop();
+        pp_err_restore(&err);
     }
     if (rc < 0) {
         r->enabled = 0;
@@ -288,6 +298,8 @@ int pp_profiler_disable(pp_profiler *p)
         pp_threads_activate(NULL);
     }
     r->enabled_ns += pp_clock_monotonic_ns() - r->enabled_since_ns;
+    if (r->gc)
+        pp_gcwatch_stop();
     int rc = r->memory && pp_memory_stop(&r->mem) < 0 ? -1 : 0;
     if (!r->memory_only && (r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr)) < 0)
         rc = -1;
@@ -314,6 +326,22 @@ int pp_profiler_disable(pp_profiler *p)
 pp_profiler *pp_profiler_active(void)
 {
     return pp_active;
+}
+
+/* A detach (docs/attach.md): with no profiler enabled or suspended, what the
+ * engines keep installed between runs is given back. The tracer keeps
+ * nothing (stop frees the tool id and unsets the hooks). */
+int pp_profiler_release(int *signal_done, int *memory_done)
+{
+    if (pp_active != NULL || pp_suspended != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: a profiler is still enabled");
+        return -1;
+    }
+    *signal_done = pp_sampler_release_signal() == 1;
+    *memory_done = pp_memory_uninstall() == 1;
+    if (*memory_done && pp_memory_unpatch_numpy() < 0)
+        *memory_done = 0;
+    return 0;
 }
 
 void pp_profiler_pause_thread(pp_profiler *p, int paused)

@@ -29,7 +29,9 @@
  *
  * The handler stays installed after stop (inactive): a SIGPROF already sent
  * but not yet delivered would otherwise meet SIGPROF's default action, which
- * kills the process.
+ * kills the process. pp_sampler_release_signal gives the disposition found at
+ * the first start back once no SIGPROF is pending anywhere in the process
+ * (a detach: docs/attach.md).
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
@@ -53,6 +55,10 @@
 #include <unistd.h>
 
 pp_sampler_global pp_sampler_g;
+
+/* SIGPROF's disposition before pyprof's first start (GIL held to change). */
+static struct sigaction prev_sigprof;
+static int have_prev_sigprof;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
  * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
@@ -344,7 +350,9 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.foreign, 1, memory_order_relaxed);
     }
     else {
-        nframes = pp_frames_walk_coro(ts, frames, MAX_FRAMES, &truncated, &coro);
+        nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
+        nframes += pp_frames_walk_coro(ts, frames + nframes, MAX_FRAMES - nframes, &truncated,
+                                       &coro);
         state = PP_STATE_PYTHON;
         if (!attached) {
             /* Detached: C code that released the GIL (using CPU since the last
@@ -817,12 +825,13 @@ int pp_sampler_start(pp_sampling *p)
     sa.sa_sigaction = on_sigprof;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGPROF, &sa, NULL) != 0) {
+    if (sigaction(SIGPROF, &sa, have_prev_sigprof ? NULL : &prev_sigprof) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         S.prof = NULL;
         Py_CLEAR(S.owner);
         return -1;
     }
+    have_prev_sigprof = 1;
     read_start_clocks();
     S.started_ns = pp_mono_ns();
     S.cpu0_ns = process_cpu_ns();
@@ -886,6 +895,56 @@ int pp_sampler_stop(pp_sampling *p)
     S.owner = NULL;
     Py_XDECREF(owner);
     return 0;
+}
+
+/* Whether a SIGPROF is pending on any thread (SigPnd) or on the process
+ * (ShdPnd), from /proc; 1 when it cannot be told. */
+static int sigprof_pending(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return 1;
+    const unsigned long long bit = 1ULL << (SIGPROF - 1);
+    int pending = 0;
+    struct dirent *e;
+    while (!pending && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], line[128];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;                   /* a thread that ended meanwhile */
+        while (fgets(line, sizeof line, f) != NULL)
+            if ((strncmp(line, "SigPnd:", 7) == 0 || strncmp(line, "ShdPnd:", 7) == 0)
+                && (strtoull(line + 7, NULL, 16) & bit))
+                pending = 1;
+        fclose(f);
+    }
+    closedir(d);
+    return pending;
+}
+
+int pp_sampler_release_signal(void)
+{
+    if (atomic_load(&S.active) || S.have_thread || helper_paused)
+        return -1;
+    if (!have_prev_sigprof)
+        return 1;
+    struct sigaction cur;
+    if (sigaction(SIGPROF, NULL, &cur) != 0 || !(cur.sa_flags & SA_SIGINFO)
+        || cur.sa_sigaction != on_sigprof) {
+        have_prev_sigprof = 0;          /* the program's own handler since: keep it */
+        return 1;
+    }
+    /* No timer is left to send one (stop disarmed or deleted them all) and a
+     * signal sent is pending at once: none pending now means none can come. */
+    if (sigprof_pending())
+        return 0;
+    if (sigaction(SIGPROF, &prev_sigprof, NULL) != 0)
+        return 0;
+    have_prev_sigprof = 0;
+    return 1;
 }
 
 void pp_sampler_get_info(pp_sampler_info *out)

@@ -146,6 +146,10 @@ int pp_sampler_stop(pp_sampling *p);
  * giving their kernel tids in tids (returns how many), and start them again. */
 int pp_sampler_helper_pause(pid_t tids[2]);
 void pp_sampler_helper_resume(void);
+/* No sampler running (GIL held): give SIGPROF's disposition before the first
+ * start back. 1 done (or nothing to do), 0 not now (a SIGPROF is pending
+ * somewhere: the inert handler stays), -1 a sampler runs. */
+int pp_sampler_release_signal(void);
 /* Move what the handler recorded into p's stack table (GIL held). */
 void pp_sampler_drain(pp_sampling *p);
 /* Counters of the running or last sampler, for the capture's INFO. */

@@ -11,6 +11,8 @@
 
 __thread pp_tls_t pp_tls __attribute__((tls_model("initial-exec")));
 __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
+__thread int pp_gc_running __attribute__((tls_model("initial-exec")));
+uintptr_t pp_gc_code[3];
 
 static pp_threadset *pp_active_set;     /* the enabled profiler's records */
 void (*pp_mem_forget_hook)(PyObject *obj);

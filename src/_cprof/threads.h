@@ -70,6 +70,32 @@ static inline int pp_memory_self_begin(void)
 }
 static inline void pp_memory_self_end(int was) { pp_mem_self = was; }
 
+/* The garbage collector (gcwatch.c sets these while it watches): its
+ * generation + 1 while it runs on this thread, else 0; the pseudo code
+ * object standing for each generation (0: not watching). */
+extern __thread int pp_gc_running __attribute__((tls_model("initial-exec")));
+extern uintptr_t pp_gc_code[3];
+/* Collections seen while watching: per generation, their count and pause. */
+typedef struct {
+    int on;
+    uint64_t collections[3];
+    int64_t pause_ns[3];
+    int64_t max_pause_ns;
+    uint64_t collected, uncollectable;
+} pp_gcstats;
+/* Async-signal-safe: a `<GC gen N>` frame for a stack read on this thread
+ * while the collector runs (1 written), else 0. */
+static inline int pp_gc_frame(pp_rawframe *out)
+{
+    int g = pp_gc_running;
+    if (__builtin_expect(g == 0, 1) || pp_gc_code[g - 1] == 0)
+        return 0;
+    out->code = pp_gc_code[g - 1];
+    out->offset = 0;
+    out->flags = 0;
+    return 1;
+}
+
 void pp_threads_init(pp_threadset *s);
 /* The calling thread's record, made (or reused from an earlier enable) when
  * new; NULL when out of memory. GIL held. */

@@ -399,3 +399,15 @@ int pp_tracer_module_init(Py_ssize_t offset)
     pp_clock_init();
     return pp_tracer_backend_init();
 }
+
+int pp_tracer_pseudo(pp_tracer *p, PyObject *code, int entering)
+{
+    if (!p->enabled)
+        return 0;
+    uint64_t key = (uint64_t)(uintptr_t)code;
+    if (entering)
+        pp_tracer_enter_slow(p, key, code, NULL, PP_KIND_PYTHON);
+    else
+        pp_tracer_leave_slow(p, key, pp_tracer_now(p));
+    return 1;
+}

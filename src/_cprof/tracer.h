@@ -131,6 +131,10 @@ void pp_tracer_stop_all(pp_tables *t, pp_stack *st, int64_t now, int lines);
  * into wall[fid] (nfid entries), GIL held. */
 void pp_tracer_coro_open_wall(const pp_tracer *t, int64_t now, int64_t *wall, uint32_t nfid);
 void pp_tracer_coro_clear(pp_tracer *t);
+/* Time that is not a call (the garbage collector) entered and left as a
+ * function of its own, the pseudo code object `code` (GIL held); 0 when
+ * the tracer is not on (nothing recorded). */
+int pp_tracer_pseudo(pp_tracer *t, PyObject *code, int entering);
 /* Ticks of the tracer's clock per nanosecond (user timer: its unit). */
 double pp_tracer_ticks_per_ns(const pp_tracer *t);
 

@@ -190,11 +190,23 @@ static inline void line_mem_end(pp_tables *t, const pp_stack *st, pp_frame *f)
 HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now)
 {
     pp_thread *ts = pp_threads_current(p->threads);
-    if (UNLIKELY(ts == NULL || ts->st.depth == 0 || line < 0))
+    if (UNLIKELY(ts == NULL || ts->st.depth == 0)) {
+        /* A target running since before enable(), with nothing of its thread
+         * seen below it (attached mid-run: docs/attach.md): one call, from now.
+         * (3.11 sends the lines of any frame that began before enable.) */
+        uint32_t fid = pp_index_get(&p->reg->idx, (uint64_t)(uintptr_t)code);
+        if (line < 0 || fid == PP_NONE || !p->reg->ftarget[fid])
+            return;
+        pp_tracer_enter_slow(p, (uint64_t)(uintptr_t)code, code, NULL, PP_KIND_PYTHON);
+        ts = pp_threads_current(p->threads);
+        if (ts == NULL || ts->st.depth == 0)
+            return;
+    }
+    if (UNLIKELY(line < 0))
         return;
     pp_frame *f = &ts->st.f[ts->st.depth - 1];
     if (f->key != (uint64_t)(uintptr_t)code)
-        return;                 /* a frame that began before enable() */
+        return;                 /* a frame that began before enable(), under others */
     pp_tables *t = &ts->t;
     ts->events++;
     now -= ts->st.line_cost;    /* the clock without our bookkeeping (stack.h) */

@@ -320,17 +320,19 @@ def _own_code(name, file) -> bool:
             os.path.dirname(os.path.abspath(__file__))))
 
 
-def top_functions(session, n=3, share=0.01) -> list:
+def top_functions(session, n=3, share=0.01, skip=None) -> list:
     """The n functions that took the most time: (name, file, line, seconds),
     by self time (traced) or by samples at the leaf (sampled); those under
-    `share` of the total, and pyprof's own, left out."""
+    `share` of the total, pyprof's own and those `skip(name, file)` names
+    left out."""
     try:
         m = time_figures(session)
     except PyprofError:
         return []
     total = sum(f.value for f in m.functions.values())
     rows = sorted(((k, f) for k, f in m.functions.items()
-                   if f.value > share * total and not _own_code(*m.labels[k][:2])),
+                   if f.value > share * total and not _own_code(*m.labels[k][:2])
+                   and not (skip and skip(*m.labels[k][:2]))),
                   key=lambda kv: -kv[1].value)[:n]
     return [(*m.labels[k], f.value) for k, f in rows]
 

@@ -32,8 +32,8 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..errors import PyprofError
-from ..model.session import (NO_FUNCTION, TABLES, CoroCounters, MemCounters, PathNode, Session,
-                             Stack, Step, Thread, process_records)
+from ..model.session import (NO_FUNCTION, TABLES, CoroCounters, MemCounters, MemExtra, PathNode,
+                             Session, Stack, Step, Thread, process_records)
 
 
 @dataclass
@@ -61,6 +61,7 @@ class _Merged:
         self.stack_ids: dict = {}           # Stack with merged fids -> merged stack id
         self.memory_stack_ids: dict = {}    # frames with merged fids -> merged id
         self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
+        self.memory_extra: dict = {}        # (fid, line, site, stack) -> MemExtra
         self.origin_ns = 0                  # wall time of the earliest input's start
         self.steps: dict = {}               # step index -> (Step, its _Merged tables)
 
@@ -156,6 +157,14 @@ def _merge_memory_rows(merged, src, remap):
         key = _remap_key((fid, line, site, stack), table.keys, remap)
         merged.memory_rows.setdefault(key, MemCounters()).add(c)
     merged.session.memory_rows = [(*key, c) for key, c in merged.memory_rows.items()]
+
+
+def _merge_memory_extra(merged, src, remap):
+    table = _TABLE["memory_extra"]
+    for fid, line, site, stack, c in src.memory_extra:
+        key = _remap_key((fid, line, site, stack), table.keys, remap)
+        merged.memory_extra.setdefault(key, MemExtra()).add(c)
+    merged.session.memory_extra = [(*key, c) for key, c in merged.memory_extra.items()]
 
 
 def _merge_fmemory(merged, src, remap):
@@ -262,6 +271,7 @@ _TABLE = {t.name: t for t in TABLES}
 # The counter tables that need more than their keys remapped; the others are
 # copied by _table_merger.
 _SPECIAL = {"paths": _merge_paths, "fmemory": _merge_fmemory, "memory_rows": _merge_memory_rows,
+            "memory_extra": _merge_memory_extra,
             "timeline": _merge_timeline}
 _COUNTER_MERGERS = {t.name: _SPECIAL.get(t.name) or _table_merger(t) for t in TABLES}
 

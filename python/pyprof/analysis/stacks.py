@@ -20,11 +20,30 @@ def frame_label(session, fid, line, lines=False):
     return (fn.qualname, fn.filename, fn.line)
 
 
-def native_label(session, ip):
+def native_frames(session, ip, lines=False) -> list:
+    """The frames naming a native address, innermost first: the function (or
+    the inlined functions, then the function that holds them) with its source
+    file and line where the capture knows them (libdw, debug information),
+    else with its object's path. With ``lines`` a label carries its line."""
     sym = session.meta.get("native_symbols", {}).get(str(ip))
-    if sym:
-        return (sym[0], sym[1], 0)
-    return (f"0x{ip:x}", "", 0)
+    if not sym:
+        return [(f"0x{ip:x}", "", 0)]
+    if len(sym) >= 4 and sym[2]:
+        inner = [(sym[0], sym[2], sym[3])] + [tuple(f) for f in (sym[4] if len(sym) > 4 else ())]
+        return [(f"{name}:{line}" if lines else name, file, line if lines else 0)
+                for name, file, line in inner]
+    return [(sym[0], sym[1], 0)]
+
+
+def native_label(session, ip):
+    """The innermost frame of a native address (native_frames)."""
+    return native_frames(session, ip)[0]
+
+
+def frame_name(label) -> str:
+    """A frame's function without its line (labels made with ``lines``)."""
+    head, sep, tail = label.rpartition(":")
+    return head if sep and tail.isdigit() else label
 
 
 def has_stacks(session) -> bool:
@@ -70,8 +89,8 @@ def named_stacks(session, lines=False, threads=True, states=None, thread_ids=Non
         frames = [frame_label(session, fid, ln, lines) for fid, ln in st.frames]
         name = STATES[state]
         if st.native:
-            frames = merge_native(session, frames, st)
-            if state != 0 and any(f[0] == "take_gil" for f in frames):
+            frames = merge_native(session, frames, st, lines)
+            if state != 0 and any(frame_name(f[0]) == "take_gil" for f in frames):
                 name = "gil"
         if states is not None and name not in states:
             continue
@@ -86,7 +105,7 @@ def named_stacks(session, lines=False, threads=True, states=None, thread_ids=Non
 EVAL = "_PyEval_EvalFrameDefault"
 
 
-def merge_native(session, py_frames, st):
+def merge_native(session, py_frames, st, lines=False):
     """One stack from the Python frames (root first) and the native ones (leaf
     first): from the leaf up, each call of the interpreter's evaluation loop is
     replaced by the run of Python frames it executed (they start at the entry
@@ -95,16 +114,16 @@ def merge_native(session, py_frames, st):
     at the root."""
     native = []                                                             # leaf first
     for ip in st.native:
-        label = native_label(session, ip)
-        if not (native and label == native[-1] and label[0].startswith("[")):
-            native.append(label)        # one frame for a run of unnamed code of one object
+        for label in native_frames(session, ip, lines):
+            if not (native and label == native[-1] and label[0].startswith("[")):
+                native.append(label)    # one frame for a run of unnamed code of one object
     bounds = sorted(set(st.entries) | {0})
     segments = [py_frames[a:b] for a, b in zip(bounds, bounds[1:] + [len(py_frames)])]
     segments = [seg for seg in segments if seg]
     out = []                                                                # leaf first
     last_eval = None
     for label in native:
-        if label[0] == EVAL and segments:
+        if frame_name(label[0]) == EVAL and segments:
             out.extend(reversed(segments.pop()))
             last_eval = len(out)
         else:

@@ -49,6 +49,10 @@ COLUMNS = {
     "net-bytes": ("net", "B", "allocated minus freed (still live at the end)"),
     "peak-bytes": ("peak", "B", "most bytes live at once (sites, or calls with --functions)"),
     "allocs": ("allocs", "n", "allocations (blocks)"),
+    "native-bytes": ("native", "B", "of alloc: bytes C code allocated with malloc or mmap "
+                     "(--native-allocs)"),
+    "temp-allocs": ("temp", "n", "temporary allocations: blocks freed by their thread within "
+                    "N of its allocations (--temporary)"),
     "occurrence": ("occurrence", "n", "contexts, callers or functions the node stands for"),
     "running": ("running", "s", "task: time it ran (its samples' weight)"),
     "awaiting": ("awaiting", "s", "task: its lifetime less its running time (wall mode); "
@@ -62,8 +66,8 @@ COLUMNS = {
 }
 # What adds up from children into a parent (tree views); the rest belongs to
 # the node alone.
-SUMMED = ("time", "cpu", "samples", "bytes", "net-bytes", "peak-bytes", "allocs", "running",
-          "awaiting")
+SUMMED = ("time", "cpu", "samples", "bytes", "net-bytes", "peak-bytes", "allocs", "native-bytes",
+          "temp-allocs", "running", "awaiting")
 # select/order-by name -> metric in Node.own / Node.total and which of the two
 SELF_OF = {"self-time": "time", "self-samples": "samples", "self-bytes": "bytes"}
 EDGE_KINDS = ("callers", "callees", "caller", "callee")
@@ -222,12 +226,12 @@ def available_columns(session, name) -> list:
         if src["sample"]:
             cols += ["samples", "self-samples", "time", "self-time", "cpu"]
         if src["memory"]:
-            cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
+            cols += ["bytes", "net-bytes", "peak-bytes", "allocs", *_memory_extra_columns(session)]
             if session.line_memory:
                 cols.append("self-bytes")
     elif name == "memory":
         if src["memory"]:
-            cols += ["bytes", "net-bytes", "peak-bytes", "allocs"]
+            cols += ["bytes", "net-bytes", "peak-bytes", "allocs", *_memory_extra_columns(session)]
     elif name == "tasks":
         if session.tasks:
             cols += ["running", "awaiting", "coroutine", "created", "state"]
@@ -255,10 +259,18 @@ def available_columns(session, name) -> list:
     return list(dict.fromkeys(cols))
 
 
+def _memory_extra_columns(session) -> list:
+    """The memory columns of --native-allocs and --temporary, when recorded."""
+    mem = session.info.get("memory") or {}
+    return (["native-bytes"] if mem.get("native_allocs") else []) + (
+        ["temp-allocs"] if mem.get("temporary") else [])
+
+
 def _default_select(available, name) -> list:
     order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes",
-                       "self-bytes"],
-             "memory": ["bytes", "net-bytes", "peak-bytes", "allocs"],
+                       "self-bytes", "native-bytes", "temp-allocs"],
+             "memory": ["bytes", "net-bytes", "peak-bytes", "allocs", "native-bytes",
+                        "temp-allocs"],
              "tasks": ["coroutine", "created", "running", "awaiting", "samples", "steps",
                        "state"]}.get(
         name, ["calls", "samples", "time", "self-time", "awaiting", "bytes", "net-bytes",
@@ -652,6 +664,8 @@ def line_nodes(session, threads) -> dict:
             n.total.update({"bytes": c.alloc_bytes, "net-bytes": c.net_bytes,
                             "peak-bytes": c.peak_bytes, "allocs": c.alloc_count})
             n.own["bytes"] = c.alloc_bytes
+        for (fid, line), e in session.memory_ext_lines().items():
+            _extra(row(fid, line).total, e, session)
         # line targets: callees included, as their time (docs/memory.md)
         for (fid, line), c in session.line_memory_totals(threads).items():
             n = row(fid, line)
@@ -672,8 +686,18 @@ def _memory(session, threads) -> dict:
             n = Node(f"[{kind}]", kind="site")
         n.total = {"bytes": c.alloc_bytes, "net-bytes": c.net_bytes,
                    "peak-bytes": c.peak_bytes, "allocs": c.alloc_count}
+        _extra(n.total, session.memory_ext.get((fid, line, kind)), session)
         rows[(fid, line, kind)] = n
     return rows
+
+
+def _extra(total, e, session) -> None:
+    """A memory row's native bytes and temporary blocks, where recorded."""
+    mem = session.info.get("memory") or {}
+    if mem.get("native_allocs"):
+        total["native-bytes"] = e.native_alloc_bytes if e else 0
+    if mem.get("temporary"):
+        total["temp-allocs"] = e.temp_count if e else 0
 
 
 # ---------------------------------------------------------------- filtering

@@ -13,7 +13,7 @@ import gzip
 import os
 
 from ..files import atomic_write
-from ..analysis.stacks import named_stacks
+from ..analysis.stacks import frame_name, named_stacks
 from ..model.names import plain_builtin_name
 
 
@@ -58,10 +58,14 @@ def render(session, lines=True) -> bytes:
     for t, state, frames, count, weight in named_stacks(session, lines=True, threads=False):
         loc_ids = []
         for label, file, line in reversed(frames):                  # leaf first
-            name = label.rsplit(":", 1)[0] if file or label.startswith("<") else label
-            if not file and name.startswith("<") and name.endswith(">"):
-                # --async's <task NAME>: pprof drops <...> from names (C++ templates)
-                name = f"[{name[1:-1]}]"
+            if file:
+                name = frame_name(label)
+            elif label.startswith("<") and label.rsplit(":", 1)[0].endswith(">"):
+                # --async's <task NAME>, <await NAME>: pprof drops <...> from names
+                # (C++ templates), so they are [task NAME]
+                name = f"[{label.rsplit(':', 1)[0][1:-1]}]"
+            else:
+                name = label
             if file == "~":                 # a C function (traced captures)
                 name, file = plain_builtin_name(name), ""
             fkey = (name, file)

@@ -49,7 +49,8 @@ NS_PER_EVENT = 31
 
 TABLE_COLUMNS = ("calls", "time", "self-time", "per-call", "awaiting", "samples", "self-samples",
                  "cpu", "bytes", "self-bytes", "net-bytes", "peak-bytes", "allocs")
-HEAT_COLUMNS = ("hits", "time", "samples", "self-samples", "bytes", "net-bytes", "allocs")
+HEAT_COLUMNS = ("hits", "time", "samples", "self-samples", "bytes", "net-bytes", "allocs",
+                "native-bytes", "temp-allocs")
 
 
 # ---------------------------------------------------------------- summary
@@ -142,6 +143,23 @@ def summary(session) -> list:
                      + ("" if mem.get("mode") == "exact" else f" ({mem.get('mode')})")))
         if mem.get("rss_peak_bytes"):
             rows.append(("RSS peak", _fmt_b(mem["rss_peak_bytes"])))
+        if mem.get("native_allocs") or mem.get("temporary"):
+            ext = list(session.memory_ext.values())
+            if mem.get("native_allocs"):
+                rows.append(("allocated by C code", _fmt_b(sum(e.native_alloc_bytes for e in ext))
+                             + " (malloc, mmap: --native-allocs)"))
+            if mem.get("temporary"):
+                rows.append(("temporary allocations",
+                             f"{sum(e.temp_count for e in ext):,} blocks, "
+                             + _fmt_b(sum(e.temp_bytes for e in ext))
+                             + f" (freed within {mem['temporary']} allocation(s))"))
+    gc = info.get("gc")
+    if gc:
+        n = gc.get("collections", [0, 0, 0])
+        rows.append(("garbage collector",
+                     f"{sum(n):,} collections (gen 0/1/2: {n[0]:,}/{n[1]:,}/{n[2]:,}), "
+                     f"{_fmt_s(sum(gc.get('pause_ns', [0])) / 1e9)} in all, longest pause "
+                     f"{_fmt_s(gc.get('max_pause_ns', 0) / 1e9)}"))
     rows.append(("functions", f"{len(session.functions):,} in {len(session.threads):,} "
                               f"thread(s)"))
     if session.steps:

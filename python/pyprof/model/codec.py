@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from ..errors import PyprofError
 from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
-                     LineCounters, LineMemory, MemCounters, MemPoint, PathNode, SampleCounters,
-                     Stack, Step, TASK_STATES, CoroCounters, TaskRow, Thread)
+                     LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode,
+                     SampleCounters, Stack, Step, TASK_STATES, CoroCounters, TaskRow, Thread)
 from .validate import RECORD_NAMES, Corrupt, check
 
 MAGIC = b"\x89CPROF\r\n"
@@ -37,8 +37,8 @@ REC_INFO, REC_META, REC_STRINGS, REC_FUNCTIONS = 1, 2, 3, 4
 REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 8, 9, 0xFFFF
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
-REC_PATHS, REC_STEP, REC_TIMELINE, REC_LINEMEM, REC_TASKS, REC_COROS = 16, 17, 18, 19, 20, 21
-REC_TASKSTEPS = 22
+REC_PATHS, REC_STEP, REC_TIMELINE, REC_LINEMEM, REC_MEMEXTRA = 16, 17, 18, 19, 20
+REC_TASKS, REC_COROS, REC_TASKSTEPS = 21, 22, 23
 
 _FUNC = struct.Struct("<6I")
 _TASK = struct.Struct("<6IqqqqQQ")
@@ -72,6 +72,7 @@ TABLE_ROWS = {
     "samples": Rows(REC_SAMPLES, struct.Struct("<IIIIQq"), 3, 1, SampleCounters),
     "fmemory": Rows(REC_FMEMORY, struct.Struct("<IIqq"), 2),
     "memory_rows": Rows(REC_MEMORY, struct.Struct("<IIIIQQQQQQ"), 4, 0, MemCounters),
+    "memory_extra": Rows(REC_MEMEXTRA, struct.Struct("<IIIIQQQQQQ"), 4, 0, MemExtra),
     "lines": Rows(REC_LINES, struct.Struct("<IIIIQq"), 3, 1, LineCounters),
     "callrows": Rows(REC_CALLROWS, struct.Struct("<IIIIQq"), 4, 0, CallRow),
     "line_memory": Rows(REC_LINEMEM, struct.Struct("<IIIIQQqq"), 3, 1, LineMemory),

@@ -28,7 +28,7 @@ from . import codec
 from .tables import (KINDS, MAX_DEPTH, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTION,  # noqa: F401
                      ROOT_PATH,
                      STATES, TABLES, CallRow, Counters, Function, LineCounters, LineMemory,
-                     CoroCounters, MemCounters,
+                     CoroCounters, MemCounters, MemExtra,
                      MemPoint, PathNode, SampleCounters, Stack, Step, Table, TaskRow, Thread,
                      TreeNode)
 
@@ -51,6 +51,9 @@ class Session:
     memory_by_stack: dict = field(default_factory=dict)   # stack id -> MemCounters
     memory_stacks: dict = field(default_factory=dict)     # stack id -> ((fid, line), ...) root first
     memory_rows: list = field(default_factory=list)       # as recorded (what to_blob writes)
+    # of those: C code's blocks and temporary ones, as recorded (--native-allocs, --temporary)
+    memory_extra: list = field(default_factory=list)
+    memory_ext: dict = field(default_factory=dict)  # (fid, line, site kind) -> MemExtra
     fmemory: dict = field(default_factory=dict)     # (thread, fid) -> (peak, residual) bytes
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
     paths: dict = field(default_factory=dict)       # (thread, path id) -> PathNode
@@ -95,11 +98,13 @@ class Session:
         """Rebuild what is derived from the recorded tables: memory by site and
         by allocation stack (from memory_rows), threads' default names, and
         the steps' shared names."""
-        self.memory, self.memory_by_stack = {}, {}
+        self.memory, self.memory_by_stack, self.memory_ext = {}, {}, {}
         for fid, line, kind, stack, row in self.memory_rows:
             self.memory.setdefault((fid, line, MEMORY_SITES[kind]), MemCounters()).add(row)
             if stack != NO_FUNCTION:
                 self.memory_by_stack.setdefault(stack, MemCounters()).add(row)
+        for fid, line, kind, stack, row in self.memory_extra:
+            self.memory_ext.setdefault((fid, line, MEMORY_SITES[kind]), MemExtra()).add(row)
         names = self.meta.get("thread_names", {})
         for t in self.threads.values():
             t.name = t.name or names.get(str(t.ident)) or f"Thread-{t.ident}"
@@ -177,6 +182,15 @@ class Session:
         for (fid, line, kind), c in self.memory.items():
             if kind == "line":
                 out.setdefault((fid, line), MemCounters()).add(c)
+        return out
+
+    def memory_ext_lines(self) -> dict:
+        """(fid, line) -> MemExtra: of memory_lines(), C code's blocks
+        (--native-allocs) and the temporary ones (--temporary)."""
+        out: dict = {}
+        for (fid, line, kind), c in self.memory_ext.items():
+            if kind == "line":
+                out.setdefault((fid, line), MemExtra()).add(c)
         return out
 
     def memory_functions(self) -> dict:

@@ -175,6 +175,32 @@ class MemCounters:
         self.at_peak_bytes += other.at_peak_bytes
 
 
+@dataclass
+class MemExtra:
+    """Of a memory site's blocks (MemCounters): those C code allocated with
+    malloc or mmap (``--native-allocs``), and the temporary ones (freed by
+    their thread within N of its allocations, ``--temporary``)."""
+
+    native_alloc_bytes: int = 0
+    native_alloc_count: int = 0
+    native_free_bytes: int = 0
+    native_free_count: int = 0
+    temp_bytes: int = 0
+    temp_count: int = 0
+
+    @property
+    def native_net_bytes(self) -> int:
+        return self.native_alloc_bytes - self.native_free_bytes
+
+    def add(self, other: "MemExtra") -> None:
+        self.native_alloc_bytes += other.native_alloc_bytes
+        self.native_alloc_count += other.native_alloc_count
+        self.native_free_bytes += other.native_free_bytes
+        self.native_free_count += other.native_free_count
+        self.temp_bytes += other.temp_bytes
+        self.temp_count += other.temp_count
+
+
 @dataclass(frozen=True)
 class MemPoint:
     """A point of the memory curve: seconds since profiling started, resident
@@ -315,6 +341,8 @@ TABLES = (
     Table("samples", ("thread", "stack", ""), mode="sampling"),
     Table("fmemory", ("thread", "function"), step=False, always=False),
     Table("memory_rows", ("function", "", "", "memstack"), mode="memory", listed=True),
+    Table("memory_extra", ("function", "", "", "memstack"), mode="memory", step=False,
+          listed=True, always=False),
     Table("lines", ("thread", "function", ""), mode="lines"),
     Table("callrows", ("thread", "function", "", "function"), mode="lines"),
     Table("line_memory", ("thread", "function", ""), mode="lines", step=False, always=False),

@@ -21,11 +21,14 @@ from operator import attrgetter, itemgetter
 from .tables import MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES
 
 # Record names of the counter tables, for messages.
-RECORD_NAMES = {t.name: {"memory_rows": "MEMORY", "line_memory": "LINEMEM"}.get(
+RECORD_NAMES = {t.name: {"memory_rows": "MEMORY", "line_memory": "LINEMEM",
+                         "memory_extra": "MEMEXTRA"}.get(
     t.name, t.name.upper()) for t in TABLES}
 
 # Key fields that hold an index into a fixed list (not an id).
-_ENUMS = {("samples", 2): ("state", len(STATES)), ("memory_rows", 2): ("site", len(MEMORY_SITES))}
+_ENUMS = {("samples", 2): ("state", len(STATES)), ("memory_rows", 2): ("site", len(MEMORY_SITES)),
+          ("memory_extra", 2): ("site", len(MEMORY_SITES))}
+_MEMORY_TABLES = ("memory_rows", "memory_extra")     # NO_FUNCTION: a site without a line
 _KEY_WORDS = {"thread": "thread", "function": "function", "stack": "stack",
               "memstack": "allocation stack", "path": "path"}
 
@@ -98,12 +101,12 @@ def _check_column(table, keys, i, kind, ids):
         return
     allowed = ids[kind]
     values = set(map(itemgetter(i), keys))
-    if table.name == "memory_rows" and kind in ("function", "memstack"):
+    if table.name in _MEMORY_TABLES and kind in ("function", "memstack"):
         values.discard(NO_FUNCTION)
     if not values <= allowed:
         word = _KEY_WORDS[kind]
         _first_bad(table, keys, lambda k: k[i] not in allowed and not (
-            table.name == "memory_rows" and k[i] == NO_FUNCTION),
+            table.name in _MEMORY_TABLES and k[i] == NO_FUNCTION),
             f"has {word} {{v}}, which the capture does not have", i)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import os
 
-from ..model.session import MemCounters
+from ..model.session import MemCounters, MemExtra
 from ..model.sources import line_span, read_source
 from .units import byte_unit
 
@@ -34,11 +34,21 @@ def _num(value, size):
     return f"{value:,}" if size == 1 else f"{value / size:,.1f}"
 
 
+_ZERO = MemExtra()
+
+
+def _extras(session):
+    """(native, temporary): whether --native-allocs and --temporary were recorded."""
+    info = session.info.get("memory", {})
+    return bool(info.get("native_allocs")), bool(info.get("temporary"))
+
+
 def functions(session) -> list:
     """One dict per function that allocated, largest allocation first:
     ``{"fid", "function", "mem": MemCounters, "peak", "residual", "lines"}``
     (peak and residual: bytes, with function tracing, else None)."""
     lines = session.memory_lines()
+    ext = session.memory_ext_lines()
     peaks = session.function_peaks()
     per: dict = {}
     for (fid, line), c in lines.items():
@@ -48,12 +58,14 @@ def functions(session) -> list:
     for fid, by_line in per.items():
         if session.functions[fid].filename.startswith(own + os.sep):
             continue                    # the CLI runner's own frames
-        total = MemCounters()
-        for c in by_line.values():
+        total, extra = MemCounters(), MemExtra()
+        for line, c in by_line.items():
             total.add(c)
+            extra.add(ext.get((fid, line), _ZERO))
         peak, residual = peaks.get(fid, (None, None))
         out.append({"fid": fid, "function": session.functions[fid], "mem": total,
-                    "peak": peak, "residual": residual, "lines": by_line})
+                    "peak": peak, "residual": residual, "lines": by_line, "extra": extra,
+                    "line_extra": {line: ext[fid, line] for line in by_line if (fid, line) in ext}})
     out.sort(key=lambda f: (-f["mem"].alloc_bytes, f["function"].filename, f["function"].line))
     return out
 
@@ -68,7 +80,8 @@ def _inclusive(session, funcs) -> dict:
     for fid in out.keys() - known:
         funcs.append({"fid": fid, "function": session.functions[fid], "mem": MemCounters(),
                       "peak": session.function_peaks().get(fid, (None, None))[0],
-                      "residual": None, "lines": {}})
+                      "residual": None, "lines": {}, "extra": MemExtra(),
+                      "line_extra": {}})
     return out
 
 
@@ -101,8 +114,23 @@ def write_summary(session, out):
                   f"RSS at the end {_num(rss_end, size)}, of which traced live "
                   f"{_num(info.get('current_bytes', 0), size)}: {_num(gap, size)} held by the "
                   f"interpreter and libraries beyond what Python still uses (docs/memory.md)\n")
+    native, temporary = _extras(session)
+    if native:
+        e = MemExtra()
+        for x in session.memory_ext.values():
+            e.add(x)
+        out.write(f"  of which allocated by C code (malloc, mmap: --native-allocs): "
+                  f"{_num(e.native_alloc_bytes, size)} {unit} in {e.native_alloc_count:,} "
+                  f"blocks, still live {_num(e.native_net_bytes, size)} {unit}\n")
+    if temporary:
+        e = MemExtra()
+        for x in session.memory_ext.values():
+            e.add(x)
+        out.write(f"  temporary allocations (freed by their thread within "
+                  f"{info['temporary']:,} of its allocations): {e.temp_count:,} blocks, "
+                  f"{_num(e.temp_bytes, size)} {unit}\n")
     for kind, c in sorted(_elsewhere(session).items()):
-        what = {"gil-released": "by threads that had released the GIL",
+        what = {"gil-released": "by threads that had released the GIL or run no Python",
                 "no-frame": "with no Python frame running"}.get(kind, kind)
         out.write(f"  not on a Python line: {_num(c.alloc_bytes, size)} {unit} allocated "
                   f"{what}, net {_num(c.net_bytes, size)}\n")
@@ -125,7 +153,12 @@ def write_functions(session, out, limit=30):
     with_peaks = any(f["peak"] is not None for f in funcs)
     largest = max(max(f["mem"].alloc_bytes, f["peak"] or 0) for f in funcs)
     unit, size = byte_unit(largest)
+    native, temporary = _extras(session)
     head = f"{'Allocated':>12} {'Blocks':>10} {'Freed':>12} {'Net':>12}"
+    if native:
+        head += f" {'Native':>12}"
+    if temporary:
+        head += f" {'Temporary':>10}"
     if with_peaks:
         head += f" {'Peak':>12} {'Residual':>12}"
     out.write(f"\nMemory per function ({unit}), largest allocation first:\n\n"
@@ -134,6 +167,10 @@ def write_functions(session, out, limit=30):
         m, fn = f["mem"], f["function"]
         row = (f"{_num(m.alloc_bytes, size):>12} {m.alloc_count:>10,} "
                f"{_num(m.free_bytes, size):>12} {_num(m.net_bytes, size):>12}")
+        if native:
+            row += f" {_num(f['extra'].native_alloc_bytes, size):>12}"
+        if temporary:
+            row += f" {f['extra'].temp_count:>10,}"
         if with_peaks:
             row += (f" {_num(f['peak'], size) if f['peak'] is not None else '':>12}"
                     f" {_num(f['residual'], size) if f['residual'] is not None else '':>12}")
@@ -151,6 +188,7 @@ def write_lines(session, out, limit=10, share=0.01):
     total_alloc = sum(f["mem"].alloc_bytes for f in funcs)
     total_net = sum(abs(f["mem"].net_bytes) for f in funcs)
     timed = bool(session.info.get("lines"))
+    native, temporary = _extras(session) if not timed else (False, False)
     inclusive = _inclusive(session, funcs) if timed else {}
     for f in funcs:
         f["incl"] = inclusive.get(f["fid"], {})
@@ -204,7 +242,8 @@ def write_lines(session, out, limit=10, share=0.01):
                     f"{'Net':>11} {'Peak':>11}  Line Contents")
         else:
             head = (f"{'Line #':>6} {'Mem usage':>12} {'Increment':>12} {'Allocated':>12} "
-                    f"{'Occurrences':>12}  Line Contents")
+                    f"{'Occurrences':>12}" + (f" {'Native':>12}" if native else "")
+                    + (f" {'Temporary':>10}" if temporary else "") + "  Line Contents")
         out.write("\n" + head + "\n" + "=" * len(head) + "\n")
         total_time = cumulative[f["fid"]].total if f["fid"] in cumulative else 0
         running = 0
@@ -241,9 +280,13 @@ def write_lines(session, out, limit=10, share=0.01):
                            f"{_num(c.peak_bytes, size):>11}" if c else f"{blank} {blank} {blank}")
                 out.write(f"{line:>6} {hit}{pct} {mem}  {text}\n")
             elif c is None:
-                out.write(f"{line:>6} {'':>12} {'':>12} {'':>12} {'':>12}  {text}\n")
+                pad = (f" {'':>12}" if native else "") + (f" {'':>10}" if temporary else "")
+                out.write(f"{line:>6} {'':>12} {'':>12} {'':>12} {'':>12}{pad}  {text}\n")
             else:
                 running += c.net_bytes
+                e = f["line_extra"].get(line, _ZERO)
+                more = (f" {_num(e.native_alloc_bytes, size):>12}" if native else "") + (
+                    f" {e.temp_count:>10,}" if temporary else "")
                 out.write(f"{line:>6} {_num(running, size):>12} {_num(c.net_bytes, size):>12} "
-                          f"{_num(c.alloc_bytes, size):>12} {c.alloc_count:>12,}  {text}\n")
+                          f"{_num(c.alloc_bytes, size):>12} {c.alloc_count:>12,}{more}  {text}\n")
         out.write("\n\n")

@@ -40,7 +40,20 @@ def print_capture(session, out, sort="cumulative", unit="us", call_rows=True,
     else:
         from .pstatstable import print_table
         print_table(session, sort, out)
+    write_gc(session, out)
     write_from_meta(session.meta, out)
+
+
+def write_gc(session, out) -> None:
+    """With --gc: the collections per generation and their pauses."""
+    gc = session.info.get("gc")
+    if not gc:
+        return
+    n, pause = gc.get("collections", [0, 0, 0]), gc.get("pause_ns", [0, 0, 0])
+    per = ", ".join(f"gen {g}: {n[g]:,} ({pause[g] / 1e6:,.3f} ms)" for g in range(3))
+    out.write(f"\nGarbage collector: {sum(n):,} collections, {sum(pause) / 1e6:,.3f} ms in all, "
+              f"longest pause {gc.get('max_pause_ns', 0) / 1e6:,.3f} ms; {per}; "
+              f"{gc.get('collected', 0):,} objects collected\n")
 
 
 def render(session, unit="us", call_rows=True, sort="cumulative", only=None) -> str:

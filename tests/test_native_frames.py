@@ -1,0 +1,180 @@
+"""Native frames named from debug information (libdw): function, source file
+and line of a C extension built here with -g, an inlined function as a frame of
+its own at its call site, a demangled C++ name; shown in sampled stacks, the
+collapsed stacks and pprof (read back by `go tool pprof` when installed)."""
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from nativeext import build, run
+
+import pyprof
+
+if "libdw" not in pyprof._cprof.FEATURES or "libunwind" not in pyprof._cprof.FEATURES:
+    pytest.skip("this build of pyprof lacks libdw or libunwind (libdw-dev, libunwind-dev)",
+                allow_module_level=True)
+
+C_SRC = r"""#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static volatile double acc;
+
+static inline __attribute__((always_inline)) void inner_work(long n)
+{
+    for (long i = 0; i < n; i++)
+        acc = acc * 0.5 + (double)i;    /* INNER_LINE */
+}
+
+__attribute__((noinline)) void outer_spin(long n)
+{
+    inner_work(n);                      /* CALL_LINE */
+}
+
+static PyObject *spin(PyObject *m, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    outer_spin(n);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {{"spin", spin, METH_O, NULL}, {NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "dwext", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_dwext(void) { return PyModule_Create(&def); }
+"""
+
+CXX_SRC = r"""#include <Python.h>
+namespace geo {
+struct Grid {
+    __attribute__((noinline)) static double relax(long n);
+};
+double Grid::relax(long n)
+{
+    volatile double a = 0;
+    for (long i = 0; i < n; i++)
+        a = a * 0.5 + (double)i;
+    return a;
+}
+}
+static PyObject *spin(PyObject *, PyObject *arg)
+{
+    geo::Grid::relax(PyLong_AsLong(arg));
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"spin", spin, METH_O, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "cxxext", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_cxxext(void) { return PyModule_Create(&def); }
+"""
+
+
+def line_of(src, marker):
+    return next(i for i, text in enumerate(src.splitlines(), 1) if marker in text)
+
+
+def sampled(tmp_path, module, n):
+    """Profile module.spin(n) with --sample --native; the capture's path."""
+    out = tmp_path / f"{module}.cprof"
+    prog = tmp_path / f"run_{module}.py"
+    prog.write_text(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\nimport {module}\n"
+                    f"{module}.spin({n})\n")
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--native", "--rate", "997",
+                        "-o", str(out), str(prog)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def frames_named(session, name):
+    from pyprof.analysis.stacks import named_stacks
+    hits = []
+    for _, _, frames, count, _ in named_stacks(session, lines=True, threads=False):
+        for i, f in enumerate(frames):
+            if f[0].rpartition(":")[0] == name:
+                hits.append((frames, i, count))
+    return hits
+
+
+@pytest.fixture(scope="module")
+def dwext(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dwext")
+    so = build(d, "dwext", C_SRC, flags=("-g", "-O2"))
+    return d, so
+
+
+def test_function_file_and_line_of_a_known_address(dwext):
+    d, so = dwext
+    r = run(f"import ctypes, json, sys\nsys.path.insert(0, {str(d)!r})\nimport dwext\n"
+            "from pyprof import _cprof\n"
+            f"lib = ctypes.CDLL({str(so)!r})\n"
+            "addr = ctypes.cast(lib.outer_spin, ctypes.c_void_p).value\n"
+            "print(json.dumps(_cprof.native_frames([addr])[addr]))\n")
+    assert r.returncode == 0, r.stderr
+    frames = json.loads(r.stdout)
+    # at -O2 the first instruction already belongs to the inlined body: the
+    # function holding the address is the last frame, the inlined one first
+    name, file, line = frames[-1]
+    assert name == "outer_spin"
+    assert os.path.basename(file) == "dwext.c"
+    assert line_of(C_SRC, "void outer_spin") <= line <= line_of(C_SRC, "CALL_LINE")
+    if len(frames) > 1:
+        assert frames[0][0] == "inner_work" and line == line_of(C_SRC, "CALL_LINE")
+
+
+def test_inlined_function_is_a_frame_of_its_own_at_its_call_site(dwext, tmp_path):
+    d, _ = dwext
+    s = pyprof.load(sampled(d, "dwext", 150_000_000))
+    inner = line_of(C_SRC, "INNER_LINE")
+    hits = frames_named(s, "inner_work")
+    assert hits, "no sample named inner_work"
+    total = sum(c for _, _, c in hits)
+    at_body = 0
+    for frames, i, count in hits:
+        label, file, line = frames[i]
+        assert os.path.basename(file) == "dwext.c"
+        # the caller of the inlined frame is outer_spin, at the call's line
+        assert frames[i - 1][0] == f"outer_spin:{line_of(C_SRC, 'CALL_LINE')}", frames[i - 1]
+        if line_of(C_SRC, "inner_work(long n)") <= line <= inner:
+            at_body += count
+    assert at_body >= 0.9 * total
+    # and below outer_spin, the Python line that called spin()
+    frames = hits[0][0]
+    assert any(f[0].startswith("<module>:4") for f in frames[:hits[0][1]]), frames
+
+
+def test_pprof_keeps_native_file_and_line(dwext, tmp_path):
+    d, _ = dwext
+    s = pyprof.load(sampled(d, "dwext", 80_000_000))
+    from pyprof.export import export
+    out = tmp_path / "p.pb.gz"
+    export(s, "pprof", out)
+    raw = gzip.decompress(out.read_bytes())
+    assert b"inner_work" in raw and b"dwext.c" in raw
+    go = shutil.which("go")
+    if go is None:
+        return
+    r = subprocess.run([go, "tool", "pprof", "-lines", "-top", str(out)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"inner_work\s+\S*dwext\.c:\d+", r.stdout), r.stdout[:2000]
+
+
+def test_cxx_names_are_demangled(tmp_path):
+    build(tmp_path, "cxxext", CXX_SRC, flags=("-g", "-O1"), cxx=True)
+    s = pyprof.load(sampled(tmp_path, "cxxext", 120_000_000))
+    hits = frames_named(s, "geo::Grid::relax(long)")
+    assert hits, sorted({f[0] for _, _, fr, _, _ in []} or s.meta.get("native_symbols").values())
+    assert os.path.basename(hits[0][0][hits[0][1]][1]) == "cxxext.cpp"
+
+
+def test_demangle_rust_legacy_and_itanium():
+    from pyprof.native import demangle
+    assert demangle("_ZN3geo4Grid5relaxEl") == "geo::Grid::relax(long)"
+    assert demangle("_ZN4core3fmt5write17h0123456789abcdefE") == "core::fmt::write"
+    assert demangle("_ZN5alloc3vec12Vec$LT$T$GT$4push17h0123456789abcdefE") == \
+        "alloc::vec::Vec<T>::push"
+    assert demangle("plain_c") == "plain_c"
+    assert demangle("_RNvCs1234_7mycrate3foo") == "_RNvCs1234_7mycrate3foo"    # v0: as is
