@@ -108,17 +108,17 @@ async def main():
     lock = asyncio.Lock()
     await asyncio.gather(*(spawn(locker(f"lock-{i}", lock), f"lock-{i}") for i in range(2)))
     try:
-        await asyncio.wait_for(asyncio.create_task(sleeper(), name="timed-out"), 0.1)
+        await asyncio.wait_for(asyncio.create_task(sleeper(), name="timed-out"), 0.25)
     except asyncio.TimeoutError:
         pass
     victim = asyncio.create_task(sleeper(), name="cancelled")
-    await asyncio.sleep(0.1)        # seen by a look (a task shorter than one may not be)
+    await asyncio.sleep(0.25)       # seen by a look (a task shorter than one may not be)
     victim.cancel()
     try:
         await victim
     except asyncio.CancelledError:
         pass
-    await asyncio.create_task(asyncio.to_thread(thread_work, 0.05), name="to-thread")
+    await asyncio.create_task(asyncio.to_thread(thread_work, 0.15), name="to-thread")
 
 
 def in_thread(loop_factory):
