@@ -195,11 +195,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="")
+    ap.add_argument("--configs", default="", help="comma-separated (bare is always run)")
     args = ap.parse_args()
     loads = workloads()
     if args.only:
         loads = {k: v for k, v in loads.items() if k in args.only.split(",")}
     cfgs = configs()
+    if args.configs:
+        cfgs = {k: v for k, v in cfgs.items() if k == "bare" or k in args.configs.split(",")}
     rnd = random.Random(0)
     print(f"Python {sys.version.split()[0]}, pyprof {pyprof.__version__}, {os.cpu_count()} CPUs, "
           f"{args.rounds} rounds, median of paired ratios (profiled / bare):")
@@ -228,10 +231,10 @@ def main():
         print(f"{wname:24s} {statistics.median(times['bare']):7.3f} "
               + " ".join(f"{ratios[c]:21.3f}{'*' if c in once else 'x'}" for c in names),
               flush=True)
-    extra = {n: [] for n in ("wall 1kHz --async", "cpu --async")}
+    extra = {n: [] for n in ("wall 1kHz --async", "cpu --async") if n in names}
     for r in table.values():
-        extra["wall 1kHz --async"].append(r["wall 1kHz --async"] / r["wall 1kHz"])
-        extra["cpu --async"].append(r["cpu --async"] / r["cpu"])
+        for n in extra:
+            extra[n].append(r[n] / r[n.replace(" --async", "")])
     for n, v in extra.items():
         print(f"--async over the same mode without it ({n}): median {statistics.median(v):.3f}x,"
               f" worst {max(v):.3f}x")

@@ -499,15 +499,17 @@ static pid_t own_thread_init(const char *name)
 
 /* --async: the tasks are looked at every LOOK_NS, less often when looking
  * would cost more than a 400th of the time (tens of thousands of tasks: up
- * to a second apart), and while no task has been seen (a program without an
- * event loop). */
+ * to a second apart), in CPU mode, and while no task has been seen (a
+ * program without an event loop). */
 #define LOOK_NS (10 * 1000 * 1000)
 #define LOOK_MAX_NS (1000 * 1000 * 1000)
 static int64_t async_look_period(pp_sampling *p)
 {
     const pp_tasks *t = &p->tasks;
     int64_t period = t->last_look_ns * 400;
-    if (t->n == 0 && period < 5 * LOOK_NS)
+    /* no task yet; or CPU mode, where looks only name tasks (no awaiting time to
+     * place), and each look takes the GIL from a loop that may be busy */
+    if ((t->n == 0 || S.mode == PP_SAMPLE_CPU) && period < 5 * LOOK_NS)
         period = 5 * LOOK_NS;
     return period < LOOK_NS ? LOOK_NS : period > LOOK_MAX_NS ? LOOK_MAX_NS : period;
 }
