@@ -557,6 +557,8 @@ static void *sampler_main(void *arg)
                 }
                 if (look)
                     pp_async_look_begin(S.prof, now);
+                else if (S.async && refresh)        /* a new thread: an executor's, maybe */
+                    pp_async_peek(S.prof, now);
                 pp_sampler_drain(S.prof);
                 if (look) {
                     pp_async_look_end(S.prof, now);

@@ -32,6 +32,7 @@
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
 static int64_t prev_look, run_start;
+static void peek(pp_sampling *p, int64_t now);
 static Py_ssize_t registry_n;           /* the registries' size at the last scan */
 
 static int grow_rows(pp_tasks *t)
@@ -493,12 +494,26 @@ uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
     if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
         && registry_n < RESCAN_MAX_TASKS) {
         rescanned = p->threads->sample_pass + 1;
-        pp_async_look_begin(p, pp_mono_ns());
+        peek(p, pp_mono_ns());
         row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
     }
     if (row != PP_NONE && name_row(p, row) < 0)
         row = PP_NONE;
     return row;
+}
+
+/* A look's first half outside a look (a rescan, a new thread's drain): its
+ * cost is not the look's (which spaces the looks). */
+static void peek(pp_sampling *p, int64_t now)
+{
+    int64_t b = begin_cost;
+    pp_async_look_begin(p, now);
+    begin_cost = b;
+}
+
+void pp_async_peek(pp_sampling *p, int64_t now)
+{
+    peek(p, now);
 }
 
 void pp_async_look_begin(pp_sampling *p, int64_t now)
@@ -537,7 +552,7 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
         rescanned = p->threads->sample_pass + 1;
-        pp_async_look_begin(p, pp_mono_ns());
+        peek(p, pp_mono_ns());
         row = pp_index_get(&t->bycoro, coro);
     }
     if (row != PP_NONE && name_row(p, row) < 0)

@@ -243,6 +243,8 @@ void pp_async_reset(pp_sampling *p);
 void pp_async_free(pp_sampling *p);
 /* Before a drain: the tasks made since the last look, and their coroutines. */
 void pp_async_look_begin(pp_sampling *p, int64_t now);
+/* The same outside a look (a new thread's drain): not counted as a look's cost. */
+void pp_async_peek(pp_sampling *p, int64_t now);
 /* After it: the time of the tasks that wait, where they wait; ended tasks let go. */
 void pp_async_look_end(pp_sampling *p, int64_t now);
 /* Sampling stops: every task let go, its time charged up to now. */
