@@ -135,8 +135,11 @@ def test_where_tasks_wait(capture):
 @needs_timely_looks
 def test_to_thread_work_under_its_task(capture):
     """The executor thread's samples while it does a task's to_thread work
-    are under the task (from _WorkItem.run up), against the work's own clock."""
+    are under the task (from _WorkItem.run up), against the work's own clock:
+    from the first look (or drain) that sees the thread at work, so within
+    max(5 %, 20 ms, the longest time between two looks)."""
     d, s, truth, loop = capture
+    gap = s.info["sampling"]["async"]["look_gap_s"]
     threads = {i: th.name for i, th in s.threads.items()}
     work = 0.0
     for (t, sid, state), c in s.samples.items():
@@ -145,7 +148,8 @@ def test_to_thread_work_under_its_task(capture):
             assert names[1] == "run"
             if "burn" in names:
                 work += c.weight / 1e9
-    assert close(work, truth["_work"]["to-thread"]), (work, truth["_work"])
+    want = truth["_work"]["to-thread"]
+    assert close(work, want) or abs(work - want) <= gap, (work, want, gap)
     row = {task_name(s, t): t for t in s.tasks}["to-thread"]
     assert row.running / 1e9 < 0.02         # it awaits the thread meanwhile
 
