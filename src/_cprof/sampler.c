@@ -301,7 +301,7 @@ static int woken_runs(wslot *sl, int64_t now, int64_t ran)
 {
     int attached = 0;
     (void)pp_signal_tstate(&attached);
-    return attached || (ran >= WAKE_CPU_NS / 2 && ran * 10 > now - atomic_load(&sl->parked_ns));
+    return attached || pp_wall_computes(ran, now, atomic_load(&sl->parked_ns));
 }
 
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)

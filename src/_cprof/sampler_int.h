@@ -155,6 +155,15 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
 #define MOVED_CPU_NS (10 * 1000)
 #define MOVED_MAX_NS (40 * 1000)
 #define MOVED_GROW_AFTER_NS (20 * 1000 * 1000)  /* only for a thread that stayed parked this long */
+/* A parked thread that used `ran` ns of CPU since it parked at `parked_ns`
+ * computes (C code without the GIL, or Python): at least half the CPU timer's
+ * amount and a tenth of the time (a blocked thread uses ~0; one queueing for
+ * the GIL a little at each of CPython's 5 ms waits). */
+static inline int pp_wall_computes(int64_t ran, int64_t now, int64_t parked_ns)
+{
+    return ran >= WAKE_CPU_NS / 2 && ran * 10 > now - parked_ns;
+}
+
 /* Where a thread is: its whole Python stack, hashed (two blocking calls often
  * end in the same leaf, threading's Condition.wait). Async-signal-safe. */
 static inline uint64_t pp_stack_key(const pp_rawframe *frames, int nframes)

@@ -378,8 +378,17 @@ void pp_wall_resolve_suspects(void)
         if (since == 0)
             continue;
         atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
+        int64_t cpu_parked = atomic_load(&sl->cpu_parked);
         if (!sl->alive || !pp_wall_take_parked(sl))
             continue;                   /* gone, or woken: its own sample tells */
+        struct timespec c;
+        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
+            && pp_wall_computes(pp_ts_ns(c) - cpu_parked, pp_mono_ns(), atomic_load(&sl->parked_ns))) {
+            /* it computes: its handler takes it from here, as for its CPU timer */
+            if (pp_wall_set_parked(sl, cpu_parked))
+                send_wake(sl);
+            continue;
+        }
         pp_rawframe frames[MAX_FRAMES];
         uintptr_t no_native[1];
         int truncated = 0;
@@ -413,7 +422,6 @@ void pp_wall_resolve_suspects(void)
             moved = moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
         }
         atomic_store(&sl->moved_ns, moved);
-        struct timespec c;
         if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0 || !pp_wall_set_parked(sl, pp_ts_ns(c))) {
             struct itimerspec tick = pp_itimer(S.interval_ns, S.interval_ns);
             timer_settime(sl->tick, 0, &tick, NULL);    /* cannot stay parked: it ticks */
@@ -509,7 +517,9 @@ static uint32_t check_parked(int64_t since_ns)
         }
         atomic_store(&sl->seen_ns, now);
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
-        if (ran > atomic_load(&sl->moved_ns))
+        if (pp_wall_computes(ran, now, atomic_load(&sl->parked_ns)))
+            send_wake(sl);              /* it ticks again (its CPU timer waits for a tick) */
+        else if (ran > atomic_load(&sl->moved_ns))
             suspect(sl, now - ran);     /* it moved since then at the latest */
     }
     return nparked;
