@@ -833,8 +833,11 @@ def test_cpu_samples_weigh_the_cpu_time_they_stand_for(tmp_path, rate, nthreads)
         assert len(notes) == 1 and f"asked for {rate} samples" in notes[0], r.stderr
     else:
         assert notes == [], r.stderr
-    if rate == 100:
-        assert notes == [] and si["rate_achieved"] > 70, si
+    # the achieved rate is the signals the kernel delivered per CPU second the
+    # program used (its own clock), whatever the kernel manages on this machine
+    # (a loaded VM loses ticks: 48 Hz of 100 was seen)
+    cpu = sum(truth.values())
+    assert si["rate_achieved"] == pytest.approx(si["signals"] / cpu, rel=0.15), (si, cpu)
     head = sampletable_header(s)
     assert f"{rate} Hz requested" in head and "each sample stands for the CPU time" in head
 
