@@ -59,6 +59,12 @@ def check(session, whole=None) -> None:
         if table.name == "timeline":
             if min(map(itemgetter(3), rows)) < 0:
                 _first_bad(table, rows, lambda k: k[3] < 0, "has a negative duration")
+        if table.name in _MEMORY_TABLES:    # only a site that is not a line has no function
+
+            def lineless(k):
+                return k[0] == NO_FUNCTION and k[2] == MEMORY_SITES.index("line")
+            if any(map(lineless, keys)):
+                _first_bad(table, keys, lineless, "is a line of no function")
     if whole is None:
         _check_names(session)
     _check_paths(session, names.functions, whole.paths if whole is not None else {})
