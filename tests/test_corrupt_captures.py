@@ -256,6 +256,13 @@ def test_json_records(captures, tmp_path):
         "META.executable is None, not a string"
     assert corrupt(craft(tmp_path, f, json_edit(2, lambda o: {**o, "steps": [{"t": "x"}]}))) \
         == "META.steps[0].t is 'x', not a number"
+    # found by the fuzzer: the collector's summary read a list as an object
+    assert corrupt(craft(tmp_path, f, json_edit(1, lambda o: {**o, "gc": [1]}))) == \
+        "INFO.gc is [1], not an object or null"
+    gc = {"collections": [1, 0], "pause_ns": [5, 0, 0], "max_pause_ns": 5, "collected": 0,
+          "uncollectable": 0}
+    assert corrupt(craft(tmp_path, f, json_edit(1, lambda o: {**o, "gc": gc}))) == \
+        "INFO.gc.collections is [1, 0], not one number per generation"
 
     def bad_json(r):
         payload(r, 2)[1] = b"{not json"

@@ -24,6 +24,20 @@ def captures(d):
     return sorted(p for p in os.listdir(d) if p.endswith(".cprof"))
 
 
+def settled(d, quiet=0.5, limit=20.0):
+    """Waits until no capture has appeared in `d` for `quiet` seconds: a
+    request's capture is written after its response has gone out."""
+    t0 = time.monotonic()
+    seen, since = None, time.monotonic()
+    while time.monotonic() - t0 < limit:
+        now = captures(d) if os.path.isdir(d) else []
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+        time.sleep(0.05)
+
+
 def function_calls(path, name):
     s = pyprof.load(path)
     return sum(c.calls for fid, c in s.function_totals().items()
@@ -275,6 +289,7 @@ def test_gunicorn_threads_concurrent_requests(tmp_path):
                  f"127.0.0.1:{port}", "app:wsgi"], tmp_path, port):
         results = concurrently(12, lambda i: get(f"http://127.0.0.1:{port}/work/{1000 + i}",
                                                  {"X-Pyprof": "1"}))
+        settled(tmp_path / "prof")
         index = get(f"http://127.0.0.1:{port}/_pyprof/")
     for i, r in enumerate(results):
         assert r == (200, str(sum(k * k for k in range(1000 + i)))), r
@@ -299,6 +314,7 @@ def test_uvicorn_concurrent_requests(tmp_path):
         # sequential ones too: every second of them is profiled
         for i in range(4):
             assert get(f"http://127.0.0.1:{port}/work/7") == (200, str(sum(k * k for k in range(7))))
+        settled(tmp_path / "prof")
         index = get(f"http://127.0.0.1:{port}/_pyprof/")
     for i, r in enumerate(results):
         assert r == (200, str(sum(k * k for k in range(100 + i)))), r

@@ -1061,34 +1061,21 @@ def cmd_config(argv) -> int:
     return 0
 
 
+# pyprof's commands; anything else is a program to run (`pyprof script.py`).
+COMMANDS = {"convert": cmd_convert, "view": cmd_view, "stats": cmd_stats, "merge": cmd_merge,
+            "diff": cmd_diff, "attach": cmd_attach, "top": cmd_top, "dump": cmd_dump,
+            "check": cmd_check, "config": cmd_config, "run": cmd_run}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     control = sys.modules.get("pyprof.control")
     if control is not None:
         control.uninstall()                     # this process's profiling is the CLI's
     try:
-        if argv and argv[0] == "convert":
-            return cmd_convert(argv[1:])
-        if argv and argv[0] == "view":
-            return cmd_view(argv[1:])
-        if argv and argv[0] == "stats":
-            return cmd_stats(argv[1:])
-        if argv and argv[0] == "merge":
-            return cmd_merge(argv[1:])
-        if argv and argv[0] == "diff":
-            return cmd_diff(argv[1:])
-        if argv and argv[0] == "attach":
-            return cmd_attach(argv[1:])
-        if argv and argv[0] == "top":
-            return cmd_top(argv[1:])
-        if argv and argv[0] == "dump":
-            return cmd_dump(argv[1:])
-        if argv and argv[0] == "check":
-            return cmd_check(argv[1:])
-        if argv and argv[0] == "config":
-            return cmd_config(argv[1:])
-        if argv and argv[0] == "run":
-            argv = argv[1:]
+        command = COMMANDS.get(argv[0]) if argv else None
+        if command is not None:
+            return command(argv[1:])
         return cmd_run(argv)
     except PyprofError as e:
         print(f"pyprof: error: {e}", file=sys.stderr)

@@ -237,16 +237,16 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
 }
 
 /* On the thread, idle for PARK_MIN_NS (or found blocked at a wake-up, at
- * the leaf frame `leaf`): its tick stops. */
-static void park(wslot *sl, int tick_running, uint64_t leaf)
+ * the stack `where`): its tick stops. */
+static void park(wslot *sl, int tick_running, uint64_t where)
 {
     int64_t moved = MOVED_CPU_NS;
-    if (!tick_running && leaf == sl->leaf
+    if (!tick_running && where == sl->where
         && pp_mono_ns() - atomic_load(&sl->parked_ns) >= MOVED_GROW_AFTER_NS) {
         moved = atomic_load(&sl->moved_ns) * 2;
         moved = moved < MOVED_CPU_NS ? MOVED_CPU_NS : moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
     }
-    sl->leaf = leaf;
+    sl->where = where;
     if (tick_running)
         sl->native_looked = 0;
     atomic_store(&sl->moved_ns, moved);
@@ -303,7 +303,7 @@ static int woken_runs(wslot *sl, int64_t now, int64_t ran)
 {
     int attached = 0;
     (void)pp_signal_tstate(&attached);
-    return attached || (ran >= WAKE_CPU_NS / 2 && ran * 10 > now - atomic_load(&sl->parked_ns));
+    return attached || pp_wall_computes(ran, now, atomic_load(&sl->parked_ns));
 }
 
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
@@ -404,13 +404,13 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             s_tls.idle_since = now;
         else if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
                  && now - s_tls.idle_since >= PARK_MIN_NS)
-            park(sl, 1, pp_leaf_key(frames, nframes));
+            park(sl, 1, pp_stack_key(frames, nframes));
         s_tls.idle_run = S.run;
     }
 done:
     if (repark) {                       /* a recorded stack to repeat, or it runs */
         if (atomic_load(&sl->sampled) && nframes > 0)
-            park(sl, 0, pp_leaf_key(frames, nframes));
+            park(sl, 0, pp_stack_key(frames, nframes));
         if (!atomic_load(&sl->parked))
             start_tick(sl);
     }
@@ -815,6 +815,7 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.helper_switch, 0);
     atomic_store(&S.still_ns, 0);
     S.look_valid = 0;
+    S.look_ns = 0;
     S.refresh_ns = 0;
     pp_sampler_drain_reset();
     atomic_store(&S.stop, 0);

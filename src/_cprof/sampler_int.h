@@ -71,6 +71,7 @@ typedef struct {
      * the last look that proved every parked thread alive and still. */
     _Atomic uint64_t helper_switch;
     uint64_t look_switches;
+    int64_t look_ns;
     int look_valid;
     _Atomic int64_t still_ns;
     _Atomic int stop;
@@ -156,9 +157,26 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
 #define MOVED_CPU_NS (10 * 1000)
 #define MOVED_MAX_NS (40 * 1000)
 #define MOVED_GROW_AFTER_NS (20 * 1000 * 1000)  /* only for a thread that stayed parked this long */
-static inline uint64_t pp_leaf_key(const pp_rawframe *frames, int nframes)
+/* A parked thread that used `ran` ns of CPU since it parked at `parked_ns`
+ * computes (C code without the GIL, or Python): at least half the CPU timer's
+ * amount and a tenth of the time (a blocked thread uses ~0; one queueing for
+ * the GIL a little at each of CPython's 5 ms waits). */
+static inline int pp_wall_computes(int64_t ran, int64_t now, int64_t parked_ns)
 {
-    return nframes > 0 ? (uint64_t)frames[0].code ^ ((uint64_t)frames[0].offset << 1) : 0;
+    return ran >= WAKE_CPU_NS / 2 && ran * 10 > now - parked_ns;
+}
+
+/* Where a thread is: its whole Python stack, hashed (two blocking calls often
+ * end in the same leaf, threading's Condition.wait). Async-signal-safe. */
+static inline uint64_t pp_stack_key(const pp_rawframe *frames, int nframes)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < nframes; i++) {
+        h ^= (uint64_t)frames[i].code ^ ((uint64_t)frames[i].offset << 1);
+        h *= 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+    }
+    return nframes > 0 ? h : 0;
 }
 #define MAX_SLOTS 65536
 #define SLOT_MAGIC 0x70707773u
@@ -173,7 +191,7 @@ typedef struct wslot {
     uint64_t run;               /* S.run it belongs to */
     timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
     int have_wake;
-    int native_looked;          /* --native: woken at its leaf once since it parked running */
+    int native_looked;          /* --native: woken where it waits once since it parked running */
     int alive;                  /* seen by the current refresh */
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
@@ -185,7 +203,7 @@ typedef struct wslot {
     _Atomic int64_t moved_ns;   /* parked: the CPU it must use to be woken by the ticker */
     _Atomic int64_t suspect_ns; /* parked, seen to have used CPU since (0: not): its stack
                                  * is looked at by the helper (pp_wall_resolve_suspects) */
-    uint64_t leaf;              /* its last sample's leaf frame (code, offset) */
+    uint64_t where;             /* its last sample's stack (pp_stack_key) */
     struct wslot *next_free;
 } wslot;
 

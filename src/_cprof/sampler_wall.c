@@ -231,8 +231,10 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     struct timespec c;
     if (sl->tid == self || clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0)
         return 0;
-    if (S.native)
+    if (S.native) {                     /* this wake-up is its look where it waits */
+        sl->native_looked = 1;
         return pp_wall_set_parked(sl, pp_ts_ns(c)) ? (send_wake(sl), 1) : 0;
+    }
     pp_rawframe frames[MAX_FRAMES];
     uintptr_t no_native[1];
     int truncated = 0;
@@ -246,7 +248,7 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
         return 0;
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
-    sl->leaf = pp_leaf_key(frames, nframes);
+    sl->where = pp_stack_key(frames, nframes);
     return pp_wall_set_parked(sl, pp_ts_ns(c));
 }
 
@@ -321,7 +323,7 @@ void pp_wall_refresh(void)
         atomic_store(&sl->moved_ns, MOVED_CPU_NS);
         atomic_store(&sl->suspect_ns, 0);
         sl->native_looked = 0;
-        sl->leaf = 0;
+        sl->where = 0;
         /* threads alive at start count from the start, later ones from theirs */
         atomic_store(&sl->accounted, born <= 0 || born > now ? now
                                      : born < S.started_ns ? S.started_ns : born);
@@ -378,16 +380,25 @@ void pp_wall_resolve_suspects(void)
         if (since == 0)
             continue;
         atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
+        int64_t cpu_parked = atomic_load(&sl->cpu_parked);
         if (!sl->alive || !pp_wall_take_parked(sl))
             continue;                   /* gone, or woken: its own sample tells */
+        struct timespec c;
+        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
+            && pp_wall_computes(pp_ts_ns(c) - cpu_parked, pp_mono_ns(), atomic_load(&sl->parked_ns))) {
+            /* it computes: its handler takes it from here, as for its CPU timer */
+            if (pp_wall_set_parked(sl, cpu_parked))
+                send_wake(sl);
+            continue;
+        }
         pp_rawframe frames[MAX_FRAMES];
         uintptr_t no_native[1];
         int truncated = 0;
         uintptr_t coro = 0;
         int nframes = pp_frames_walk_coro((PyThreadState *)sl->tstate, frames, MAX_FRAMES,
                                           &truncated, &coro);
-        uint64_t leaf = pp_leaf_key(frames, nframes);
-        int elsewhere = nframes > 0 && leaf != sl->leaf, wake = 0;
+        uint64_t where = pp_stack_key(frames, nframes);
+        int elsewhere = nframes > 0 && where != sl->where, wake = 0;
         int64_t now = pp_mono_ns(), moved = MOVED_CPU_NS;
         if (S.native) {
             wake = elsewhere || !sl->native_looked;
@@ -401,7 +412,12 @@ void pp_wall_resolve_suspects(void)
                                      frames, nframes, no_native, 0, now - from,
                                      S.async ? coro : 0)) {
                 atomic_store(&sl->accounted, now);
-                sl->leaf = leaf;
+                sl->where = where;
+                /* the ticks it stands for, as a parked thread's repeat counts them */
+                int64_t ticks = (now - from + S.interval_ns / 2) / S.interval_ns;
+                if (ticks > 1)
+                    atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)(ticks - 1),
+                                              memory_order_relaxed);
             }
             else
                 atomic_store(&sl->accounted, from);     /* the rest carries */
@@ -411,7 +427,6 @@ void pp_wall_resolve_suspects(void)
             moved = moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
         }
         atomic_store(&sl->moved_ns, moved);
-        struct timespec c;
         if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0 || !pp_wall_set_parked(sl, pp_ts_ns(c))) {
             struct itimerspec tick = pp_itimer(S.interval_ns, S.interval_ns);
             timer_settime(sl->tick, 0, &tick, NULL);    /* cannot stay parked: it ticks */
@@ -438,14 +453,14 @@ static void send_wake(wslot *sl)
     syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
 }
 
-/* Without the GIL: the parked thread whose thread state is `ts`, if any, is
- * woken (it holds the GIL, or held it since the previous look). */
-static void wake_if_parked(uintptr_t ts)
+/* Without the GIL: the slot of the parked thread whose thread state is `ts`,
+ * or NULL (the last answer is kept: mostly the same thread is asked again). */
+static wslot *parked_slot(uintptr_t ts)
 {
     static uintptr_t cached_ts;
     static wslot *slot;
     if (ts == 0)
-        return;
+        return NULL;
     if (ts != cached_ts || slot == NULL || slot->tstate != ts
         || atomic_load(&slot->magic) != SLOT_MAGIC) {
         cached_ts = ts;
@@ -456,8 +471,16 @@ static void wake_if_parked(uintptr_t ts)
                 break;
             }
     }
-    if (slot != NULL && atomic_load(&slot->parked))
-        send_wake(slot);
+    return slot != NULL && atomic_load(&slot->parked) ? slot : NULL;
+}
+
+/* The helper is to read this parked thread's stack (pp_wall_resolve_suspects):
+ * it may have run since `since`. */
+static void suspect(wslot *sl, int64_t since)
+{
+    int64_t none = 0, parked = atomic_load(&sl->parked_ns);
+    if (atomic_compare_exchange_strong(&sl->suspect_ns, &none, since > parked ? since : parked))
+        atomic_fetch_add_explicit(&S.nsuspects, 1, memory_order_relaxed);
 }
 
 /* Without the GIL: a parked thread whose CPU clock moved may have run since
@@ -499,12 +522,10 @@ static uint32_t check_parked(int64_t since_ns)
         }
         atomic_store(&sl->seen_ns, now);
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
-        if (ran > atomic_load(&sl->moved_ns)) {
-            /* it moved since now - ran at the latest */
-            int64_t none = 0, left = now - ran, since = atomic_load(&sl->parked_ns);
-            if (atomic_compare_exchange_strong(&sl->suspect_ns, &none, left > since ? left : since))
-                atomic_fetch_add_explicit(&S.nsuspects, 1, memory_order_relaxed);
-        }
+        if (pp_wall_computes(ran, now, atomic_load(&sl->parked_ns)))
+            send_wake(sl);              /* it ticks again (its CPU timer waits for a tick) */
+        else if (ran > atomic_load(&sl->moved_ns))
+            suspect(sl, now - ran);     /* it moved since then at the latest */
     }
     return nparked;
 }
@@ -514,8 +535,9 @@ static uint32_t check_parked(int64_t since_ns)
  * thread ends only with it. Between two looks, the threads that took the GIL
  * are the last holder and, for each other switch CPython counted, one we do
  * not know, but for the helper's (it notes its switch). None unknown: every
- * parked thread is alive and still, but for the last holder, which is woken
- * if parked; no clock is read (a busy thread beside a thousand idle ones
+ * parked thread is alive and still, but for the last holder, whose stack the
+ * helper reads if it is parked and may have run (woken, if it holds the
+ * GIL); no other clock is read (a busy thread beside a thousand idle ones
  * costs the ticker a few reads a second). Else each parked thread's CPU
  * clock is looked at (check_parked). */
 uint32_t pp_wall_look(int64_t since_ns)
@@ -525,9 +547,27 @@ uint32_t pp_wall_look(int64_t since_ns)
     uint64_t helper = atomic_load(&S.helper_switch);
     int known = S.look_valid && n >= prev
                 && n - prev <= 1u + (helper > prev && helper < n);
+    int64_t prev_ns = S.look_ns;
     S.look_switches = n;
     S.look_valid = 1;
-    wake_if_parked(known && n == prev ? pp_gil_holder() : last);
+    S.look_ns = pp_mono_ns();
+    /* one that holds the GIL runs Python: it ticks again */
+    uintptr_t holder = pp_gil_holder();
+    wslot *sl = parked_slot(holder);
+    if (sl != NULL)
+        send_wake(sl);
+    /* the last holder ran since the previous look (it took the GIL), and may
+     * have blocked again; one that parked as the last holder takes the GIL
+     * back without a switch counted: its clock tells */
+    if (last != holder && (sl = parked_slot(last)) != NULL) {
+        struct timespec c;
+        int64_t ran;
+        if (n != prev)
+            suspect(sl, prev_ns);
+        else if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
+                 && (ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked)) > atomic_load(&sl->moved_ns))
+            suspect(sl, S.look_ns - ran);
+    }
     if (known) {
         atomic_store(&S.still_ns, pp_mono_ns());
         return atomic_load_explicit(&S.nparked, memory_order_relaxed);

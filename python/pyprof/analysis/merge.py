@@ -150,21 +150,21 @@ def _merge_memory_stacks(merged, src, remap):
         remap.memory_stacks[sid] = new
 
 
-def _merge_memory_rows(merged, src, remap):
+def _merge_site_rows(name, counters, merged, src, remap):
     # Not per thread nor per process (the core does not record it): summed.
-    table = _TABLE["memory_rows"]
-    for fid, line, site, stack, c in src.memory_rows:
+    table, rows = _TABLE[name], getattr(merged, name)
+    for fid, line, site, stack, c in getattr(src, name):
         key = _remap_key((fid, line, site, stack), table.keys, remap)
-        merged.memory_rows.setdefault(key, MemCounters()).add(c)
-    merged.session.memory_rows = [(*key, c) for key, c in merged.memory_rows.items()]
+        rows.setdefault(key, counters()).add(c)
+    setattr(merged.session, name, [(*key, c) for key, c in rows.items()])
+
+
+def _merge_memory_rows(merged, src, remap):
+    _merge_site_rows("memory_rows", MemCounters, merged, src, remap)
 
 
 def _merge_memory_extra(merged, src, remap):
-    table = _TABLE["memory_extra"]
-    for fid, line, site, stack, c in src.memory_extra:
-        key = _remap_key((fid, line, site, stack), table.keys, remap)
-        merged.memory_extra.setdefault(key, MemExtra()).add(c)
-    merged.session.memory_extra = [(*key, c) for key, c in merged.memory_extra.items()]
+    _merge_site_rows("memory_extra", MemExtra, merged, src, remap)
 
 
 def _merge_fmemory(merged, src, remap):

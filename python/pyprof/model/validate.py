@@ -59,6 +59,12 @@ def check(session, whole=None) -> None:
         if table.name == "timeline":
             if min(map(itemgetter(3), rows)) < 0:
                 _first_bad(table, rows, lambda k: k[3] < 0, "has a negative duration")
+        if table.name in _MEMORY_TABLES:    # only a site that is not a line has no function
+
+            def lineless(k):
+                return k[0] == NO_FUNCTION and k[2] == MEMORY_SITES.index("line")
+            if any(map(lineless, keys)):
+                _first_bad(table, keys, lineless, "is a line of no function")
     if whole is None:
         _check_names(session)
         _check_tasks(session)
@@ -190,9 +196,11 @@ _SAMPLING = {"mode": _S, "native": _ANY, **{k: (_N, None) for k in (
     "rate_requested", "interval_ns", "signals", "recorded", "dropped", "throttled",
     "other_threads", "drained", "truncated", "elapsed_s", "cpu_s", "rate_achieved",
     "parked", "woken", "idle_ticks")}}
-_MEMORY = {"mode": _S, "hooks_linked": _ANY, **{k: (_N, None) for k in (
+_MEMORY = {"mode": _S, "hooks_linked": _ANY, "native_allocs": _ANY, **{k: (_N, None) for k in (
     "sample_bytes", "peak_bytes", "current_bytes", "allocated_bytes", "live_blocks",
-    "unknown_frees", "rss_peak_bytes", "rss_end_bytes", "dropped_blocks")}}
+    "unknown_frees", "rss_peak_bytes", "rss_end_bytes", "dropped_blocks", "temporary")}}
+_GC = {"collections": [_N], "pause_ns": [_N], "max_pause_ns": _N, "collected": _N,
+       "uncollectable": _N}
 _INFO = {
     "format": [_N], "clock": _S, "time_unit": _N, "ns_per_tick": _N, "clock_read_ns": _N,
     "timeunit": (_N, None), "start_wall_ns": _N, "snapshot_wall_ns": _N, "duration_ns": _N,
@@ -202,6 +210,7 @@ _INFO = {
     "cstack_asides": _N, "line_bookkeeping_ns": _N,
     "sampling": (_SAMPLING, False, None),
     "memory": (_MEMORY, False, None),
+    "gc": (_GC, None),
 }
 _CURVE_ROW = [(_N, None)]
 _PROCESS = {
@@ -290,6 +299,10 @@ def _check_json(session):
             v = rec.get(key)
             if v is not None and not 0 <= v < _YEAR_10000_NS:
                 raise Corrupt(f"{where}.{key} is {v!r}, not a time since the epoch")
+    for key in ("collections", "pause_ns"):         # per generation
+        v = (info.get("gc") or {}).get(key)
+        if v is not None and len(v) != 3:
+            raise Corrupt(f"INFO.gc.{key} is {_short(v)}, not one number per generation")
     unit = info.get("time_unit", 1e-9)
     if not unit > 0:
         raise Corrupt(f"INFO.time_unit is {unit!r}, not a positive number")

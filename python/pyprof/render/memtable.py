@@ -115,17 +115,14 @@ def write_summary(session, out):
                   f"{_num(info.get('current_bytes', 0), size)}: {_num(gap, size)} held by the "
                   f"interpreter and libraries beyond what Python still uses (docs/memory.md)\n")
     native, temporary = _extras(session)
+    e = MemExtra()
+    for x in session.memory_ext.values() if native or temporary else ():
+        e.add(x)
     if native:
-        e = MemExtra()
-        for x in session.memory_ext.values():
-            e.add(x)
         out.write(f"  of which allocated by C code (malloc, mmap: --native-allocs): "
                   f"{_num(e.native_alloc_bytes, size)} {unit} in {e.native_alloc_count:,} "
                   f"blocks, still live {_num(e.native_net_bytes, size)} {unit}\n")
     if temporary:
-        e = MemExtra()
-        for x in session.memory_ext.values():
-            e.add(x)
         out.write(f"  temporary allocations (freed by their thread within "
                   f"{info['temporary']:,} of its allocations): {e.temp_count:,} blocks, "
                   f"{_num(e.temp_bytes, size)} {unit}\n")
