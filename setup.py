@@ -20,9 +20,10 @@ def header_exists(name):
 sources = [os.path.join("src", "_cprof", f) for f in (
     "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "symbols.c", "termguard.c",
     "threads.c", "registry.c",
-    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "sampler.c", "sampler_drain.c", "sampler_wall.c",
+    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
+    "sampler_drain.c", "sampler_wall.c", "sampler_async.c",
     "memory.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
-    "capture.c", "gcwatch.c", "profiler.c", "module.c")]
+    "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "module.c")]
 
 define_macros = []
 libraries = ["z", "m"]

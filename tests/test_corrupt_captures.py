@@ -84,7 +84,7 @@ def test_ids_in_range(captures, tmp_path):
     assert corrupt(craft(tmp_path, s, lambda r: set_field(r, 11, 0, 4, "<I", 10**6))) == \
         "SAMPLES row 0 has stack 1000000, which the capture does not have"
     assert corrupt(craft(tmp_path, s, lambda r: set_field(r, 11, 0, 8, "<I", 9))) == \
-        "SAMPLES row 0 has state 9 (at most 3)"
+        "SAMPLES row 0 has state 9 (at most 4)"
     m = captures["memory-stacks"]
     assert corrupt(craft(tmp_path, m, lambda r: set_field(r, 12, 0, 8, "<I", 3))) == \
         "MEMORY row 0 has site 3 (at most 2)"

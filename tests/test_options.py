@@ -37,6 +37,7 @@ CASES = {
     "--cpu": (["--sample", "--cpu"], {"cpu": True}, {"mode": "sample", "wall": False}),
     "--wall": (["--sample", "--wall"], {}, {"mode": "sample", "wall": True}),
     "--native": (["--sample", "--native"], {}, {"mode": "sample", "native": True}),
+    "--async": (["--sample", "--async"], {"asyncio": True}, {"mode": "sample", "asyncio": True}),
     "--dump-every": (["--sample", "--dump-every", "2"], {"dump_every": 2.0}, {"mode": "sample"}),
     "--signal": (["--sample", "--signal", "USR2"], {"signal": "USR2"}, {"mode": "sample"}),
     "--memory": (["--memory"], {"memory": True}, {"mode": "memory"}),

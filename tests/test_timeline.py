@@ -474,7 +474,7 @@ def test_convert_thins_and_refuses(tmp_path):
     assert pyprof_cli(["-o", str(plain), str(prog)], tmp_path).returncode == 0
     bad = tmp_path / "bad.json"
     r = pyprof_cli(["convert", str(plain), "-f", "chrome", "-o", str(bad)], tmp_path)
-    _usage_error(r, "no timeline, memory curve or steps")
+    _usage_error(r, "no timeline, memory curve, steps or tasks")
     assert not bad.exists()
     r = pyprof_cli(["convert", str(cap), "-f", "pstats", "-o", str(bad),
                     "--min-duration", "1ms"], tmp_path)

@@ -240,6 +240,9 @@ class _Runner:
                   file=sys.stderr)
         if opts.sample and self.prof.sampling_replaced:
             print(f"pyprof: warning: {REPLACED}", file=sys.stderr)
+        if opts.sample and self.prof.tasks_seen == 0:
+            print("pyprof: note: --async saw no asyncio task (no event loop ran a task "
+                  "while sampling): the samples are plain samples", file=sys.stderr)
         # a replaced handler explains a low rate already
         rates = self.prof.sampling_rates if opts.sample and not self.prof.sampling_replaced else None
         # under half a second measured, too few ticks to tell the kernel's rate

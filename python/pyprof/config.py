@@ -57,6 +57,7 @@ SETTINGS = (
     _S("", "wall", "bool", "sample wall time (--wall)", group="sample"),
     _S("", "native", "bool", "native frames (--native)", group="sample"),
     _S("", "signal", "str", "sampling on a signal (--signal)", group="sample"),
+    _S("", "asyncio", "bool", "asyncio tasks (--async)"),
     _S("", "dump_every", "seconds", "rewrite the capture while sampling (--dump-every)",
        group="sample"),
     _S("", "memory_sample", "bytes", "sampled memory mode (--memory-sample)", group="memory"),

@@ -42,7 +42,7 @@ _FIELDS = {
     "native_allocs": False, "temporary": None, "gc": None,
     "paths": True, "lines": False, "lines_of": (), "lines_all": None, "include": (),
     "exclude": (), "timeline": False, "timeline_min_duration": None,
-    "timeline_max_events": None,
+    "timeline_max_events": None, "asyncio": False,
     # how the run is driven (command line and %%cprof)
     "outfile": None, "sort": "cumulative", "module": False, "code": False, "version": False,
     "sample": False, "cpu": False, "functions": False, "dump_every": 0.0, "signal": None,
@@ -59,7 +59,7 @@ _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
 PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", "memory",
                 "memory_sample", "memory_stacks", "native_allocs", "temporary", "gc", "paths", "lines", "lines_of", "lines_all",
                 "include", "exclude", "timeline", "timeline_min_duration",
-                "timeline_max_events")
+                "timeline_max_events", "asyncio")
 
 
 class RunOptions:
@@ -152,7 +152,7 @@ class RunOptions:
         if not self.cli:
             return field
         return {"timeline_min_duration": "--min-duration", "lines": "-l",
-                "outfile": "-o"}.get(field, "--" + field.replace("_", "-"))
+                "outfile": "-o", "asyncio": "--async"}.get(field, "--" + field.replace("_", "-"))
 
     def check(self) -> "RunOptions":
         """Refuse what does not combine, before anything runs (one line each,
@@ -243,6 +243,13 @@ class RunOptions:
             if not 0 <= self.timeline_max_events < 2**32:
                 raise OptionError(f"{n('timeline_max_events')} must be in [0, 2**32), not "
                                   f"{self.timeline_max_events}")
+        # asyncio tasks: the sampler's (task stacks) and function tracing's
+        # (coroutines' awaiting time, which it always records)
+        if self.asyncio and (lines or self.mode == "memory"):
+            raise OptionError(f"{n('asyncio')} goes with "
+                              + ("--sample or function tracing (not line tracing or --memory "
+                                 "alone)" if cli else "mode='sample' or mode='trace' without "
+                                 "line tracing"))
         if self.listen or self.live:
             flag = "--listen" if self.listen else "--live"
             if self.listen and self.live:
@@ -251,7 +258,7 @@ class RunOptions:
                                      ("--memory", self.memory), ("line tracing", lines),
                                      ("--timeline", self.timeline), ("--children", self.children),
                                      ("--objects", self.objects), ("--functions", self.functions),
-                                     ("--gc", self.gc))
+                                     ("--gc", self.gc), ("--async", self.asyncio))
                      if on]
             if given:
                 raise OptionError(f"{flag} runs the program without profiling it (profile it "
@@ -420,6 +427,10 @@ OPTIONS = (
              "(python, native, idle)")),
     (_SAMPLING, ("--native",), dict(
         _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind)")),
+    (_SAMPLING, ("--async",), dict(
+        _FLAG, dest="asyncio",
+        help="asyncio: each sample of a task under <task NAME>, its coroutines' stack; "
+             "with --wall, suspended tasks' time where they wait (docs/async.md)")),
     (None, ("--gc",), dict(
         _FLAG, help="time in the cyclic garbage collector: a <GC gen N> frame in traced and "
                     "sampled stacks, collections and pauses per generation in the summary "

@@ -78,7 +78,7 @@ class Profile(_cprof.Profiler):
                  memory_sample=0, memory_stacks=None, native_allocs=False, temporary=None,
                  gc=None, paths=True, timeline=False,
                  timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
-                 options=None, _warn=True):
+                 asyncio=False, options=None, _warn=True):
         # one RunOptions, checked once (options.py); what the C core, the line
         # targets, the timeline and the children get comes from it. `options`:
         # a RunOptions given instead of the keywords (the command line, %%cprof).
@@ -90,7 +90,7 @@ class Profile(_cprof.Profiler):
             gc=gc, paths=paths, timeline=timeline,
             timeline_min_duration=timeline_min_duration,
             timeline_max_events=timeline_max_events, children=children,
-            flush_interval=flush_interval)
+            flush_interval=flush_interval, asyncio=asyncio)
         opts.check()
         kw = opts.profile_kwargs()
         super().__init__(timer, timeunit, subcalls, kw["builtins"],
@@ -102,7 +102,8 @@ class Profile(_cprof.Profiler):
                          paths=kw["paths"], native_allocs=bool(kw["native_allocs"]),
                          temporary=int(kw["temporary"] or 0),
                          # None: by the mode (tracing keeps cProfile's functions)
-                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]))
+                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]),
+                         asyncio=bool(kw["asyncio"]))
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes

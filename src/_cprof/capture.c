@@ -6,7 +6,7 @@
  * name in the same directory and renamed, so readers see either the previous
  * complete file or the new one, never a half-written one.
  */
-#include "capture.h"
+#include "capture_int.h"
 
 #include "clock.h"
 
@@ -18,54 +18,6 @@
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
-
-typedef struct {
-    unsigned char *p;
-    size_t n, cap;
-    int oom;
-} buf;
-
-static void put(buf *b, const void *src, size_t n)
-{
-    if (b->oom || n == 0)       /* an empty table has no buffer: never memcpy from NULL */
-        return;
-    if (b->n + n > b->cap) {
-        size_t ncap = b->cap ? b->cap : 4096;
-        while (ncap < b->n + n)
-            ncap *= 2;
-        unsigned char *np = realloc(b->p, ncap);
-        if (np == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-/* Little-endian writers (the build targets little-endian hosts; checked at init). */
-static void put_u16(buf *b, uint16_t v) { put(b, &v, 2); }
-static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
-static void put_i64(buf *b, int64_t v) { put(b, &v, 8); }
-
-static size_t record_begin(buf *b, uint16_t type)
-{
-    put_u16(b, type);
-    put_u16(b, 0);
-    put_u32(b, 0);
-    return b->n;
-}
-
-static void record_end(buf *b, size_t start)
-{
-    if (b->oom)
-        return;
-    uint32_t len = (uint32_t)(b->n - start);
-    memcpy(b->p + start - 4, &len, 4);
-}
 
 /* String table: a dict str -> index plus the strings in order. */
 typedef struct {
@@ -90,18 +42,6 @@ static uint32_t intern_str(strtab *s, PyObject *str)
     }
     Py_DECREF(ni);
     return (uint32_t)n;
-}
-
-typedef struct {
-    int scale;                  /* ticks -> ns with ns_per_tick */
-    double ns_per_tick;
-} tconv;
-
-static inline int64_t conv(const tconv *c, int64_t ticks)
-{
-    if (!c->scale)
-        return ticks;
-    return (int64_t)llround((double)ticks * c->ns_per_tick);
 }
 
 /* Timeline: ticks of the profiler's clock to ns (a user timer's unit too). */
@@ -156,6 +96,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         p->tr.lines ? "true" : "false",
         p->tr.paths && !p->sampling && !p->memory_only ? "true" : "false",
         (unsigned long long)paths_dropped);
+    if (n > 0 && (size_t)n < sizeof s && p->tr.asyncio)
+        n += snprintf(s + n, sizeof s - (size_t)n, ",\"asyncio\":true");
     if (n > 0 && (size_t)n < sizeof s && p->tr.lines)
         n += snprintf(s + n, sizeof s - (size_t)n, ",\"line_bookkeeping_ns\":%lld",
                       (long long)tl_ns(p, tc, line_cost));
@@ -186,6 +128,13 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             p->sm.opts.mode == PP_SAMPLE_CPU ? "thread_cpu_clock" : "thread_wall_clock",
             (double)si.weight_ns / 1e9, (unsigned long long)si.parked,
             (unsigned long long)si.woken, (unsigned long long)si.idle_ticks);
+        if (n > 0 && (size_t)n < sizeof s && p->sm.opts.async)
+            n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
+                ",\"async\":{\"tasks\":%u,\"seen\":%llu,\"unmatched_samples\":%llu,"
+                "\"looks\":%llu,\"look_s\":%.6f,\"look_gap_s\":%.6f}}",
+                pp_tasks_named(&p->sm.tasks), (unsigned long long)p->sm.tasks.seen,
+                (unsigned long long)p->sm.tasks.unmatched, (unsigned long long)p->sm.tasks.looks,
+                (double)p->sm.tasks.look_ns / 1e9, (double)p->sm.tasks.gap_ns / 1e9) - 1;
     }
     if (n > 0 && (size_t)n < sizeof s && p->memory && (p->mem.data || live)) {
         /* finished runs, and the one being recorded */
@@ -1028,6 +977,8 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
         goto done;
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
+    if (!p->sampling && !p->memory_only && p->tr.coros.nfid)
+        pp_capture_put_coros(&b, p, &tc);
     if (p->tr.paths && !p->sampling && !p->memory_only)
         put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
     if (p->tr.lines) {
@@ -1036,6 +987,8 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     }
     if (p->sampling)
         put_samples(&b, &p->sm.samples);
+    if ((p->sampling && p->sm.opts.async) || (!p->sampling && !p->memory_only && p->tr.asyncio))
+        pp_capture_put_tasks(&b, p, &tc, pp_tracer_now(&p->tr));
     if (p->memory) {
         put_memory(&b, p, live, nlive, have_live_stacks ? &live_stacks : NULL);
         put_curve(&b, p, live_curve, nlive_curve);

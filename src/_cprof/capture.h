@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 6
+#define PP_FORMAT_MINOR 7
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -55,6 +55,13 @@ enum {
                                  * native_alloc_bytes native_alloc_blocks native_free_bytes
                                  * native_free_blocks temp_bytes temp_blocks>: of MEMORY's
                                  * rows, C code's blocks and the temporary ones */
+    PP_REC_TASKS = 21,          /* 1.7: u32 n, n x <IIIIIIqqqqQQ fid coro_fid created_fid
+                                 * created_line thread state start_ns end_ns running_ns
+                                 * awaiting_ns samples steps> (asyncio; times from the start) */
+    PP_REC_COROS = 22,          /* 1.7: u32 n, n x <IIQQqq fid pad instances ended wall open_wall>
+                                 * (function tracing: coroutines from first start to end) */
+    PP_REC_TASKSTEPS = 23,      /* 1.7: u32 n, n x <IIqq task pad start_ns dur_ns> (tracing's
+                                 * tasks with a timeline: each step of each task) */
     PP_REC_END = 0xFFFF,
 };
 

@@ -19,6 +19,9 @@
 
 #include "frames.h"
 #include "internal/pycore_frame.h"
+#if PY_VERSION_HEX >= 0x030D0000
+#include "internal/pycore_genobject.h"
+#endif
 #if PY_VERSION_HEX >= 0x030C0000
 #include "internal/pycore_interp.h"
 #endif
@@ -97,32 +100,41 @@ static inline size_t code_slot(uintptr_t p)
 /* A freed code object keeps its type word: the allocator writes its free-list
  * link over the reference count (NULL or an address far above any count), so
  * the count tells a live code object from a freed one. */
+/* 1 if p is a live code object (2 if a coroutine's: CO_COROUTINE or
+ * CO_ITERABLE_COROUTINE), else 0. */
+#define CODE_HEAD (offsetof(PyCodeObject, co_flags) + sizeof(int))
 static int code_alive_in(pid_t pid, uintptr_t p)
 {
     if (p == 0 || p % sizeof(void *))
         return 0;
-    struct { Py_ssize_t refcnt; PyTypeObject *type; } head;
-    if (!copy_from(pid, &head, (void *)p, sizeof head))
+    union { PyCodeObject co; char bytes[CODE_HEAD]; } head;
+    if (!copy_from(pid, head.bytes, (void *)p, CODE_HEAD))
         return 0;
-    return head.type == &PyCode_Type && head.refcnt > 0 && head.refcnt <= (Py_ssize_t)UINT32_MAX;
+    PyObject *o = (PyObject *)&head.co;
+    if (Py_TYPE(o) != &PyCode_Type || o->ob_refcnt <= 0 || o->ob_refcnt > (Py_ssize_t)UINT32_MAX)
+        return 0;
+    return head.co.co_flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE) ? 2 : 1;
 }
 
 int pp_frames_code_alive(uintptr_t p)
 {
-    return code_alive_in(getpid(), p);     /* not self_pid: this may run in a forked child */
+    return code_alive_in(getpid(), p) != 0;     /* not self_pid: this may run in a forked child */
 }
 
+/* code_alive_in, remembered: a cache slot holds the address, its low bit
+ * set for a coroutine's code (code objects are 8-aligned). */
 static int is_code(uintptr_t p)
 {
     if (p == 0 || p % sizeof(void *))
         return 0;
     _Atomic uintptr_t *slot = &code_cache[code_slot(p)];
-    if (atomic_load_explicit(slot, memory_order_relaxed) == p)
-        return 1;
-    if (!code_alive_in(self_pid, p))
-        return 0;
-    atomic_store_explicit(slot, p, memory_order_relaxed);
-    return 1;
+    uintptr_t c = atomic_load_explicit(slot, memory_order_relaxed);
+    if ((c & ~(uintptr_t)1) == p)
+        return 1 + (int)(c & 1);
+    int r = code_alive_in(self_pid, p);
+    if (r)
+        atomic_store_explicit(slot, p | (uintptr_t)(r == 2), memory_order_relaxed);
+    return r;
 }
 
 /* A code object is about to be freed (GIL held): its address may come back as
@@ -132,7 +144,10 @@ void pp_frames_forget_code(PyObject *code)
     uintptr_t p = (uintptr_t)code;
     _Atomic uintptr_t *slot = &code_cache[code_slot(p)];
     uintptr_t expected = p;
-    atomic_compare_exchange_strong(slot, &expected, 0);
+    if (!atomic_compare_exchange_strong(slot, &expected, 0)) {
+        expected = p | 1;
+        atomic_compare_exchange_strong(slot, &expected, 0);
+    }
 }
 
 typedef struct { uintptr_t lo, hi; } span;
@@ -175,7 +190,18 @@ static int read_frame(uintptr_t p, const span *chunks, int nchunks, _PyInterpret
  * half-linked (see above). Async-signal-safe: reads and process_vm_readv. */
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
 {
+    uintptr_t coro;
+    return pp_frames_walk_coro(ts, out, max, truncated, &coro);
+}
+
+/* Where a generator-owned frame sits in its generator object. */
+#define GEN_FRAME_OFFSET offsetof(PyGenObject, gi_iframe)
+
+int pp_frames_walk_coro(PyThreadState *ts, pp_rawframe *out, int max, int *truncated,
+                        uintptr_t *coro)
+{
     *truncated = 0;
+    *coro = 0;
     span chunks[MAX_CHUNKS];
     int nchunks = stack_chunks(ts, chunks);
 #if PY_VERSION_HEX >= 0x030D0000
@@ -204,7 +230,8 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
         uintptr_t co = (uintptr_t)f->f_code;
         const _Py_CODEUNIT *instr = f->prev_instr;
 #endif
-        if (!is_code(co))
+        int kind = is_code(co);
+        if (!kind)
             continue;                   /* half-built: its code comes with the next sample */
         ptrdiff_t off = instr - _PyCode_CODE((PyCodeObject *)co);   /* address arithmetic only */
         if (n == max) {
@@ -214,6 +241,10 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
         out[n].code = co;
         out[n].offset = off < 0 || off > 0x7FFFFFFF ? 0 : (uint32_t)off;
         out[n].flags = 0;
+        if (kind == 2 && f->owner == FRAME_OWNED_BY_GENERATOR && p > GEN_FRAME_OFFSET) {
+            out[n].flags |= PP_RAW_CORO;
+            *coro = p - GEN_FRAME_OFFSET;
+        }
 #if PY_VERSION_HEX < 0x030C0000
         if (f->is_entry)
             out[n].flags |= PP_RAW_ENTRY;
@@ -221,6 +252,96 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
         n++;
     }
     return n;
+}
+
+int pp_frames_gen_where(PyObject *gen, PyObject **code, uint32_t *offset)
+{
+    if (!PyGen_Check(gen) && !PyCoro_CheckExact(gen))
+        return 0;
+    PyGenObject *g = (PyGenObject *)gen;
+    if (g->gi_frame_state >= FRAME_EXECUTING)
+        return 0;                       /* running, or finished (its frame cleared) */
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)g->gi_iframe;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *co = f->f_executable;
+    if (!PyCode_Check(co))
+        return 0;
+    ptrdiff_t off = f->instr_ptr - _PyCode_CODE((PyCodeObject *)co);
+#else
+    PyObject *co = (PyObject *)f->f_code;
+    ptrdiff_t off = f->prev_instr - _PyCode_CODE((PyCodeObject *)co);
+#endif
+    *code = co;
+    *offset = off < 0 ? 0 : (uint32_t)off;
+    return 1;
+}
+
+uintptr_t pp_frames_running(void)
+{
+    PyThreadState *ts = PyThreadState_GET();
+#if PY_VERSION_HEX >= 0x030D0000
+    return (uintptr_t)ts->current_frame;
+#else
+    return ts->cframe ? (uintptr_t)ts->cframe->current_frame : 0;
+#endif
+}
+
+int pp_frames_owner_suspended(uintptr_t frame)
+{
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)frame;
+    if (f == NULL || f->owner != FRAME_OWNED_BY_GENERATOR)
+        return 0;
+    PyGenObject *g = (PyGenObject *)(frame - GEN_FRAME_OFFSET);
+    return g->gi_frame_state < FRAME_EXECUTING;
+}
+
+PyObject *pp_frames_local0_of(PyThreadState *ts, PyObject *code)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    _PyInterpreterFrame *f = ts->current_frame;
+#else
+    _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
+#endif
+    for (int guard = 0; f != NULL && guard < 4096; f = f->previous, guard++) {
+#if PY_VERSION_HEX >= 0x030C0000
+        if (f->owner == FRAME_OWNED_BY_CSTACK)
+            continue;
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *co = f->f_executable;
+#else
+        PyObject *co = (PyObject *)f->f_code;
+#endif
+        if (co == code && !_PyFrame_IsIncomplete(f))
+            return f->localsplus[0];
+    }
+    return NULL;
+}
+
+PyObject *pp_frames_owner(uintptr_t frame)
+{
+    _PyInterpreterFrame *f = (_PyInterpreterFrame *)frame;
+    if (f == NULL || f->owner != FRAME_OWNED_BY_GENERATOR)
+        return NULL;
+    return (PyObject *)(frame - GEN_FRAME_OFFSET);
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+uintptr_t pp_frameobj_frame(PyFrameObject *f)
+{
+    return (uintptr_t)f->f_frame;
+}
+#endif
+
+PyObject *pp_weakref_get(PyObject *ref)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    return PyWeakref_GetRef(ref, &o) < 0 ? NULL : o;
+#else
+    PyObject *o = PyWeakref_GetObject(ref);
+    return o == NULL ? NULL : o == Py_None ? NULL : Py_NewRef(o);
+#endif
 }
 
 int pp_frames_code_is_shim(PyObject *code)

@@ -23,11 +23,11 @@
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */
-enum { PP_RAW_ENTRY = 1 };
+enum { PP_RAW_ENTRY = 1, PP_RAW_CORO = 2 };
 typedef struct {
     uintptr_t code;             /* PyCodeObject *, alive when read; checked again when drained */
     uint32_t offset;            /* instruction, in code units */
-    uint32_t flags;             /* PP_RAW_ENTRY */
+    uint32_t flags;             /* PP_RAW_ENTRY; PP_RAW_CORO: a coroutine's own frame */
 } pp_rawframe;
 
 /* Async-signal-safe (frames.c): the calling thread's state and its frames. */
@@ -54,6 +54,32 @@ uintptr_t pp_interp_threads_head(void);
  * two reads: no thread but the last holder ran Python in between. */
 uint64_t pp_gil_switches(uintptr_t *last_holder);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
+/* The same; *coro gets the address of the coroutine object that owns the
+ * rootmost PP_RAW_CORO frame (0: none), an address only, never dereferenced. */
+int pp_frames_walk_coro(PyThreadState *ts, pp_rawframe *out, int max, int *truncated,
+                        uintptr_t *coro);
+/* GIL held: where a suspended (or not yet started) coroutine or generator
+ * object waits: its code object (borrowed) and instruction offset in code
+ * units. 0 if gen is not one, or is running or finished. */
+int pp_frames_gen_where(PyObject *gen, PyObject **code, uint32_t *offset);
+/* GIL held: the running frame of the calling thread (an address only; 0 if
+ * none), for the tracer's coroutines: a coroutine's frame lives in the
+ * coroutine object, so its address names the coroutine while it lives. */
+uintptr_t pp_frames_running(void);
+/* GIL held: whether the generator or coroutine owning the frame at `frame`
+ * is suspended (it yielded; 3.11's profile hook reports yields as returns). */
+int pp_frames_owner_suspended(uintptr_t frame);
+/* GIL held, ts another thread's state (stopped: it has no GIL): the first
+ * local (self) of its innermost frame running `code` (borrowed), or NULL. */
+PyObject *pp_frames_local0_of(PyThreadState *ts, PyObject *code);
+/* GIL held: the generator or coroutine owning the frame (borrowed), or NULL. */
+PyObject *pp_frames_owner(uintptr_t frame);
+#if !PP_USE_MONITORING
+/* 3.11: the interpreter frame of a frame object, an address only. */
+uintptr_t pp_frameobj_frame(PyFrameObject *f);
+#endif
+/* A new reference from a weak reference (NULL: dead), or NULL with an error. */
+PyObject *pp_weakref_get(PyObject *ref);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);
 /* A code object is being freed (GIL held): forget that it was one. */

@@ -25,18 +25,20 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
-                             "memory_stacks", "paths", "native_allocs", "temporary", "gc", NULL};
+                             "memory_stacks", "paths", "native_allocs", "temporary", "gc",
+                             "asyncio", NULL};
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1, native_allocs = 0, gc = 0;
+    int memory_stacks = -1, paths = 1, native_allocs = 0, gc = 0, asyncio = 0;
     unsigned int temporary = 0;
     const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippIp:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippIpp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
-                                     &memory_stacks, &paths, &native_allocs, &temporary, &gc))
+                                     &memory_stacks, &paths, &native_allocs, &temporary, &gc,
+                                     &asyncio))
         return -1;
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
@@ -83,6 +85,8 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
     self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
     self->run.sm.opts.native = native;
+    self->run.sm.opts.async = asyncio;
+    self->run.tr.asyncio = asyncio;
     if (self->run.sampling && (rate < 0 || self->run.sm.opts.rate_hz > 100000)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);
@@ -451,6 +455,14 @@ static PyObject *profiler_get_sampling(pp_profiler *self, void *c)
     return PyBool_FromLong(self->run.sampling);
 }
 
+static PyObject *profiler_get_tasks_seen(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->run.sampling || !self->run.sm.opts.async)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(self->run.sm.tasks.seen);
+}
+
 static PyObject *profiler_get_sampling_replaced(pp_profiler *self, void *c)
 {
     (void)c;
@@ -559,6 +571,8 @@ static PyGetSetDef profiler_getset[] = {
      NULL},
     {"sampling", (getter)profiler_get_sampling, NULL, "True in sampling mode.", NULL},
     {"memory", (getter)profiler_get_memory, NULL, "True when allocations are recorded.", NULL},
+    {"tasks_seen", (getter)profiler_get_tasks_seen, NULL,
+     "--async sampling: how many asyncio tasks it saw (None: not --async sampling).", NULL},
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
      "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},

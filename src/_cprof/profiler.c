@@ -361,6 +361,8 @@ void pp_profiler_clear(pp_profiler *p)
 {
     pp_run *r = &p->run;
     pp_samples_clear(&r->sm.samples);
+    pp_tasks_clear(&r->sm.tasks);
+    pp_tracer_coro_clear(&r->tr);
     pp_cntbase_free(&r->step_samples);
     pp_cntbase_free(&r->step_memory);
     pp_memory_free(&r->mem);

@@ -158,6 +158,18 @@ uint32_t pp_registry_add(pp_registry *r, uint64_t key, PyObject *obj, PyObject *
     return fid;
 }
 
+uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, int line)
+{
+    PyObject *names = Py_BuildValue("(OOOi)", filename, name, name, line);
+    if (names == NULL) {
+        PyErr_Clear();
+        return PP_NONE;
+    }
+    uint32_t fid = pp_registry_add(r, (1ull << 63) | ++r->ghosts, names, NULL, PP_KIND_GHOST);
+    Py_DECREF(names);
+    return fid;
+}
+
 uint32_t pp_registry_ghost(pp_registry *r, PyObject *code)
 {
     PyCodeObject *co = (PyCodeObject *)code;

@@ -45,6 +45,9 @@ static inline uint32_t pp_registry_code(pp_registry *r, PyObject *code)
 }
 /* A dying code object's names under a new id (its address will be reused). */
 uint32_t pp_registry_ghost(pp_registry *r, PyObject *code);
+/* A function that is no code object (an asyncio task's root frame, what a
+ * task awaits): its names only, under a new id each call. */
+uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, int line);
 /* Line mode: make `code` a line target; its id, or PP_NONE with an exception set. */
 uint32_t pp_registry_add_line_target(pp_registry *r, PyObject *code);
 void pp_registry_free(pp_registry *r);

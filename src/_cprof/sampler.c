@@ -171,6 +171,7 @@ int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
     r->nnative = 0;
     r->pad = REC_REPEAT;
     r->weight_ns = weight;
+    r->coro = 0;
     atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
     atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)((weight + S.interval_ns / 2) / S.interval_ns),
                               memory_order_relaxed);
@@ -182,7 +183,7 @@ int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
  * (the handler; the helper for a new thread's first sample). */
 int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
                          const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight)
+                         int nnative, int64_t weight, uintptr_t coro)
 {
     uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
                               + (size_t)nnative * sizeof(uintptr_t));
@@ -201,6 +202,7 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
     r->nnative = (uint16_t)nnative;
     r->pad = 0;
     r->weight_ns = weight;
+    r->coro = coro;
     atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
     unsigned char *p = (unsigned char *)(r + 1);
     memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
@@ -340,6 +342,7 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     pp_rawframe frames[MAX_FRAMES];
     uintptr_t native[MAX_NATIVE];
     int attached = 0, truncated = 0, nframes = 0, nnative = 0;
+    uintptr_t coro = 0;
     PyThreadState *ts = pp_signal_tstate(&attached);
     uint8_t state;
     if (ts == NULL) {
@@ -348,7 +351,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     }
     else {
         nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
-        nframes += pp_frames_walk(ts, frames + nframes, MAX_FRAMES - nframes, &truncated);
+        nframes += pp_frames_walk_coro(ts, frames + nframes, MAX_FRAMES - nframes, &truncated,
+                                       &coro);
         state = PP_STATE_PYTHON;
         if (!attached) {
             /* Detached: C code that released the GIL (using CPU since the last
@@ -382,7 +386,7 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
 
     if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
                               ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
-                              frames, nframes, native, nnative, weight))
+                              frames, nframes, native, nnative, weight, S.async ? coro : 0))
         goto done;
     if (sl) {                           /* not parked: only this thread moves it now */
         atomic_store(&sl->accounted, now);
@@ -493,13 +497,30 @@ static pid_t own_thread_init(const char *name)
     return (pid_t)syscall(SYS_gettid);
 }
 
+/* --async: the tasks are looked at every LOOK_NS, less often when looking
+ * would cost more than a 400th of the time (tens of thousands of tasks: up
+ * to a second apart), in CPU mode, and while no task has been seen (a
+ * program without an event loop). */
+#define LOOK_NS (10 * 1000 * 1000)
+#define LOOK_MAX_NS (1000 * 1000 * 1000)
+static int64_t async_look_period(pp_sampling *p)
+{
+    const pp_tasks *t = &p->tasks;
+    int64_t period = t->last_look_ns * 400;
+    /* no task yet; or CPU mode, where looks only name tasks (no awaiting time to
+     * place), and each look takes the GIL from a loop that may be busy */
+    if ((t->n == 0 || S.mode == PP_SAMPLE_CPU) && period < 5 * LOOK_NS)
+        period = 5 * LOOK_NS;
+    return period < LOOK_NS ? LOOK_NS : period > LOOK_MAX_NS ? LOOK_MAX_NS : period;
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
     S.helper_tid = own_thread_init("pyprof-helper");
-    int64_t tick = S.mode == PP_SAMPLE_WALL ? SCAN_NS : DRAIN_NS;
+    int64_t tick = S.mode == PP_SAMPLE_WALL || S.async ? SCAN_NS : DRAIN_NS;
     int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
-    int64_t next_refresh = 0;
+    int64_t next_refresh = 0, next_look = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
@@ -517,7 +538,8 @@ static void *sampler_main(void *arg)
             next_refresh = now + SCAN_NS;
         if (refresh && next_drain > now + NAME_NS)
             next_drain = now + NAME_NS;     /* again soon: the new thread's name */
-        if (refresh || now >= next_drain
+        int look = S.async && now >= next_look;
+        if (refresh || look || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
             if (now >= next_drain)
                 next_drain = now + DRAIN_NS;
@@ -533,7 +555,15 @@ static void *sampler_main(void *arg)
                     pthread_mutex_unlock(&pp_wall_mu);
                     flush_due = now + DRAIN_NS;
                 }
+                if (look)
+                    pp_async_look_begin(S.prof, now);
+                else if (S.async && refresh)        /* a new thread: an executor's, maybe */
+                    pp_async_peek(S.prof, now);
                 pp_sampler_drain(S.prof);
+                if (look) {
+                    pp_async_look_end(S.prof, now);
+                    next_look = now + async_look_period(S.prof);
+                }
                 if (S.mode == PP_SAMPLE_WALL) {
                     pthread_mutex_lock(&pp_wall_mu);
                     pp_wall_refresh();
@@ -763,6 +793,8 @@ int pp_sampler_start(pp_sampling *p)
     helper_paused = 0;
     S.mode = o->mode;
     S.native = o->native;
+    S.async = o->async;
+    pp_async_reset(p);
     S.rate_hz = o->rate_hz;
     S.interval_ns = (int64_t)(1e9 / o->rate_hz);
     S.pid = getpid();
@@ -857,7 +889,11 @@ int pp_sampler_stop(pp_sampling *p)
     S.stopped_ns = pp_mono_ns();
     S.cpu1_ns = process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
+    if (S.async)
+        pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
+    if (S.async)
+        pp_async_stop(p, S.stopped_ns);
     pp_frames_watch_code(pp_sampler_drain_for_dying, 0);
     PyObject *owner = S.owner;
     S.prof = NULL;
@@ -958,6 +994,7 @@ int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threa
 void pp_sampling_free(pp_sampling *p)
 {
     pp_samples_free(&p->samples);
+    pp_async_free(p);
     Py_CLEAR(p->root);
     Py_CLEAR(p->program);
 }

@@ -24,6 +24,8 @@ enum {
     PP_STATE_NATIVE = 1,        /* detached, using CPU: C code that released the GIL */
     PP_STATE_IDLE = 2,          /* detached, not using CPU: blocked, sleeping, waiting for the GIL */
     PP_STATE_OTHER = 3,         /* a thread that never ran Python (wall/CPU time of C threads) */
+    PP_STATE_AWAITING = 4,      /* --async, wall mode: a task suspended at an await (no signal:
+                                 * charged by the helper, see sampler_async.c) */
 };
 
 /* The stack table: a stack is (function id, line) pairs, root first, plus
@@ -65,7 +67,57 @@ typedef struct {
     int mode;                   /* PP_SAMPLE_CPU / PP_SAMPLE_WALL */
     double rate_hz;             /* requested */
     int native;                 /* unwind native frames too (libunwind) */
+    int async;                  /* asyncio tasks: samples under <task NAME> (sampler_async.c) */
 } pp_sample_opts;
+
+/* --async: one asyncio task seen while sampling (sampler_async.c). Times in
+ * ns of CLOCK_MONOTONIC; running: the weight of its samples; awaiting: its
+ * lifetime less that (wall mode). fid is PP_NONE until the task is named (it
+ * had a sample, or was pending at the end of a look); a task let go unnamed
+ * leaves no row (its slot is reused). */
+enum { PP_TASK_PENDING = 0, PP_TASK_DONE = 1, PP_TASK_CANCELLED = 2 };
+typedef struct {
+    uint32_t fid;               /* its <task NAME> frame */
+    uint32_t coro_fid;          /* its coroutine's function (PP_NONE: not a coroutine) */
+    uint32_t created_fid;       /* where it was created (asyncio debug mode), or PP_NONE */
+    uint32_t created_line;
+    uint32_t thread;            /* its loop's thread index (PP_NONE: not known) */
+    uint32_t state;
+    int64_t start_ns, end_ns;   /* end_ns: 0 while pending */
+    int64_t running_ns, awaiting_ns;
+    int64_t first_run_ns, last_run_ns;      /* its first and last running sample (0: none) */
+    uint64_t samples;           /* running samples */
+} pp_taskrow;
+
+typedef struct {
+    pp_taskrow *rows;
+    uint32_t n, cap;
+    /* private to sampler_async.c, by row: the task (strong while pending),
+     * its coroutine's address, its stack when last seen waiting */
+    PyObject **obj;             /* (task, coroutine) */
+    uintptr_t *coro;
+    uint32_t *where;
+    uint8_t *noted;             /* its loop's thread is in byloop */
+    uint8_t *age;               /* looks that saw it (up to 255) */
+    uint32_t free_head;         /* rows of tasks let go unnamed, for reuse (via where[]) */
+    uint32_t cursor;            /* the row the next look's waiting stacks start from */
+    int64_t last_look_ns;       /* what the last look cost */
+    pp_index byloop;            /* event loop address -> thread index, of tasks held */
+    pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
+                                 * awaiting its work item (to_thread), at the last look */
+    uintptr_t work_code;        /* concurrent.futures.thread._WorkItem.run's code, or 0 */
+    uint32_t nworkers;
+    int ready;                  /* the indexes are made */
+    uint32_t held;              /* rows with obj set */
+    pp_index bycoro;            /* coroutine address -> row, tasks held only */
+    pp_index byobj;             /* task address -> row, tasks held only */
+    uint32_t unknown_fid;       /* <task ?>: a coroutine of a task never seen */
+    uint64_t unmatched;         /* samples in a coroutine of no known task */
+    uint64_t seen;              /* tasks seen by a look */
+    uint64_t looks;
+    int64_t look_ns;            /* time spent looking at tasks, in all */
+    int64_t gap_ns;             /* the longest time between two looks */
+} pp_tasks;
 
 /* One profiler's sampling state: the options, the stack table the samples
  * end up in, where the program's frames begin. */
@@ -76,6 +128,7 @@ typedef struct pp_sampling {
     pp_threadset *threads;      /* the owner's thread records */
     pp_sample_opts opts;
     pp_samples samples;
+    pp_tasks tasks;
     PyObject *root;             /* code of the runner's frame: stacks are cut below it */
     PyObject *program;          /* the program's code the runner runs (else: runner's work) */
     char warn_replaced;         /* warn once if the program takes SIGPROF back */
@@ -116,6 +169,11 @@ double pp_sampler_achieved(const pp_sampler_info *si);
 #define PP_REPLACED_MESSAGE \
     "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
     "sampled: samples after that moment are missing"
+
+/* The task rows recorded so far are forgotten (a cleared profiler). */
+void pp_tasks_clear(pp_tasks *t);
+/* The rows that a capture writes (named tasks). */
+uint32_t pp_tasks_named(const pp_tasks *t);
 
 int pp_samples_init(pp_samples *s);
 void pp_samples_free(pp_samples *s);

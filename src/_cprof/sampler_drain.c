@@ -72,6 +72,14 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 /* The id of the stack (frames root first, native leaf first), added if new. */
 static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
+                         uint32_t nn);
+
+uint32_t pp_samples_stack(pp_samples *s, const uint64_t *fr, uint32_t n)
+{
+    return stack_id(s, fr, n, NULL, 0);
+}
+
+static uint32_t stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
                          uint32_t nn)
 {
     uint64_t h = 0xCBF29CE484222325ull ^ n ^ ((uint64_t)nn << 32);
@@ -146,6 +154,12 @@ static int add_sample(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t s
     return 0;
 }
 
+int pp_samples_add(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
+                   int64_t weight, uint64_t count)
+{
+    return add_sample(s, thread, stack, state, weight, count);
+}
+
 /* ---------------------------------------------------------------- drain */
 
 static PyObject *dying_code;    /* set while draining for a code object being destroyed */
@@ -170,6 +184,11 @@ static uint32_t code_fid(pp_sampling *p, PyObject *code)
     if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
         return PP_NONE;
     return pp_registry_code(p->reg, code);
+}
+
+uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code)
+{
+    return code_fid(p, code);
 }
 
 static uint32_t frame_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
@@ -225,7 +244,78 @@ static uint32_t get_last_stack(uint32_t thread)
     return thread < nlast ? last_stack[thread] : PP_NONE;
 }
 
+/* --async: the task row of each thread's last recorded stack (PP_NONE: none),
+ * which its REPEAT records charge too. */
+static uint32_t *last_task;
+static uint32_t nlast_task;
+
+static void set_last_task(uint32_t thread, uint32_t row)
+{
+    if (thread >= nlast_task) {
+        if (row == PP_NONE)
+            return;
+        uint32_t n = nlast_task ? nlast_task : 64;
+        while (n <= thread)
+            n *= 2;
+        uint32_t *a = realloc(last_task, (size_t)n * sizeof *a);
+        if (a == NULL)
+            return;
+        for (uint32_t i = nlast_task; i < n; i++)
+            a[i] = PP_NONE;
+        last_task = a;
+        nlast_task = n;
+    }
+    last_task[thread] = row;
+}
+
+/* --async: a sample in a coroutine (raw[at] is the rootmost coroutine frame)
+ * becomes the task's: its frames up to that one under the task's root frame.
+ * The frames below (the event loop running the task) are dropped. Returns
+ * the frames to keep (at + 1) and sets *row and *root_fid; n if the sample
+ * is not in a coroutine. */
+static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw, uint32_t n,
+                         uint32_t *row, uint32_t *root_fid)
+{
+    *row = PP_NONE;
+    *root_fid = PP_NONE;
+    if (S.async && r->coro == 0 && p->tasks.work_code) {
+        /* an executor's thread doing a task's to_thread work: from _WorkItem.run up */
+        for (uint32_t i = n; i-- > 0;) {
+            if (raw[i].code != p->tasks.work_code || i >= MAX_FRAMES - 1)
+                continue;
+            *row = pp_async_worker_row(p, r->tid, 1);
+            if (*row == PP_NONE)
+                return n;
+            *root_fid = p->tasks.rows[*row].fid;
+            return i + 1;
+        }
+        return n;
+    }
+    if (!S.async || r->coro == 0)
+        return n;
+    uint32_t at = n;
+    for (uint32_t i = n; i-- > 0;)
+        if (raw[i].flags & PP_RAW_CORO) {
+            at = i;
+            break;
+        }
+    if (at == n || at >= MAX_FRAMES - 1)
+        return n;               /* below the runner's frame; or no room for the task's */
+    *row = pp_async_row(p, (uintptr_t)r->coro);
+    *root_fid = *row != PP_NONE ? p->tasks.rows[*row].fid : p->tasks.unknown_fid;
+    if (*root_fid == PP_NONE)
+        return n;
+    if (*row == PP_NONE)
+        p->tasks.unmatched++;
+    return at + 1;
+}
+
 /* One published record into the stack table. */
+uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
+{
+    return frame_line(s, fid, code, offset);
+}
+
 static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
 {
     pp_samples *s = &p->samples;
@@ -236,6 +326,8 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
         if (st != PP_NONE)
             add_sample(s, thread, st, PP_STATE_IDLE, r->weight_ns,
                        (uint64_t)((r->weight_ns + S.interval_ns / 2) / S.interval_ns));
+        if (st != PP_NONE && thread < nlast_task && last_task[thread] != PP_NONE)
+            pp_async_ran(p, last_task[thread], thread, r->t_ns, r->weight_ns);
         return;
     }
     const pp_rawframe *raw = (const pp_rawframe *)(r + 1);
@@ -254,7 +346,10 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
             break;
         }
     }
-    uint32_t kept = 0;
+    uint32_t kept = 0, row, root_fid;
+    n = task_cut(p, r, raw, n, &row, &root_fid);
+    if (root_fid != PP_NONE)
+        fr[kept++] = (uint64_t)root_fid << 32;
     for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
         PyObject *code = (PyObject *)raw[i].code;
         uint32_t fid = code_fid(p, code);
@@ -270,8 +365,13 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
     uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
     if (st != PP_NONE)
         add_sample(s, thread, st, r->state, r->weight_ns, 1);
-    if (thread != PP_NONE)
+    if (thread != PP_NONE) {
         set_last_stack(thread, st);
+        int worker = r->coro == 0;      /* to_thread work: the task awaits it meanwhile */
+        set_last_task(thread, st != PP_NONE && !worker ? row : PP_NONE);
+        if (st != PP_NONE && row != PP_NONE && !worker)
+            pp_async_ran(p, row, thread, r->t_ns, r->weight_ns);
+    }
     else if (runner_only) {
         uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
         if (ix != PP_NONE)
@@ -350,7 +450,7 @@ void pp_sampler_spill(void)
 
 static void drain_locked(pp_sampling *p)
 {
-    uint64_t fr[MAX_FRAMES];
+    uint64_t fr[MAX_FRAMES + 1];
     int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
     p->threads->sample_pass++;
     pthread_mutex_lock(&ring_mu);
@@ -380,6 +480,8 @@ void pp_sampler_drain_reset(void)
 {
     for (uint32_t i = 0; i < nlast; i++)
         last_stack[i] = PP_NONE;
+    for (uint32_t i = 0; i < nlast_task; i++)
+        last_task[i] = PP_NONE;
     pthread_mutex_lock(&ring_mu);       /* no helper runs: a spill left by an older run */
     free(spill);
     spill = NULL;

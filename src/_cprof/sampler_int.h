@@ -38,6 +38,7 @@ typedef struct {
     uint16_t nnative;
     uint16_t pad;
     int64_t weight_ns;          /* the time this sample stands for (see on_sigprof) */
+    uint64_t coro;              /* --async: the coroutine of the rootmost coroutine frame */
     /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
 } rawrec;
 
@@ -51,6 +52,7 @@ typedef struct {
     _Atomic int active;
     _Atomic int paused;             /* around fork() */
     int native;
+    int async;
     int mode;
     int64_t interval_ns;
     unsigned char *buf;
@@ -140,7 +142,7 @@ static inline clockid_t pp_thread_cpu_clock(pid_t tid)
 int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight);
 int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
                          const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight);
+                         int nnative, int64_t weight, uintptr_t coro);
 
 /* ---- wall mode's thread slots (sampler_wall.c; see sampler.c on parking) */
 
@@ -246,5 +248,32 @@ void pp_sampler_drain_for_dying(PyObject *code);
  * buffer the next drain takes first. */
 void pp_sampler_spill(void);
 void pp_sampler_drain_atfork_child(void);
+/* The stack table's own steps (sampler_drain.c), for the tasks' stacks. */
+uint32_t pp_samples_stack(pp_samples *s, const uint64_t *fr, uint32_t n);
+int pp_samples_add(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
+                   int64_t weight, uint64_t count);
+uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset);
+uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code);
+
+/* ---- --async (sampler_async.c; GIL held, the helper's or stop's) */
+/* New run: forget the tasks. */
+void pp_async_reset(pp_sampling *p);
+void pp_async_free(pp_sampling *p);
+/* Before a drain: the tasks made since the last look, and their coroutines. */
+void pp_async_look_begin(pp_sampling *p, int64_t now);
+/* The same outside a look (a new thread's drain): not counted as a look's cost. */
+void pp_async_peek(pp_sampling *p, int64_t now);
+/* After it: the time of the tasks that wait, where they wait; ended tasks let go. */
+void pp_async_look_end(pp_sampling *p, int64_t now);
+/* Sampling stops: every task let go, its time charged up to now. */
+void pp_async_stop_begin(pp_sampling *p, int64_t now);
+void pp_async_stop(pp_sampling *p, int64_t now);
+/* The drain: the row of the task whose coroutine is `coro` (PP_NONE: none
+ * known), and a sample of `weight` in it. */
+uint32_t pp_async_row(pp_sampling *p, uintptr_t coro);
+/* The row of the task whose to_thread work thread `tid` runs (PP_NONE: none),
+ * as the last look saw; with rescan, looked at again (once per drain) if not. */
+uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan);
+void pp_async_ran(pp_sampling *p, uint32_t row, uint32_t thread, int64_t t_ns, int64_t weight);
 
 #endif

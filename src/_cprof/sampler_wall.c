@@ -133,7 +133,7 @@ static void charge_ended(wslot *sl, int64_t end)
     if (left > prev && left < end) {
         pp_ring_write_repeat(sl->tid, sl->ident, left, left - prev);
         pp_ring_write_sample((uint32_t)sl->tid, sl->ident, end, PP_STATE_IDLE, 0, no_frames, 0,
-                             no_native, 0, end - left);
+                             no_native, 0, end - left, 0);
     }
     else
         pp_ring_write_repeat(sl->tid, sl->ident, end, end - prev);
@@ -238,11 +238,13 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     pp_rawframe frames[MAX_FRAMES];
     uintptr_t no_native[1];
     int truncated = 0;
-    int nframes = pp_frames_walk(ts, frames, MAX_FRAMES, &truncated);
+    uintptr_t coro = 0;
+    int nframes = pp_frames_walk_coro(ts, frames, MAX_FRAMES, &truncated, &coro);
     int64_t now = pp_mono_ns(), from = atomic_load(&sl->accounted);
     if (nframes <= 0
         || !pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
-                                 frames, nframes, no_native, 0, now > from ? now - from : 0))
+                                 frames, nframes, no_native, 0, now > from ? now - from : 0,
+                                 S.async ? coro : 0))
         return 0;
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
@@ -392,7 +394,9 @@ void pp_wall_resolve_suspects(void)
         pp_rawframe frames[MAX_FRAMES];
         uintptr_t no_native[1];
         int truncated = 0;
-        int nframes = pp_frames_walk((PyThreadState *)sl->tstate, frames, MAX_FRAMES, &truncated);
+        uintptr_t coro = 0;
+        int nframes = pp_frames_walk_coro((PyThreadState *)sl->tstate, frames, MAX_FRAMES,
+                                          &truncated, &coro);
         uint64_t where = pp_stack_key(frames, nframes);
         int elsewhere = nframes > 0 && where != sl->where, wake = 0;
         int64_t now = pp_mono_ns(), moved = MOVED_CPU_NS;
@@ -405,7 +409,8 @@ void pp_wall_resolve_suspects(void)
             if (from > prev)
                 pp_ring_write_repeat(sl->tid, sl->ident, from, from - prev);
             if (pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
-                                     frames, nframes, no_native, 0, now - from)) {
+                                     frames, nframes, no_native, 0, now - from,
+                                     S.async ? coro : 0)) {
                 atomic_store(&sl->accounted, now);
                 sl->where = where;
                 /* the ticks it stands for, as a parked thread's repeat counts them */

@@ -340,6 +340,7 @@ int pp_tracer_start(pp_tracer *p)
     pp_index_clear(&p->sites);
     memset(p->c_sites, 0, sizeof p->c_sites);
     pp_tracer_active = p;
+    p->coros.stopped = 0;
     p->enabled = 1;
     if (pp_tracer_install_hooks(p) < 0) {
         p->enabled = 0;
@@ -358,6 +359,7 @@ int pp_tracer_stop(pp_tracer *p)
     if (!p->enabled)
         return 0;
     p->enabled = 0;
+    p->coros.stopped = now_ticks(p);
     if (pp_tracer_active == p)
         pp_tracer_active = NULL;
     p->reg->on_target = NULL;
@@ -384,6 +386,7 @@ double pp_tracer_ticks_per_ns(const pp_tracer *p)
 void pp_tracer_free(pp_tracer *p)
 {
     pp_index_free(&p->sites);
+    pp_tracer_coro_clear(p);
     Py_CLEAR(p->disabled_code);
     Py_CLEAR(p->prev_thread_hook);
     Py_CLEAR(p->prev_trace_hook);

@@ -17,6 +17,51 @@
 
 #define PP_C_SITE_BITS (1u << 16)
 
+/* Coroutines (tracer_coro.c): each one open since its first start, by the
+ * address of its frame (stable: the coroutine object holds it), and per
+ * function the instances started, ended and the wall time of those ended. */
+typedef struct {
+    uint64_t key;               /* frame address; 0: empty */
+    uint32_t fid;
+    uint32_t pad;
+    int64_t start, last;        /* clock ticks: first start; last suspension */
+} pp_coro_open;
+
+/* With asyncio on: a task's root coroutine, followed from its first start. */
+typedef struct {
+    uint32_t fid;               /* its <task NAME> frame */
+    uint32_t coro_fid;
+    uint32_t thread;            /* thread index of its first step */
+    uint32_t ended;
+    int64_t start, end;         /* clock ticks */
+    int64_t running;            /* ticks of its steps */
+    int64_t run_since;          /* start of the step running now (0: suspended) */
+    uint64_t steps;
+} pp_tracer_task;
+
+/* A task's step, for the timeline: (task row, start, duration) in ticks. */
+typedef struct {
+    uint32_t task;
+    uint32_t pad;
+    int64_t start, dur;
+} pp_task_step;
+
+typedef struct {
+    pp_coro_open *open;
+    uint32_t mask, nopen;
+    uint64_t *instances, *ended;
+    int64_t *wall;              /* ticks from first start to end, of the ended ones */
+    uint32_t nfid;
+    int64_t stopped;            /* the clock when the tracer stopped (0: running) */
+    uint64_t dropped;           /* not followed: out of memory */
+    pp_tracer_task *tasks;      /* asyncio on: the tasks seen (pp_coro_open.pad: row + 1) */
+    uint32_t ntasks, captasks;
+    pp_task_step *steps;        /* asyncio and timeline on: the tasks' steps */
+    uint32_t nsteps, capsteps;
+    uint64_t steps_dropped;
+    PyObject *current_task;     /* (_asyncio._get_running_loop, _asyncio._current_tasks) */
+} pp_coros;
+
 typedef struct pp_tracer {
     PyObject *owner;            /* the object holding this state (borrowed): hooks bind to it */
     pp_registry *reg;           /* the owner's function ids */
@@ -32,6 +77,7 @@ typedef struct pp_tracer {
     int lines;                  /* line mode: LINE events on line targets, call rows */
     int memory;                 /* allocation hooks record too: peaks per activation */
     int background;             /* steps aside while another profiler is enabled */
+    int asyncio;                /* tasks: root coroutines named after their task */
     PyObject *timer;            /* user timer or NULL for the internal clock */
     double timeunit;            /* cProfile's timeunit (0: timer returns float seconds) */
     int in_timer;
@@ -53,6 +99,7 @@ typedef struct pp_tracer {
     int64_t tl_min_ns;          /* calls shorter than this are counted, not kept */
     int64_t tl_min_ticks;       /* the same in clock ticks (set by start) */
     uint64_t tl_max;            /* events held over all threads, at most */
+    pp_coros coros;             /* coroutines: first start to end (tracer_coro.c) */
     /* periodic work of the owner (a flush), asked every 1024 events or so */
     void (*periodic)(void *arg);
     void *periodic_arg;
@@ -80,6 +127,10 @@ int64_t pp_tracer_now(pp_tracer *t);
 /* End the calls still open on a stack at `now`, a reading of the clock (used
  * by snapshots); in line mode the stack's line_cost is taken off it. */
 void pp_tracer_stop_all(pp_tables *t, pp_stack *st, int64_t now, int lines);
+/* Coroutines still open: (now - first start) of each, added by function id
+ * into wall[fid] (nfid entries), GIL held. */
+void pp_tracer_coro_open_wall(const pp_tracer *t, int64_t now, int64_t *wall, uint32_t nfid);
+void pp_tracer_coro_clear(pp_tracer *t);
 /* Time that is not a call (the garbage collector) entered and left as a
  * function of its own, the pseudo code object `code` (GIL held); 0 when
  * the tracer is not on (nothing recorded). */

@@ -50,6 +50,16 @@ PP_HIDDEN __attribute__((noinline)) void pp_tracer_pop_hooks(pp_tables *t, pp_st
 /* Line mode: a resumed generator or coroutine that is a line target goes on
  * with the line it stopped in (no hit: that line already counted one). */
 PP_SLOW void pp_tracer_line_resume_at(pp_tracer *p, PyObject *code, int line, int64_t now);
+/* Coroutines (tracer_coro.c): a coroutine's frame at `frame` starts or
+ * resumes (first: a first start); suspends; ends. Only for code with
+ * CO_COROUTINE: the callbacks test the code's flags first. */
+PP_SLOW void pp_tracer_coro_run(pp_tracer *p, PyObject *code, uintptr_t frame, int first);
+PP_SLOW void pp_tracer_coro_suspend(pp_tracer *p, uintptr_t frame);
+PP_SLOW void pp_tracer_coro_end(pp_tracer *p, uintptr_t frame);
+static inline int pp_is_coroutine(PyObject *code)
+{
+    return (((PyCodeObject *)code)->co_flags & CO_COROUTINE) != 0;
+}
 /* Back-end (tracer_monitoring.c or tracer_legacy.c). */
 PP_HIDDEN int pp_tracer_backend_init(void);
 PP_HIDDEN int pp_tracer_install_hooks(pp_tracer *p);

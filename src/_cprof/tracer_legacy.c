@@ -44,6 +44,22 @@ COLD int first_resume_offset(pp_tracer *p, PyCodeObject *code)
     return p->reg->fresume[fid] = off;
 }
 
+/* Not the evaluation that only makes the coroutine (RETURN_GENERATOR). */
+static inline int owned_by_coroutine(PyFrameObject *frame)
+{
+    return *((char *)pp_frameobj_frame(frame) + pp_iframe_owner_offset)
+           == pp_frame_owned_by_generator;
+}
+
+/* 3.11 reports a coroutine's suspension as a return: its state tells. */
+static void coro_leave(pp_tracer *p, uintptr_t frame)
+{
+    if (pp_frames_owner_suspended(frame))
+        pp_tracer_coro_suspend(p, frame);
+    else
+        pp_tracer_coro_end(p, frame);
+}
+
 static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     pp_tracer *p = pp_tracer_of(obj);
@@ -55,15 +71,21 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
         if (UNLIKELY(p->memory) && pp_mem_forget_hook)
             pp_mem_forget_hook((PyObject *)frame);  /* made for this hook, not by the program */
         enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
+        if (UNLIKELY(pp_is_coroutine((PyObject *)code)) && owned_by_coroutine(frame))
+            pp_tracer_coro_run(p, (PyObject *)code, pp_frameobj_frame(frame), 0);
         if (UNLIKELY(p->lines) && (code->co_flags & GENERATOR_FLAGS)
             && PyFrame_GetLasti(frame) > first_resume_offset(p, code))
             pp_tracer_line_resume_at(p, (PyObject *)code, PyFrame_GetLineNumber(frame),
                                      now_ticks(p));
         break;
     }
-    case PyTrace_RETURN:
-        leave(p, (uint64_t)(uintptr_t)pp_frame_code_borrowed(frame));
+    case PyTrace_RETURN: {
+        PyCodeObject *code = pp_frame_code_borrowed(frame);
+        leave(p, (uint64_t)(uintptr_t)code);
+        if (UNLIKELY(pp_is_coroutine((PyObject *)code)) && owned_by_coroutine(frame))
+            coro_leave(p, pp_frameobj_frame(frame));
         break;
+    }
     case PyTrace_C_CALL:
         if (p->builtins && PyCFunction_Check(arg))
             enter(p, (uint64_t)(uintptr_t)((PyCFunctionObject *)arg)->m_ml, arg, NULL,
@@ -237,10 +259,16 @@ static PyObject *pp_eval_frame(PyThreadState *ts, struct _PyInterpreterFrame *f,
     if (UNLIKELY(pp_iframe_creates_generator(f, code)))
         return eval_next(ts, f, exc);
     enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
+    int coro = pp_is_coroutine((PyObject *)code);   /* owned by its coroutine (see above) */
+    if (UNLIKELY(coro))
+        pp_tracer_coro_run(p, (PyObject *)code, (uintptr_t)f, 0);
     PyObject *r = eval_next(ts, f, exc);
     /* The frame may have disabled this profiler (or enabled another). */
-    if (LIKELY(pp_tracer_active != NULL))
+    if (LIKELY(pp_tracer_active != NULL)) {
         leave(pp_tracer_active, (uint64_t)(uintptr_t)code);
+        if (UNLIKELY(coro))
+            coro_leave(pp_tracer_active, (uintptr_t)f);   /* the coroutine holds the frame */
+    }
     return r;
 }
 

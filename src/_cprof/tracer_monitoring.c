@@ -164,8 +164,11 @@ static PyObject *cb_py_enter(PyObject *self, PyObject *const *args, size_t nargs
 {
     (void)nargsf; (void)kw;
     pp_tracer *p = ((pp_callback *)self)->prof;
-    if (LIKELY(p->enabled))
+    if (LIKELY(p->enabled)) {
         enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
+        if (UNLIKELY(pp_is_coroutine(args[0])))
+            pp_tracer_coro_run(p, args[0], pp_frames_running(), 1);
+    }
     Py_RETURN_NONE;
 }
 
@@ -178,6 +181,8 @@ static PyObject *cb_py_resume(PyObject *self, PyObject *const *args, size_t narg
     pp_tracer *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
+        if (UNLIKELY(pp_is_coroutine(args[0])))
+            pp_tracer_coro_run(p, args[0], pp_frames_running(), 0);
         if (UNLIKELY(p->lines))
             line_resume(p, args[0], args[1]);
     }
@@ -198,12 +203,29 @@ static PyObject *cb_line(PyObject *self, PyObject *const *args, size_t nargsf, P
     Py_RETURN_NONE;
 }
 
+/* PY_RETURN / PY_UNWIND: the frame ends (a coroutine too). */
 static PyObject *cb_py_leave(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
     (void)nargsf; (void)kw;
     pp_tracer *p = ((pp_callback *)self)->prof;
-    if (LIKELY(p->enabled))
+    if (LIKELY(p->enabled)) {
         leave(p, (uint64_t)(uintptr_t)args[0]);
+        if (UNLIKELY(pp_is_coroutine(args[0])))
+            pp_tracer_coro_end(p, pp_frames_running());
+    }
+    Py_RETURN_NONE;
+}
+
+/* PY_YIELD: a generator or coroutine suspends (a call ends, as cProfile counts). */
+static PyObject *cb_py_yield(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_tracer *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled)) {
+        leave(p, (uint64_t)(uintptr_t)args[0]);
+        if (UNLIKELY(pp_is_coroutine(args[0])))
+            pp_tracer_coro_suspend(p, pp_frames_running());
+    }
     Py_RETURN_NONE;
 }
 
@@ -408,7 +430,7 @@ static int claim_tool_id(PyObject *mon, int background)
 /* kind: 0 always, 1 with builtins (C functions), 2 in line mode (local to targets). */
 static const struct { int event; vectorcallfunc fn; int kind; } mon_events[] = {
     {EV_PY_START, cb_py_enter, 0},  {EV_PY_RESUME, cb_py_resume, 0}, {EV_PY_THROW, cb_py_resume, 0},
-    {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_leave, 0},   {EV_PY_UNWIND, cb_py_leave, 0},
+    {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_yield, 0},   {EV_PY_UNWIND, cb_py_leave, 0},
     {EV_CALL, cb_call, 1},          {EV_C_RETURN, cb_c_leave, 1},    {EV_C_RAISE, cb_c_leave, 1},
     {EV_LINE, cb_line, 2},
 };

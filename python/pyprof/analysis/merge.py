@@ -32,8 +32,8 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..errors import PyprofError
-from ..model.session import (NO_FUNCTION, TABLES, MemCounters, MemExtra, PathNode, Session, Stack,
-                             Step, Thread, process_records)
+from ..model.session import (NO_FUNCTION, TABLES, CoroCounters, MemCounters, MemExtra, PathNode,
+                             Session, Stack, Step, Thread, process_records)
 
 
 @dataclass
@@ -222,6 +222,28 @@ def _merge_timeline(merged, src, remap):
         for t, fid, start, dur in src.timeline)
 
 
+def _merge_asyncio(merged, src, remap):
+    """Tasks (their rows, and traced steps after the rows already merged, on
+    the earliest input's time axis) and coroutine counters (summed by function)."""
+    out = merged.session
+    shift = int(src.info.get("start_wall_ns", merged.origin_ns)) - merged.origin_ns
+    base = len(out.tasks)
+    for t in src.tasks:
+        out.tasks.append(replace(
+            t, fid=remap.functions[t.fid],
+            coro_fid=None if t.coro_fid is None else remap.functions[t.coro_fid],
+            created=None if t.created is None else (remap.functions[t.created[0]], t.created[1]),
+            thread=None if t.thread is None else remap.threads[t.thread],
+            start=t.start + shift, end=None if t.end is None else t.end + shift))
+    out.task_steps.extend((base + task, start + shift, dur) for task, start, dur in src.task_steps)
+    for fid, c in src.coroutines.items():
+        mine = out.coroutines.setdefault(remap.functions[fid], CoroCounters())
+        mine.instances += c.instances
+        mine.ended += c.ended
+        mine.wall += c.wall
+        mine.open_wall += c.open_wall
+
+
 def _merge_steps(merged, src, remap):
     """Steps with the same index (the same step of each process: a training
     step on every rank) become one step holding what they all counted."""
@@ -263,6 +285,7 @@ TABLE_MERGERS = [
     _merge_memory_stacks,
     *_COUNTER_MERGERS.values(),
     _merge_memory_curve,
+    _merge_asyncio,
     _merge_meta,
     _merge_info,
     _merge_steps,           # after info: a step's tables are written per the capture's modes

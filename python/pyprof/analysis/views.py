@@ -7,7 +7,8 @@ Four views show the same figures arranged four ways, and two show lines:
 - ``scope``: package -> module -> class -> function, with totals per level;
 - ``graph``: the callers and callees of the selected functions, with edge figures;
 - ``lines``: the line tables (traced, sampled or memory lines);
-- ``memory``: the allocation sites, by line.
+- ``memory``: the allocation sites, by line;
+- ``tasks``: the asyncio tasks of an ``--async`` sampling capture, one row each.
 
 One option language filters them all (tfprof's semantics): ``start``, ``trim``,
 ``show``, ``hide`` name regexes, ``min_*`` thresholds, ``max_depth``,
@@ -29,7 +30,7 @@ from ..model.names import BUILTIN_FUNC, BUILTIN_METHOD
 from ..model.session import STATES
 from ..model.sources import read_source
 
-VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
+VIEWS = ("code", "op", "scope", "graph", "lines", "memory", "tasks")
 TREE_VIEWS = ("code", "scope", "graph")
 
 # Columns: name -> (header, unit, meaning). Units: "s" seconds, "B" bytes,
@@ -53,13 +54,20 @@ COLUMNS = {
     "temp-allocs": ("temp", "n", "temporary allocations: blocks freed by their thread within "
                     "N of its allocations (--temporary)"),
     "occurrence": ("occurrence", "n", "contexts, callers or functions the node stands for"),
+    "running": ("running", "s", "task: time it ran (its samples' weight)"),
+    "awaiting": ("awaiting", "s", "task: its lifetime less its running time (wall mode); "
+                 "coroutine function: its coroutines' wall time less their time"),
+    "steps": ("steps", "n", "task: times it ran (traced captures)"),
+    "coroutine": ("coroutine", "", "task: its coroutine's function, file:line"),
+    "created": ("created", "", "task: where it was created (asyncio debug mode)"),
+    "state": ("state", "", "task: pending, done or cancelled at the end"),
     "thread": ("threads", "", "threads the node ran in"),
     "file": ("file", "", "file:line"),
 }
 # What adds up from children into a parent (tree views); the rest belongs to
 # the node alone.
 SUMMED = ("time", "cpu", "samples", "bytes", "net-bytes", "peak-bytes", "allocs", "native-bytes",
-          "temp-allocs")
+          "temp-allocs", "running", "awaiting")
 # select/order-by name -> metric in Node.own / Node.total and which of the two
 SELF_OF = {"self-time": "time", "self-samples": "samples", "self-bytes": "bytes"}
 EDGE_KINDS = ("callers", "callees", "caller", "callee")
@@ -224,9 +232,21 @@ def available_columns(session, name) -> list:
     elif name == "memory":
         if src["memory"]:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs", *_memory_extra_columns(session)]
+    elif name == "tasks":
+        if session.tasks:
+            cols += ["running", "awaiting", "coroutine", "created", "state"]
+            if src["sample"]:
+                cols.append("samples")
+                if session.info["sampling"].get("mode") != "wall":
+                    cols.remove("awaiting")
+            else:
+                cols.append("steps")
+        return cols + ["thread"] if cols else []
     else:
         if src["trace"] and (name != "code" or src["paths"]):
             cols += ["calls", "time", "self-time", "per-call"]
+            if name == "op" and session.coroutines:
+                cols.append("awaiting")
         if src["sample"]:
             cols += ["samples", "self-samples", "time", "self-time", "cpu"]
         if src["memory"] and (name != "code" or session.memory_stacks):
@@ -250,8 +270,11 @@ def _default_select(available, name) -> list:
     order = {"lines": ["hits", "samples", "time", "self-time", "bytes", "net-bytes",
                        "self-bytes", "native-bytes", "temp-allocs"],
              "memory": ["bytes", "net-bytes", "peak-bytes", "allocs", "native-bytes",
-                        "temp-allocs"]}.get(
-        name, ["calls", "samples", "time", "self-time", "bytes", "net-bytes", "occurrence"])
+                        "temp-allocs"],
+             "tasks": ["coroutine", "created", "running", "awaiting", "samples", "steps",
+                       "state"]}.get(
+        name, ["calls", "samples", "time", "self-time", "awaiting", "bytes", "net-bytes",
+               "occurrence"])
     if name == "op":
         order.append("peak-bytes")
     return [c for c in order if c in available]
@@ -262,6 +285,9 @@ def _build(session, name, opts):
         raise PyprofError(f"unknown view {name!r} (choose from {', '.join(VIEWS)})")
     session, threads = _scope(session, opts)
     available = available_columns(session, name)
+    if name == "tasks" and not available:
+        raise PyprofError("this capture has no asyncio tasks (record with --async; "
+                          "docs/async.md)")
     select = list(opts.select) or _default_select(available, name)
     for col in select:
         if col not in available:
@@ -270,14 +296,15 @@ def _build(session, name, opts):
     if not any(COLUMNS[c][1] for c in select):
         raise PyprofError(f"the {name} view of this capture has no figures to show "
                           f"(available: {', '.join(available) or 'none'})")
-    order = opts.order_by or next((c for c in ("time", "samples", "bytes", "hits", "calls")
+    order = opts.order_by or next((c for c in ("time", "running", "samples", "bytes", "hits",
+                                               "calls")
                                    if c in available), select[0])
     if order != "name" and order not in available:
         raise PyprofError(f"sort key {order!r} is not in this capture's {name} view "
                           f"(available: {', '.join(available)})")
     opts.order_by = order
     builder = {"code": _code, "op": op_nodes, "scope": _scope_view, "graph": _graph,
-               "lines": line_nodes, "memory": _memory}[name]
+               "lines": line_nodes, "memory": _memory, "tasks": task_nodes}[name]
     nodes = builder(session, threads)
     return nodes, select, name in TREE_VIEWS
 
@@ -409,6 +436,14 @@ def op_nodes(session, threads) -> dict:
         for fid, ts in ran.items():
             if fid in nodes:
                 nodes[fid].fixed["thread"] = _thread_names(session, ts)
+        # coroutines (docs/async.md): called once each, however often they
+        # resumed; awaiting is their wall time less the time they ran
+        for fid, c in session.coroutines.items():
+            if fid in nodes and c.instances:
+                n = nodes[fid]
+                n.fixed["calls"] = c.instances
+                wall = session.seconds(c.wall + c.open_wall)
+                n.total["awaiting"] = max(0.0, wall - n.total.get("time", 0.0))
         contexts: dict = {}         # fid -> distinct chains of callers (or callers)
         if session.paths:
             tree = session.call_tree(threads)
@@ -666,6 +701,37 @@ def _extra(total, e, session) -> None:
 
 
 # ---------------------------------------------------------------- filtering
+def _where(session, fid, line=None) -> str:
+    if fid is None or fid not in session.functions:
+        return ""
+    f = session.functions[fid]
+    where = f"{f.filename}:{f.line if line is None else line}" if f.filename else ""
+    return f"{f.qualname} ({where})" if where and line is None else where
+
+
+def task_nodes(session, threads) -> dict:
+    """One node per asyncio task (--async sampling): its name, its coroutine,
+    where it was created, running and awaiting seconds, samples, state."""
+    nodes = {}
+    for i, t in enumerate(session.tasks):
+        if threads is not None and t.thread not in threads:
+            continue
+        label = session.functions[t.fid].name
+        name = label[6:-1] if label.startswith("<task ") and label.endswith(">") else label
+        f = session.functions.get(t.coro_fid) if t.coro_fid is not None else None
+        n = Node(name, f.filename if f else "", f.line if f else 0, "task")
+        n.total = {"running": t.running / 1e9, "awaiting": t.awaiting / 1e9,
+                   "samples": t.samples}
+        n.fixed = {"coroutine": _where(session, t.coro_fid),
+                   "created": _where(session, *t.created) if t.created else "",
+                   "state": t.state,
+                   "thread": _thread_names(session, [t.thread]) if t.thread is not None else ""}
+        if t.steps is not None:
+            n.fixed["steps"] = t.steps
+        nodes[i] = n
+    return nodes
+
+
 def _matches(rxs, node) -> bool:
     return any(rx.search(node.name) or (node.file and rx.search(node.file)) for rx in rxs)
 
@@ -736,7 +802,7 @@ def _display(nodes: dict, columns, opts, tree, accounted):
         """Thresholds; a node without a figure is not judged by its threshold."""
         if n.kind in EDGE_KINDS:
             return n.shown
-        return (n.total.get("time", opts.min_time) >= opts.min_time
+        return (n.total.get("time", n.total.get("running", opts.min_time)) >= opts.min_time
                 and n.fixed.get("calls", opts.min_calls) >= opts.min_calls
                 and n.total.get("bytes", opts.min_bytes) >= opts.min_bytes
                 and n.total.get("samples", opts.min_samples) >= opts.min_samples)

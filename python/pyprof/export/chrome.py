@@ -12,7 +12,10 @@ timeline of a capture (docs/timeline.md).
   (start, longest first) so that every call comes after the one containing it;
 - the memory curve as a ``C`` counter "memory" with series ``rss_bytes`` and
   ``heap_bytes`` (bytes; with --memory);
-- pyprof.step() markers as process-wide ``i`` instant events.
+- pyprof.step() markers as process-wide ``i`` instant events;
+- asyncio tasks (--async, docs/async.md): a process "asyncio tasks" with one
+  track per task, named ``task NAME``: an ``X`` event for its lifetime (named
+  by its coroutine) and, traced with a timeline, one per step inside it.
 
 No ``args`` on X events: speedscope keys frames by name and args, so per-call
 args would split a function into many frames. Strings are escaped by
@@ -34,7 +37,35 @@ from ..render.units import format_ns
 
 def has_content(session) -> bool:
     return bool(session.info.get("timeline") or session.memory_curve
-                or session.meta.get("steps"))
+                or session.meta.get("steps") or session.tasks)
+
+
+TASKS_PID = 1 << 23                         # past Linux's largest pid and merged ones
+
+
+def _task_events(session, end_ns):
+    """The tasks' tracks: metadata, then per task its lifetime and its steps."""
+    if not session.tasks:
+        return
+    yield (f'{{"name":"process_name","ph":"M","pid":{TASKS_PID},"tid":0,'
+           f'"args":{{"name":"asyncio tasks"}}}}')
+    steps: dict = {}
+    for task, start, dur in session.task_steps:
+        steps.setdefault(task, []).append((start, dur))
+    for i, t in enumerate(session.tasks):
+        label = session.functions[t.fid].name
+        name = label[1:-1] if label.startswith("<") else label
+        coro = session.functions.get(t.coro_fid) if t.coro_fid is not None else None
+        yield (f'{{"name":"thread_name","ph":"M","pid":{TASKS_PID},"tid":{i + 1},'
+               f'"args":{{"name":{_str(name)}}}}}')
+        end = t.end if t.end is not None else max(end_ns, t.start)
+        yield (f'{{"name":{_str(function_name(coro) if coro else name)},"cat":"task",'
+               f'"ph":"X","ts":{us(t.start)},"dur":{us(end - t.start)},"pid":{TASKS_PID},'
+               f'"tid":{i + 1}}}')
+        step_name = _str(f"step of {name}")
+        for start, dur in sorted(steps.get(i, ())):
+            yield (f'{{"name":{step_name},"cat":"task-step","ph":"X","ts":{us(start)},'
+                   f'"dur":{us(dur)},"pid":{TASKS_PID},"tid":{i + 1}}}')
 
 
 def _text(s) -> str:
@@ -104,8 +135,9 @@ def processes(session) -> list:
 def build(session, min_duration_ns: int = 0):
     """(parts, summary): the JSON text in pieces, and what was kept and dropped."""
     if not has_content(session):
-        raise PyprofError("this capture has no timeline, memory curve or steps to put in a "
-                          "Chrome trace: profile with --timeline (function calls) or --memory")
+        raise PyprofError("this capture has no timeline, memory curve, steps or tasks to put "
+                          "in a Chrome trace: profile with --timeline (function calls), "
+                          "--memory or --async")
     info, meta = session.info, session.meta
     procs = processes(session)
     pid = procs[0]["id"]
@@ -166,6 +198,9 @@ def build(session, min_duration_ns: int = 0):
                 ts = us(round(pt.t * 1e9) + proc["shift_ns"])
                 yield (f',\n{{"name":"memory","ph":"C","ts":{ts},"pid":{proc["id"]},"tid":0,'
                        f'"args":{{"rss_bytes":{int(pt.rss)},"heap_bytes":{int(pt.heap)}}}}}')
+        tasks = list(_task_events(session, int(info.get("duration_ns", 0) or 0)))
+        if tasks:
+            yield ",\n" + ",\n".join(tasks)
         for m in meta.get("steps", []):
             try:
                 t_ns = round(float(m["t"]) * 1e9)

@@ -58,7 +58,14 @@ def render(session, lines=True) -> bytes:
     for t, state, frames, count, weight in named_stacks(session, lines=True, threads=False):
         loc_ids = []
         for label, file, line in reversed(frames):                  # leaf first
-            name = frame_name(label) if file else label
+            if file:
+                name = frame_name(label)
+            elif label.startswith("<") and label.rsplit(":", 1)[0].endswith(">"):
+                # --async's <task NAME>, <await NAME>: pprof drops <...> from names
+                # (C++ templates), so they are [task NAME]
+                name = f"[{label.rsplit(':', 1)[0][1:-1]}]"
+            else:
+                name = label
             if file == "~":                 # a C function (traced captures)
                 name, file = plain_builtin_name(name), ""
             fkey = (name, file)

@@ -2,8 +2,8 @@
 CSS and JS (written for pyprof: no library, no CDN, no analytics, works
 offline) that shows a capture's summary, a sortable function table, a heatmap
 of the source per file and line, an interactive flame graph (the flame graph
-page's code, flamegraph.FLAME_JS), the memory curve and the steps. A section
-is there only when the capture has its data.
+page's code, flamegraph.FLAME_JS), the memory curve, the steps and the
+asyncio tasks (--async). A section is there only when the capture has its data.
 
 Everything the page shows comes from the Session through the views
 (views.view "op" and "lines"), the flame graph trees (flamegraph.tree,
@@ -40,14 +40,15 @@ CONTEXT = 3
 FLAME_MIN_FRACTION = 2e-4        # a frame under half a pixel at 2,500 pixels
 MAX_FLAME_NODES = 30_000         # per tree: the largest frames beyond
 MAX_STEPS = 1000
+MAX_TASKS = 500                 # the task table: the tasks that ran longest
 STEP_TOP_STEPS = 200            # steps that get their top functions
 # The cost of one hook event of function/line tracing (a call or a return),
 # half the median ns per call event measured in benchmarks/RESULTS.md (62 ns
 # on CPython 3.12: a call is two events). docs/report.md#overhead.
 NS_PER_EVENT = 31
 
-TABLE_COLUMNS = ("calls", "time", "self-time", "per-call", "samples", "self-samples", "cpu",
-                 "bytes", "self-bytes", "net-bytes", "peak-bytes", "allocs")
+TABLE_COLUMNS = ("calls", "time", "self-time", "per-call", "awaiting", "samples", "self-samples",
+                 "cpu", "bytes", "self-bytes", "net-bytes", "peak-bytes", "allocs")
 HEAT_COLUMNS = ("hits", "time", "samples", "self-samples", "bytes", "net-bytes", "allocs",
                 "native-bytes", "temp-allocs")
 
@@ -372,6 +373,34 @@ def _step_top(st) -> list:
     return [[r["name"], r[order], views.COLUMNS[order][1]] for r in rows if r.get(order)]
 
 
+def tasks_section(session) -> str | None:
+    """The tasks view as a static table (escaped), longest running first."""
+    available = views.available_columns(session, "tasks")
+    if not available:
+        return None
+    cols = [c for c in ("coroutine", "state", "running", "awaiting", "samples", "steps",
+                        "created", "thread") if c in available]
+    rows = views.view(session, "tasks", select=cols, order_by="running")["rows"]
+    head = "".join(f'<th title="{html.escape(views.COLUMNS[c][2])}">'
+                   f'{html.escape(views.COLUMNS[c][0])}</th>' for c in cols)
+
+    def cell(c, v):
+        if v is None:
+            return "<td></td>"
+        if views.COLUMNS[c][1] == "s":
+            return f'<td class="num">{html.escape(format_time(v))}</td>'
+        return f'<td class="num">{v}</td>' if views.COLUMNS[c][1] else \
+            f"<td>{html.escape(str(v))}</td>"
+    body = "".join(f"<tr><td>{html.escape(r['name'])}</td>"
+                   + "".join(cell(c, r.get(c)) for c in cols) + "</tr>"
+                   for r in rows[:MAX_TASKS])
+    note = (f'<div class="note">the {MAX_TASKS} tasks that ran longest of {len(rows)}</div>'
+            if len(rows) > MAX_TASKS else "")
+    return (f'<section id="sec-tasks"><h2>Tasks</h2>{note}<div class="scroll">'
+            f'<table id="tasks"><thead><tr><th>task</th>{head}</tr></thead>'
+            f'<tbody>{body}</tbody></table></div></section>\n')
+
+
 # ---------------------------------------------------------------- the page
 def data(session) -> dict:
     """What the page's script renders (the JSON blob)."""
@@ -400,6 +429,9 @@ def render(session) -> str:
         nav.append(("memory", "Memory"))
     if d["steps"]:
         nav.append(("steps", "Steps"))
+    tasks = tasks_section(session)
+    if tasks:
+        nav.append(("tasks", "Tasks"))
     links = " ".join(f'<a href="#sec-{k}">{v}</a>' for k, v in nav)
     parts = [HEAD.replace("%TITLE%", html.escape(title)).replace("%CSS%", CSS + FLAME_CSS),
              f'<header><h1>{html.escape(title)}</h1><nav>{links}</nav></header>\n',
@@ -416,6 +448,8 @@ def render(session) -> str:
                      f'<div id="memcurve">{svg}</div></section>\n')
     if d["steps"]:
         parts.append(SEC_STEPS)
+    if tasks:
+        parts.append(tasks)
     parts.append(f'<footer>pyprof {html.escape(__version__)}: a self-contained report '
                  f'(no network). Columns: docs/columns.md; this page: docs/report.md.</footer>\n')
     parts.append(f'<script type="application/json" id="data">{json_for_html(d)}</script>\n')
@@ -460,7 +494,8 @@ td.loc{color:#666}
 #heat tr.gap td{color:#aaa}
 #heat td.src{width:100%}
 #steps td,#steps th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
-#steps td.num{text-align:right}
+#steps td.num,#tasks td.num{text-align:right}
+#tasks td,#tasks th{padding:1px 8px}
 .tabs button{border:1px solid #bbb;background:#f4f4f4;padding:3px 10px;cursor:pointer}
 .tabs button.on{background:#dde7f7;border-color:#6b8fd6}
 footer{padding:8px 12px;color:#888;font-size:11px}

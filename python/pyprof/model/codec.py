@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from ..errors import PyprofError
 from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
-                     LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode, SampleCounters,
-                     Stack, Step, Thread)
+                     LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode,
+                     SampleCounters, Stack, Step, TASK_STATES, CoroCounters, TaskRow, Thread)
 from .validate import RECORD_NAMES, Corrupt, check
 
 MAGIC = b"\x89CPROF\r\n"
@@ -38,8 +38,13 @@ REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
 REC_PATHS, REC_STEP, REC_TIMELINE, REC_LINEMEM, REC_MEMEXTRA = 16, 17, 18, 19, 20
+REC_TASKS, REC_COROS, REC_TASKSTEPS = 21, 22, 23
 
 _FUNC = struct.Struct("<6I")
+_TASK = struct.Struct("<6IqqqqQQ")
+_TASKSTEP = struct.Struct("<IIqq")
+_UNKNOWN = 2**64 - 1
+_CORO = struct.Struct("<IIQQqq")
 _THREAD = struct.Struct("<IIQQQ")
 _MEMPOINT = struct.Struct("<qQQQII")
 _STEP_HEADER = struct.Struct("<I")
@@ -78,6 +83,7 @@ _TABLE_OF = {TABLE_ROWS[t.name].rtype: t for t in TABLES}
 _NAMES = {REC_INFO: "INFO", REC_META: "META", REC_STRINGS: "STRINGS",
           REC_FUNCTIONS: "FUNCTIONS", REC_THREADS: "THREADS", REC_STACKS: "STACKS",
           REC_MEMCURVE: "MEMCURVE", REC_MEMSTACKS: "MEMSTACKS", REC_STEP: "STEP",
+          REC_TASKS: "TASKS", REC_COROS: "COROS", REC_TASKSTEPS: "TASKSTEPS",
           **{TABLE_ROWS[t.name].rtype: RECORD_NAMES[t.name] for t in TABLES}}
 # What a STEP's record stream may hold: the counters of the tables steps have.
 _STEP_RECORDS = {TABLE_ROWS[t.name].rtype for t in TABLES if t.step}
@@ -233,6 +239,15 @@ def pack_blob(session) -> bytes:
         out.append(record(REC_MEMCURVE, _pack_memcurve(session.memory_curve)))
         out.append(record(REC_MEMSTACKS, _pack_memstacks(session.memory_stacks)))
     out.extend(table_records(session, info, step=False))
+    if session.tasks or (info.get("sampling") or {}).get("async") or info.get("asyncio"):
+        out.append(record(REC_TASKS, _pack_tasks(session.tasks)))
+    if session.task_steps:
+        out.append(record(REC_TASKSTEPS, struct.pack("<I", len(session.task_steps)) + b"".join(
+            _TASKSTEP.pack(task, 0, start, dur) for task, start, dur in session.task_steps)))
+    if session.coroutines:
+        out.append(record(REC_COROS, struct.pack("<I", len(session.coroutines)) + b"".join(
+            _CORO.pack(fid, 0, c.instances, c.ended, c.wall, c.open_wall)
+            for fid, c in session.coroutines.items())))
     for st in session.steps:
         out.append(step_record(st.index, st.name, st.start, st.end,
                                b"".join(table_records(st.data, st.data.info, step=True))
@@ -536,6 +551,45 @@ def _parse_step(ctx, payload):
     ctx.session.steps.append(Step(index, name, start, end, data))
 
 
+def _parse_tasks(ctx, payload):
+    n, rows = _rows(_TASK, payload, "TASKS")
+    out = ctx.session.tasks
+    for i, (fid, coro, cfid, cline, thread, state, start, end, run, wait, samples, steps) in \
+            enumerate(rows):
+        if state >= len(TASK_STATES):
+            raise Corrupt(f"TASKS row {i} has state {state} (at most {len(TASK_STATES) - 1})")
+        out.append(TaskRow(fid, None if coro == NO_FUNCTION else coro,
+                           None if cfid == NO_FUNCTION else (cfid, cline),
+                           None if thread == NO_FUNCTION else thread, TASK_STATES[state],
+                           start, None if end < 0 else end, run, wait, samples,
+                           None if steps == _UNKNOWN else steps))
+
+
+def _parse_tasksteps(ctx, payload):
+    n, rows = _rows(_TASKSTEP, payload, "TASKSTEPS")
+    ctx.session.task_steps.extend((task, start, dur) for task, _, start, dur in rows)
+
+
+def _parse_coros(ctx, payload):
+    n, rows = _rows(_CORO, payload, "COROS")
+    out = ctx.session.coroutines
+    for fid, _, instances, ended, wall, open_wall in rows:
+        if fid in out:
+            raise Corrupt(f"COROS has function {fid} twice")
+        out[fid] = CoroCounters(instances, ended, wall, open_wall)
+
+
+def _pack_tasks(tasks) -> bytes:
+    def none(v):
+        return NO_FUNCTION if v is None else v
+    return struct.pack("<I", len(tasks)) + b"".join(
+        _TASK.pack(t.fid, none(t.coro_fid), none(t.created and t.created[0]),
+                   t.created[1] if t.created else 0, none(t.thread),
+                   TASK_STATES.index(t.state), t.start, -1 if t.end is None else t.end,
+                   t.running, t.awaiting, t.samples, _UNKNOWN if t.steps is None else t.steps)
+        for t in tasks)
+
+
 # record type -> its parser (into the Session being read); the counter tables
 # are TABLE_ROWS'; END ends the stream.
 RECORDS = {
@@ -548,4 +602,7 @@ RECORDS = {
     REC_MEMCURVE: _parse_memcurve,
     REC_MEMSTACKS: _parse_memstacks,
     REC_STEP: _parse_step,
+    REC_TASKS: _parse_tasks,
+    REC_COROS: _parse_coros,
+    REC_TASKSTEPS: _parse_tasksteps,
 }

@@ -28,8 +28,9 @@ from . import codec
 from .tables import (KINDS, MAX_DEPTH, MEMORY_SITES, NAME_TABLE_MODES, NO_FUNCTION,  # noqa: F401
                      ROOT_PATH,
                      STATES, TABLES, CallRow, Counters, Function, LineCounters, LineMemory,
-                     MemCounters, MemExtra,
-                     MemPoint, PathNode, SampleCounters, Stack, Step, Table, Thread, TreeNode)
+                     CoroCounters, MemCounters, MemExtra,
+                     MemPoint, PathNode, SampleCounters, Stack, Step, Table, TaskRow, Thread,
+                     TreeNode)
 
 
 @dataclass
@@ -57,6 +58,10 @@ class Session:
     memory_curve: list = field(default_factory=list)  # MemPoint, in time order
     paths: dict = field(default_factory=dict)       # (thread, path id) -> PathNode
     steps: list = field(default_factory=list)       # Step, in marking order
+    tasks: list = field(default_factory=list)       # TaskRow (--async sampling)
+    coroutines: dict = field(default_factory=dict)  # fid -> CoroCounters (function tracing)
+    # function tracing with asyncio and a timeline: (task row, start ns, duration ns) per step
+    task_steps: list = field(default_factory=list)
     # a part of a capture (a step) has the counters of some paths only: the
     # whole capture's paths give the shape of the tree above them
     path_shape: dict = field(default_factory=dict)

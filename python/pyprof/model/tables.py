@@ -24,8 +24,11 @@ MAX_STACK_FRAMES, MAX_NATIVE_FRAMES = 256, 128
 # had released the GIL, or a thread holding it with no Python frame running.
 MEMORY_SITES = ("line", "gil-released", "no-frame")
 
-# Thread states of a sample (docs/sampling.md).
-STATES = ("python", "native", "idle", "other")
+# Thread states of a sample (docs/sampling.md); "awaiting": --async's
+# suspended tasks (docs/async.md).
+STATES = ("python", "native", "idle", "other", "awaiting")
+# An asyncio task's state at the end of a capture (docs/async.md).
+TASK_STATES = ("pending", "done", "cancelled")
 
 KINDS = ("python", "builtin")
 
@@ -259,6 +262,44 @@ class Step:
     @property
     def label(self) -> str:
         return self.name if self.name else f"step {self.index}"
+
+
+@dataclass
+class CoroCounters:
+    """Function tracing: the coroutines of a coroutine function (docs/async.md).
+    ``instances``: coroutines started; ``ended``: those that returned or
+    raised; ``wall``: raw time units from each one's first start to its end,
+    summed over the ended ones; ``open_wall``: the same up to the capture's
+    end for those still suspended then."""
+
+    instances: int = 0
+    ended: int = 0
+    wall: int = 0
+    open_wall: int = 0
+
+
+@dataclass
+class TaskRow:
+    """An asyncio task seen by --async sampling (docs/async.md). ``fid``: its
+    ``<task NAME>`` root frame; ``coro_fid``: its coroutine's function;
+    ``created``: (fid, line) where asyncio's debug mode saw it made, or None;
+    ``thread``: its loop's thread index, or None; times in ns: ``start`` and
+    ``end`` from the capture's start (end None while pending), ``running``
+    (the weight of its samples, or of its steps when traced), ``awaiting``
+    (its lifetime less that); ``samples``: its running samples; ``steps``:
+    how many times it ran (function tracing with asyncio; None: unknown)."""
+
+    fid: int
+    coro_fid: int | None
+    created: tuple | None
+    thread: int | None
+    state: str
+    start: int
+    end: int | None
+    running: int
+    awaiting: int
+    samples: int
+    steps: int | None = None        # times it ran: traced captures only
 
 
 @dataclass

@@ -67,6 +67,7 @@ def check(session, whole=None) -> None:
                 _first_bad(table, keys, lineless, "is a line of no function")
     if whole is None:
         _check_names(session)
+        _check_tasks(session)
     _check_paths(session, names.functions, whole.paths if whole is not None else {})
     if session.edges:
         fstats = session.fstats
@@ -75,6 +76,22 @@ def check(session, whole=None) -> None:
                           if (k[0], k[2]) not in fstats)
             raise Corrupt(f"EDGES row {row} (thread {k[0]}, {k[1]} -> {k[2]}) has a callee "
                           f"without an FSTATS row in its thread")
+
+
+def _check_tasks(session):
+    """Each task and coroutine row names functions (and a thread) the capture has."""
+    for i, t in enumerate(session.tasks):
+        fids = [t.fid, t.coro_fid, t.created and t.created[0]]
+        if any(f is not None and f not in session.functions for f in fids):
+            raise Corrupt(f"TASKS row {i} has a function the capture does not have")
+        if t.thread is not None and t.thread not in session.threads:
+            raise Corrupt(f"TASKS row {i} has thread {t.thread}, which the capture does not have")
+    for i, (task, start, dur) in enumerate(session.task_steps):
+        if not 0 <= task < len(session.tasks) or dur < 0:
+            raise Corrupt(f"TASKSTEPS row {i} has task {task} or duration {dur} out of range")
+    for fid in session.coroutines:
+        if fid not in session.functions:
+            raise Corrupt(f"COROS has function {fid}, which the capture does not have")
 
 
 def _check_column(table, keys, i, kind, ids):

@@ -1,0 +1,858 @@
+/* sampler_async.c — --async: asyncio tasks for the sampler (sampler.h).
+ *
+ * Owns: the tasks seen while sampling (pp_tasks): a row per task, a strong
+ * reference to each pending task and its coroutine, the map coroutine
+ * address -> row that the drain uses to put a sample under its task's root
+ * frame, and the awaiting time of suspended tasks, charged (wall mode) to
+ * the coroutine chain where each one waits.
+ *
+ * The signal handler records only the address of the rootmost coroutine
+ * of the stack (frames.c). An address names a task only while its coroutine
+ * is alive: holding every task seen (with its coroutine) until the look
+ * after it ends, after its last samples were drained, keeps the address from
+ * being reused by another coroutine meanwhile. A task that starts and ends
+ * between two looks is never held: its samples go to <task ?> (or, if a new
+ * task's coroutine took its address before the drain, to that task).
+ *
+ * Runs with the GIL only (the helper's looks, stop). Never runs Python code:
+ * the registries, the task attributes and the coroutine chains are read with
+ * C getters of CPython's own types and C containers (a Task subclass that
+ * overrides get_name in Python is named from its _name, not called), so a
+ * sys.monitoring tool never sees pyprof work; never changes a program object.
+ */
+#include "sampler_int.h"
+
+#include <string.h>
+
+#define MAX_TASK_ROWS (1u << 20)        /* past it, new tasks go to <task ?> */
+#define MAX_CHAIN 64                    /* coroutines awaiting coroutines */
+#define MAX_LOOPS 64                    /* loops running a task at one look */
+#define LOOK_BUDGET_NS (1000 * 1000)    /* each half of a look, at most (the rest: the next) */
+
+static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
+static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
+static int64_t prev_look, run_start;
+static void peek(pp_sampling *p, int64_t now);
+static Py_ssize_t registry_n;           /* the registries' size at the last scan */
+
+static int grow_rows(pp_tasks *t)
+{
+    if (t->n < t->cap)
+        return 0;
+    uint32_t cap = t->cap ? t->cap * 2 : 64;
+    pp_taskrow *r = realloc(t->rows, cap * sizeof *r);
+    if (r == NULL)
+        return -1;
+    t->rows = r;
+    PyObject **o = realloc(t->obj, cap * sizeof *o);
+    if (o == NULL)
+        return -1;
+    t->obj = o;
+    uintptr_t *c = realloc(t->coro, cap * sizeof *c);
+    if (c == NULL)
+        return -1;
+    t->coro = c;
+    uint32_t *w = realloc(t->where, cap * sizeof *w);
+    if (w == NULL)
+        return -1;
+    t->where = w;
+    uint8_t *f = realloc(t->noted, cap);
+    if (f == NULL)
+        return -1;
+    t->noted = f;
+    uint8_t *a = realloc(t->age, cap);
+    if (a == NULL)
+        return -1;
+    t->age = a;
+    t->cap = cap;
+    return 0;
+}
+
+static int ensure_ready(pp_tasks *t)
+{
+    if (t->ready)
+        return 0;
+    if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0
+        || pp_index_init(&t->byloop, 16) < 0 || pp_index_init(&t->byworker, 16) < 0)
+        return -1;
+    t->ready = 1;
+    t->free_head = PP_NONE;
+    return 0;
+}
+
+/* A task is let go once it has ended and pyprof holds its last reference
+ * (so it leaves the registries as it dies, and is never seen twice), or when
+ * sampling stops. */
+/* The indexes by address: an entry let go keeps its key with no row (a
+ * tombstone), until there are many (reindex). */
+static void index_set(pp_index *ix, uint64_t key, uint32_t val)
+{
+    pp_ient *e = pp_index_find(ix, key);
+    if (e != NULL)
+        e->val = val;
+    else
+        pp_index_put(ix, key, val);
+}
+
+static uint32_t tombs;
+
+static void let_go(pp_tasks *t, uint32_t row)
+{
+    if (t->obj[row] != NULL) {
+        if (t->ready) {
+            index_set(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[row], 0), PP_NONE);
+            if (t->coro[row])
+                index_set(&t->bycoro, t->coro[row], PP_NONE);
+            tombs += 2;
+        }
+        Py_CLEAR(t->obj[row]);
+        t->held--;
+    }
+}
+
+/* A task let go unnamed: its row is free for another. */
+static void free_row(pp_tasks *t, uint32_t row)
+{
+    let_go(t, row);
+    t->rows[row].state = PP_TASK_DONE;
+    t->rows[row].fid = PP_NONE;
+    t->where[row] = t->free_head;
+    t->free_head = row;
+}
+
+static void reindex(pp_tasks *t)
+{
+    tombs = 0;
+    pp_index_clear(&t->bycoro);
+    pp_index_clear(&t->byobj);
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->obj[i] == NULL)
+            continue;
+        if (t->coro[i])
+            pp_index_put(&t->bycoro, t->coro[i], i);
+        pp_index_put(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[i], 0), i);
+    }
+}
+
+void pp_tasks_clear(pp_tasks *t)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        let_go(t, i);
+    t->n = 0;
+    t->free_head = PP_NONE;
+    t->cursor = 0;
+    t->unmatched = 0;
+    t->seen = 0;
+    t->gap_ns = 0;
+    if (t->ready) {
+        pp_index_clear(&t->bycoro);
+        pp_index_clear(&t->byobj);
+    }
+}
+
+uint32_t pp_tasks_named(const pp_tasks *t)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        n += t->rows[i].fid != PP_NONE;
+    return n;
+}
+
+void pp_async_free(pp_sampling *p)
+{
+    pp_tasks *t = &p->tasks;
+    pp_tasks_clear(t);
+    free(t->rows);
+    free(t->obj);
+    free(t->coro);
+    free(t->where);
+    free(t->noted);
+    free(t->age);
+    if (t->ready) {
+        pp_index_free(&t->bycoro);
+        pp_index_free(&t->byobj);
+        pp_index_free(&t->byloop);
+        pp_index_free(&t->byworker);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+void pp_async_reset(pp_sampling *p)
+{
+    run_start = pp_mono_ns();
+    registry_n = 0;
+    prev_look = run_start;              /* a task seen at the first look began since the start */
+    Py_CLEAR(await_fids);
+    p->tasks.unknown_fid = PP_NONE;
+    if (ensure_ready(&p->tasks) == 0) {
+        reindex(&p->tasks);
+        pp_index_clear(&p->tasks.byloop);   /* loops of another run may be gone */
+        pp_index_clear(&p->tasks.byworker);
+        p->tasks.nworkers = 0;
+    }
+}
+
+/* A function named `text` with no code: <task NAME>, <await NAME>. */
+static uint32_t named_fid(pp_sampling *p, PyObject *text)
+{
+    PyObject *empty = PyUnicode_FromString("");
+    uint32_t fid = empty && text ? pp_registry_named(p->reg, empty, text, 0) : PP_NONE;
+    Py_XDECREF(empty);
+    PyErr_Clear();
+    return fid;
+}
+
+static PyObject *attr(PyObject *o, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    if (v == NULL)
+        PyErr_Clear();
+    return v;
+}
+
+/* Task.get_name() when it is C's own (a C call); else the instance's _name. */
+static PyObject *task_name(PyObject *task)
+{
+    PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name");
+    PyObject *name = NULL;
+    if (m != NULL && m == c_get_name)
+        name = PyObject_CallMethod(task, "get_name", NULL);
+    Py_XDECREF(m);
+    if (name == NULL) {
+        PyErr_Clear();
+        PyObject *d = attr(task, "__dict__");
+        PyObject *v = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
+        name = v ? Py_NewRef(v) : NULL;
+        Py_XDECREF(d);
+    }
+    if (name != NULL && !PyUnicode_Check(name)) {
+        PyObject *s = PyObject_Str(name);       /* a str subclass or an int: C's str */
+        Py_DECREF(name);
+        name = s;
+    }
+    if (name == NULL) {
+        PyErr_Clear();
+        name = PyUnicode_FromString("?");
+    }
+    return name;
+}
+
+/* The folder of asyncio's own files, as a path part (pyprof runs on Linux). */
+static PyObject *asyncio_dir(void)
+{
+    static PyObject *dir;
+    if (dir == NULL)
+        dir = PyUnicode_FromString("/asyncio/");
+    return dir;
+}
+
+/* asyncio's debug mode keeps where a task was made (the last entry of its
+ * _source_traceback, a FrameSummary with slots). */
+static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
+{
+    row->created_fid = PP_NONE;
+    row->created_line = 0;
+    PyObject *tb = attr(task, "_source_traceback");
+    Py_ssize_t at = tb != NULL && PyList_Check(tb) ? PyList_GET_SIZE(tb) : 0;
+    while (at > 1) {                    /* the program's line, not asyncio's create_task */
+        PyObject *f = attr(PyList_GET_ITEM(tb, at - 1), "filename");
+        int own = f && PyUnicode_Check(f) && asyncio_dir()
+                  && PyUnicode_Find(f, asyncio_dir(), 0, PY_SSIZE_T_MAX, 1) >= 0;
+        Py_XDECREF(f);
+        PyErr_Clear();
+        if (!own)
+            break;
+        at--;
+    }
+    if (at > 0) {
+        PyObject *fs = PyList_GET_ITEM(tb, at - 1);
+        PyObject *file = attr(fs, "filename"), *name = attr(fs, "name"), *line = attr(fs, "lineno");
+        if (file && name && line && PyUnicode_Check(file) && PyUnicode_Check(name)
+            && PyLong_Check(line)) {
+            long l = PyLong_AsLong(line);
+            row->created_line = l > 0 ? (uint32_t)l : 0;
+            row->created_fid = pp_registry_named(p->reg, file, name, 0);
+        }
+        Py_XDECREF(file);
+        Py_XDECREF(name);
+        Py_XDECREF(line);
+        PyErr_Clear();
+    }
+    Py_XDECREF(tb);
+}
+
+/* A task first seen: held (with its coroutine), its start estimated; named
+ * (name_row, a few µs) only if it matters: it has a sample, or is pending at
+ * the end of a look. ~100 ns: a program may make tens of thousands of tasks
+ * a second. */
+static void new_row(pp_sampling *p, PyObject *task, int64_t now)
+{
+    pp_tasks *t = &p->tasks;
+    uint32_t i = t->free_head;
+    if (i == PP_NONE && (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0))
+        return;
+    PyObject *coro = attr(task, "_coro");
+    if (coro == NULL)
+        coro = Py_NewRef(Py_None);
+    PyObject *pair = PyTuple_Pack(2, task, coro);
+    Py_DECREF(coro);
+    if (pair == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (i == PP_NONE)
+        i = t->n++;
+    else
+        t->free_head = t->where[i];
+    pp_taskrow *row = &t->rows[i];
+    memset(row, 0, sizeof *row);
+    row->fid = row->coro_fid = row->created_fid = row->thread = PP_NONE;
+    row->state = PP_TASK_PENDING;
+    /* made since the previous look: halfway, on average */
+    row->start_ns = prev_look + (now - prev_look) / 2;
+    t->obj[i] = pair;
+    t->held++;
+    t->seen++;
+    t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
+    t->where[i] = PP_NONE;
+    t->noted[i] = 0;
+    t->age[i] = 0;
+    if (t->coro[i])
+        index_set(&t->bycoro, t->coro[i], i);
+    index_set(&t->byobj, (uint64_t)(uintptr_t)task, i);
+}
+
+/* A held task's names: its <task NAME> frame, its coroutine's function,
+ * where it was made. 0 if it has them. */
+static int name_row(pp_sampling *p, uint32_t i)
+{
+    pp_tasks *t = &p->tasks;
+    pp_taskrow *row = &t->rows[i];
+    if (row->fid != PP_NONE)
+        return 0;
+    if (t->obj[i] == NULL)
+        return -1;
+    PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0), *coro = PyTuple_GET_ITEM(t->obj[i], 1);
+    PyObject *name = task_name(task);
+    PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
+    row->fid = named_fid(p, label);
+    Py_XDECREF(label);
+    Py_XDECREF(name);
+    if (row->fid == PP_NONE)
+        return -1;
+    PyObject *code = PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
+                     : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
+    if (code != NULL && PyCode_Check(code))
+        row->coro_fid = pp_sampler_code_fid(p, code);
+    Py_XDECREF(code);
+    task_created(p, task, row);
+    PyErr_Clear();
+    return 0;
+}
+
+/* The tasks asyncio knows of: 3.12+ keeps them in _scheduled_tasks (a
+ * WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks (a WeakSet). A list
+ * (new reference), NULL if asyncio is not imported. */
+static int stopping_now;                /* stop's look: its time is the sampler's end */
+static uint64_t scan_from;              /* where the next scan of a registry starts */
+
+/* The tasks asyncio knows of, new ones made rows: 3.12+ keeps them in
+ * _scheduled_tasks (a WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks
+ * (a WeakSet). Each registry is copied (a list: nothing changes it under us)
+ * and read from a rotating start, within the look's time budget. */
+static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
+{
+    static const char *names[] = {"_scheduled_tasks", "_eager_tasks", "_all_tasks"};
+    pp_tasks *t = &p->tasks;
+    registry_n = 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        PyObject *reg = attr(mod, names[k]);
+        if (reg == NULL)
+            continue;
+        int weak = !PyAnySet_Check(reg);
+        PyObject *items = weak ? attr(reg, "data") : Py_NewRef(reg);
+        Py_DECREF(reg);
+        PyObject *list = items && PyAnySet_Check(items) ? PySequence_List(items) : NULL;
+        Py_XDECREF(items);
+        Py_ssize_t n = list ? PyList_GET_SIZE(list) : 0;
+        registry_n += n;
+        Py_ssize_t from = n ? (Py_ssize_t)(scan_from % (uint64_t)n) : 0;
+        for (Py_ssize_t j = 0; j < n; j++) {
+            if (!stopping_now && (j & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
+                scan_from = (uint64_t)((from + j) % n);     /* the others at the next look */
+                break;
+            }
+            PyObject *o = PyList_GET_ITEM(list, (from + j) % n);
+            PyObject *task = weak ? (PyWeakref_Check(o) ? pp_weakref_get(o) : NULL) : Py_NewRef(o);
+            if (task == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
+                new_row(p, task, now);
+            Py_DECREF(task);
+        }
+        Py_XDECREF(list);
+        PyErr_Clear();
+    }
+}
+
+static PyObject *tasks_module(void)
+{
+    PyObject *name = PyUnicode_FromString("asyncio.tasks");
+    PyObject *mod = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (mod == NULL)
+        PyErr_Clear();
+    if (mod != NULL && c_get_name == NULL) {
+        PyObject *aname = PyUnicode_FromString("_asyncio");
+        PyObject *amod = aname ? PyImport_GetModule(aname) : NULL;
+        Py_XDECREF(aname);
+        PyObject *type = amod ? attr(amod, "Task") : NULL;
+        c_get_name = type ? attr(type, "get_name") : NULL;    /* kept: the type is immortal enough */
+        Py_XDECREF(type);
+        Py_XDECREF(amod);
+        PyErr_Clear();
+    }
+    return mod;
+}
+
+static int64_t begin_cost;              /* the current look's first half */
+
+/* to_thread / run_in_executor: which executor thread runs work that a held
+ * task awaits. A worker thread runs concurrent.futures' _WorkItem.run(self);
+ * self.future's done callbacks hold (in a closure cell) the asyncio future
+ * that the awaiting task has as its _fut_waiter. */
+static PyObject *work_code;             /* _WorkItem.run's code (strong) */
+
+static void map_workers(pp_sampling *p)
+{
+    pp_tasks *t = &p->tasks;
+    pp_index_clear(&t->byworker);
+    t->nworkers = 0;
+    if (work_code == NULL) {
+        PyObject *name = PyUnicode_FromString("concurrent.futures.thread");
+        PyObject *mod = name ? PyImport_GetModule(name) : NULL;
+        Py_XDECREF(name);
+        PyObject *cls = mod ? attr(mod, "_WorkItem") : NULL;
+        PyObject *run = cls ? attr(cls, "run") : NULL;
+        PyObject *code = run && PyFunction_Check(run) ? PyFunction_GetCode(run) : NULL;
+        work_code = code && PyCode_Check(code) ? Py_NewRef(code) : NULL;
+        Py_XDECREF(run);
+        Py_XDECREF(cls);
+        Py_XDECREF(mod);
+        PyErr_Clear();
+        if (work_code == NULL)
+            return;
+    }
+    t->work_code = (uintptr_t)work_code;
+    pp_index waiting;                   /* a held task's _fut_waiter -> row */
+    if (pp_index_init(&waiting, 64) < 0)
+        return;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (t->obj[i] == NULL)
+            continue;
+        PyObject *w = attr(PyTuple_GET_ITEM(t->obj[i], 0), "_fut_waiter");
+        if (w != NULL && w != Py_None)
+            pp_index_put(&waiting, (uint64_t)(uintptr_t)w, i);
+        Py_XDECREF(w);                  /* the task holds it: the address stays */
+    }
+    PyThreadState *self = PyThreadState_Get();
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Main()); ts;
+         ts = PyThreadState_Next(ts)) {
+        PyObject *item = ts == self ? NULL : pp_frames_local0_of(ts, work_code);
+        PyObject *fut = item ? attr(item, "future") : NULL;
+        PyObject *cbs = fut ? attr(fut, "_done_callbacks") : NULL;
+        for (Py_ssize_t k = 0; cbs && PyList_Check(cbs) && k < PyList_GET_SIZE(cbs); k++) {
+            PyObject *cb = PyList_GET_ITEM(cbs, k);
+            PyObject *cells = PyFunction_Check(cb) ? PyFunction_GetClosure(cb) : NULL;
+            for (Py_ssize_t c = 0; cells && PyTuple_Check(cells) && c < PyTuple_GET_SIZE(cells); c++) {
+                PyObject *cell = PyTuple_GET_ITEM(cells, c);
+                PyObject *v = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
+                uint32_t row = v ? pp_index_get(&waiting, (uint64_t)(uintptr_t)v) : PP_NONE;
+                if (row != PP_NONE && pp_index_put(&t->byworker,
+                                                   (uint64_t)pp_tstate_native_tid(ts) + 1, row) == 0)
+                    t->nworkers++;
+            }
+        }
+        Py_XDECREF(cbs);
+        Py_XDECREF(fut);
+    }
+    PyErr_Clear();
+    pp_index_free(&waiting);
+}
+
+static uint32_t rescanned;              /* the drain pass that looked again (+ 1) */
+/* A drain that meets a coroutine of no known task looks again, once, if a
+ * look is cheap: a few thousand tasks at most in asyncio's registries. */
+#define RESCAN_MAX_TASKS 4096
+
+uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
+{
+    pp_tasks *t = &p->tasks;
+    uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
+    if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
+        && registry_n < RESCAN_MAX_TASKS) {
+        rescanned = p->threads->sample_pass + 1;
+        peek(p, pp_mono_ns());
+        row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
+    }
+    if (row != PP_NONE && name_row(p, row) < 0)
+        row = PP_NONE;
+    return row;
+}
+
+/* A look's first half outside a look (a rescan, a new thread's drain): its
+ * cost is not the look's (which spaces the looks). */
+static void peek(pp_sampling *p, int64_t now)
+{
+    int64_t b = begin_cost;
+    pp_async_look_begin(p, now);
+    begin_cost = b;
+}
+
+void pp_async_peek(pp_sampling *p, int64_t now)
+{
+    peek(p, now);
+}
+
+void pp_async_look_begin(pp_sampling *p, int64_t now)
+{
+    pp_tasks *t = &p->tasks;
+    if (!S.async || ensure_ready(t) < 0)
+        return;
+    int64_t t0 = pp_mono_ns();
+    if (now < t0 && !stopping_now)
+        now = t0;                       /* the time the registries are read (the GIL took a while) */
+    int was = pp_memory_self_begin();
+    int gc_was = PyGC_Disable();        /* no finalizer or weakref callback runs meanwhile */
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *mod = tasks_module();
+    if (mod != NULL)
+        scan_tasks(p, mod, now, t0);
+    Py_XDECREF(mod);
+    if (t->held)
+        map_workers(p);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (gc_was)
+        PyGC_Enable();
+    pp_memory_self_end(was);
+    t->look_ns += pp_mono_ns() - t0;
+    begin_cost += pp_mono_ns() - t0;
+}
+
+uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
+{
+    pp_tasks *t = &p->tasks;
+    uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
+    if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
+        && registry_n < RESCAN_MAX_TASKS) {
+        /* a task made since the last look (a drain without a look: a new
+         * thread's): the registries again, once per drain */
+        rescanned = p->threads->sample_pass + 1;
+        peek(p, pp_mono_ns());
+        row = pp_index_get(&t->bycoro, coro);
+    }
+    if (row != PP_NONE && name_row(p, row) < 0)
+        row = PP_NONE;
+    if (row == PP_NONE && t->unknown_fid == PP_NONE) {
+        PyObject *label = PyUnicode_FromString("<task ?>");
+        t->unknown_fid = named_fid(p, label);
+        Py_XDECREF(label);
+    }
+    return row;
+}
+
+void pp_async_ran(pp_sampling *p, uint32_t row, uint32_t thread, int64_t t_ns, int64_t weight)
+{
+    if (row >= p->tasks.n)
+        return;                         /* a row of before a clear() */
+    pp_taskrow *r = &p->tasks.rows[row];
+    r->running_ns += weight;
+    r->samples++;
+    r->thread = thread;
+    if (r->first_run_ns == 0 || t_ns < r->first_run_ns)
+        r->first_run_ns = t_ns;
+    if (t_ns > r->last_run_ns)
+        r->last_run_ns = t_ns;
+}
+
+/* <await NAME>: the leaf of a waiting chain, what is awaited that is no
+ * coroutine (a future, an async generator's step...). */
+static uint32_t await_fid(pp_sampling *p, PyTypeObject *type)
+{
+    if (await_fids == NULL && (await_fids = PyDict_New()) == NULL)
+        return PP_NONE;
+    PyObject *v = PyDict_GetItem(await_fids, (PyObject *)type);
+    if (v != NULL)
+        return (uint32_t)PyLong_AsUnsignedLong(v);
+    const char *name = strrchr(type->tp_name, '.');
+    name = name ? name + 1 : type->tp_name;
+    if (strcmp(name, "FutureIter") == 0)        /* a C Future's __await__ */
+        name = "Future";
+    PyObject *label = PyUnicode_FromFormat("<await %s>", name);
+    uint32_t fid = named_fid(p, label);
+    Py_XDECREF(label);
+    PyObject *f = fid != PP_NONE ? PyLong_FromUnsignedLong(fid) : NULL;
+    if (f == NULL || PyDict_SetItem(await_fids, (PyObject *)type, f) < 0)
+        PyErr_Clear();
+    Py_XDECREF(f);
+    return fid;
+}
+
+/* The stack a suspended task waits in: its root frame, the chain of
+ * coroutines (cr_await / gi_yieldfrom) with the line each one waits at,
+ * then what the innermost one awaits. */
+static uint32_t waiting_stack(pp_sampling *p, uint32_t row)
+{
+    pp_tasks *t = &p->tasks;
+    uint64_t fr[MAX_CHAIN + 2];
+    uint32_t n = 0;
+    fr[n++] = (uint64_t)t->rows[row].fid << 32;
+    PyObject *o = Py_NewRef(PyTuple_GET_ITEM(t->obj[row], 1));
+    while (o != NULL && n < MAX_CHAIN) {
+        PyObject *code;
+        uint32_t off;
+        if (!PyCoro_CheckExact(o) && !PyGen_Check(o)) {
+            uint32_t leaf = o == Py_None ? PP_NONE : await_fid(p, Py_TYPE(o));
+            if (leaf != PP_NONE)
+                fr[n++] = (uint64_t)leaf << 32;
+            break;
+        }
+        if (!pp_frames_gen_where(o, &code, &off))
+            break;
+        uint32_t fid = pp_sampler_code_fid(p, code);
+        if (fid == PP_NONE)
+            break;
+        fr[n++] = (uint64_t)fid << 32 | pp_samples_line(&p->samples, fid, code, off);
+        PyObject *next = attr(o, PyCoro_CheckExact(o) ? "cr_await" : "gi_yieldfrom");
+        Py_DECREF(o);
+        o = next;
+        if (o == Py_None)
+            Py_CLEAR(o);
+    }
+    Py_XDECREF(o);
+    PyErr_Clear();
+    return pp_samples_stack(&p->samples, fr, n);
+}
+
+/* The thread of a task's loop that has no running sample yet: the thread
+ * of another task of that loop that ran; else the loop's _thread_id
+ * (asyncio's: threading.get_ident() of the thread running it). */
+static uint32_t loop_thread(pp_sampling *p, PyObject *task)
+{
+    PyObject *loop = attr(task, "_loop");
+    uint32_t out = loop ? pp_index_get(&p->tasks.byloop, (uint64_t)(uintptr_t)loop) : PP_NONE;
+    PyObject *id = loop && out == PP_NONE ? attr(loop, "_thread_id") : NULL;
+    Py_XDECREF(loop);
+    if (id != NULL && PyLong_Check(id)) {
+        unsigned long ident = PyLong_AsUnsignedLong(id);
+        for (pp_thread *th = p->threads->head; th; th = th->next)
+            if (th->ident == ident) {
+                out = th->index;
+                break;
+            }
+    }
+    Py_XDECREF(id);
+    PyErr_Clear();
+    return out;
+}
+
+/* Wall mode: a task's lifetime up to `until`, less its running samples, is
+ * awaiting; what was not charged yet goes to where it waits. */
+static void charge(pp_sampling *p, uint32_t row, int64_t until)
+{
+    pp_tasks *t = &p->tasks;
+    pp_taskrow *r = &t->rows[row];
+    int64_t due = until - r->start_ns - r->running_ns - r->awaiting_ns;
+    if (due <= 0)
+        return;
+    if (r->thread == PP_NONE && t->obj[row] != NULL)
+        r->thread = loop_thread(p, PyTuple_GET_ITEM(t->obj[row], 0));
+    if (r->thread == PP_NONE)
+        return;                         /* later, once its loop's thread is known */
+    if (t->where[row] == PP_NONE)
+        t->where[row] = pp_samples_stack(&p->samples, (uint64_t[]){(uint64_t)r->fid << 32}, 1);
+    r->awaiting_ns += due;
+    if (S.mode == PP_SAMPLE_WALL && t->where[row] != PP_NONE) {
+        int64_t iv = S.interval_ns > 0 ? S.interval_ns : 1;
+        pp_samples_add(&p->samples, r->thread, t->where[row], PP_STATE_AWAITING, due,
+                       (uint64_t)((due + iv / 2) / iv));
+    }
+}
+
+/* The loops' running tasks (asyncio.tasks._current_tasks: loop -> task). */
+static int current_tasks(PyObject *mod, PyObject **out)
+{
+    int n = 0;
+    PyObject *cur = mod ? attr(mod, "_current_tasks") : NULL;
+    if (cur != NULL && PyDict_Check(cur)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        while (n < MAX_LOOPS && PyDict_Next(cur, &pos, &k, &v))
+            out[n++] = v;               /* compared by address only */
+    }
+    Py_XDECREF(cur);
+    return n;
+}
+
+static int task_state(PyObject *task)
+{
+    PyObject *st = attr(task, "_state");
+    int out = PP_TASK_PENDING;
+    if (st != NULL && PyUnicode_Check(st)) {
+        if (PyUnicode_CompareWithASCIIString(st, "CANCELLED") == 0)
+            out = PP_TASK_CANCELLED;
+        else if (PyUnicode_CompareWithASCIIString(st, "FINISHED") == 0)
+            out = PP_TASK_DONE;
+    }
+    Py_XDECREF(st);
+    PyErr_Clear();
+    return out;
+}
+
+/* Per look, at most: the waiting stacks read (round robin over the tasks),
+ * and the pending tasks named. A look then costs O(tasks) cheap reads (the
+ * registries, each task's state) and a bounded number of dear ones: a task
+ * that starts and ends between two looks, or past the budget, and has no
+ * sample, gets no row. */
+#define WAIT_BUDGET 256
+#define NAME_BUDGET 256
+
+static void look_end(pp_sampling *p, int64_t now, int stopping)
+{
+    pp_tasks *t = &p->tasks;
+    if (!S.async || !t->ready)
+        return;
+    int64_t t0 = pp_mono_ns();
+    if (!stopping && now < t0)
+        now = t0;                       /* after the drain: its samples reach about now */
+    int was = pp_memory_self_begin();
+    int gc_was = PyGC_Disable();
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *mod = t->held ? tasks_module() : NULL;
+    PyObject *cur[MAX_LOOPS];
+    int ncur = current_tasks(mod, cur), changed = 0;
+    uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
+    uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
+    uint32_t resume = PP_NONE;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (first + k) % n;
+        if (!stopping && (k & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
+            resume = i;                 /* the rest at the next look */
+            break;
+        }
+        if (t->obj[i] == NULL)
+            continue;
+        pp_taskrow *r = &t->rows[i];
+        PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
+        /* the pair holds the task, the list of all_tasks() is gone: 1 is ours */
+        int ours = Py_REFCNT(task) <= 1;
+        if (stopping && r->fid == PP_NONE) {    /* never sampled, not named: no row */
+            free_row(t, i);
+            changed = 1;
+            continue;
+        }
+        if (r->state != PP_TASK_PENDING) {          /* ended at an earlier look */
+            if (ours || stopping) {
+                if (r->fid == PP_NONE)
+                    free_row(t, i);
+                else
+                    let_go(t, i);
+                changed = 1;
+            }
+            continue;
+        }
+        if (r->first_run_ns && r->first_run_ns < r->start_ns)
+            r->start_ns = r->first_run_ns;
+        if (r->thread != PP_NONE && !t->noted[i]) {
+            PyObject *loop = attr(task, "_loop");    /* held by the task: the address stays */
+            if (loop != NULL)
+                pp_index_put(&t->byloop, (uint64_t)(uintptr_t)loop, r->thread);
+            Py_XDECREF(loop);
+            t->noted[i] = 1;
+        }
+        int state = task_state(task), running = 0;
+        for (int c = 0; c < ncur; c++)
+            running |= cur[c] == task;
+        if (t->age[i] < 255)
+            t->age[i]++;
+        if (r->fid == PP_NONE && state == PP_TASK_PENDING && names) {
+            names--;                    /* pending at a look: its awaiting time matters */
+            name_row(p, i);
+        }
+        if (r->fid == PP_NONE) {        /* short, never sampled: no row */
+            r->state = (uint32_t)state;
+            if ((state != PP_TASK_PENDING && ours) || stopping) {
+                free_row(t, i);
+                changed = 1;
+            }
+            continue;
+        }
+        if (state == PP_TASK_PENDING) {
+            if (!running && waits) {
+                waits--;
+                t->where[i] = waiting_stack(p, i);
+                next = i + 1;
+                charge(p, i, now);
+            }
+            else if (stopping)
+                charge(p, i, now);
+            if (!stopping)
+                continue;
+        }
+        else {
+            /* ended since the previous look: halfway, or after its last sample */
+            int64_t end = prev_look + (now - prev_look) / 2;
+            if (r->last_run_ns > end)
+                end = r->last_run_ns;
+            if (end < r->start_ns)
+                end = r->start_ns;
+            r->state = (uint32_t)state;
+            r->end_ns = end;
+            charge(p, i, end);
+            if (!ours && !stopping)
+                continue;                   /* held until its other holders let go */
+        }
+        let_go(t, i);
+        changed = 1;
+    }
+    t->cursor = resume != PP_NONE ? resume : next;
+    if (changed && tombs > t->held + 4096)
+        reindex(t);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (gc_was)
+        PyGC_Enable();
+    pp_memory_self_end(was);
+    if (now - prev_look > t->gap_ns)
+        t->gap_ns = now - prev_look;    /* what bounds the error of a start or an end */
+    prev_look = now;
+    t->looks++;
+    int64_t cost = pp_mono_ns() - t0;
+    t->look_ns += cost;
+    t->last_look_ns = begin_cost + cost;
+    begin_cost = 0;
+}
+
+void pp_async_look_end(pp_sampling *p, int64_t now)
+{
+    look_end(p, now, 0);
+}
+
+void pp_async_stop(pp_sampling *p, int64_t now)
+{
+    look_end(p, now, 1);
+    stopping_now = 0;
+}
+
+void pp_async_stop_begin(pp_sampling *p, int64_t now)
+{
+    stopping_now = 1;
+    if (registry_n < RESCAN_MAX_TASKS)      /* the tasks made since the last look, if cheap */
+        pp_async_look_begin(p, now);
+}
