@@ -68,12 +68,14 @@ typedef struct {
     _Atomic int64_t recheck_ns;     /* how often the ticker looks at each parked thread */
     /* The GIL's switch count when the helper last took it (it holds the GIL
      * then, so the count is its own); the ticker's previous look at the GIL;
-     * the last look that proved every parked thread alive and still. */
+     * the last look that proved every parked thread alive and still, and
+     * the look that began that run of proofs (a thread seen alive before it
+     * may have ended in the unproven gap before). */
     _Atomic uint64_t helper_switch;
     uint64_t look_switches;
     int64_t look_ns;
     int look_valid;
-    _Atomic int64_t still_ns;
+    _Atomic int64_t still_ns, still_from_ns;
     _Atomic int stop;
     _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
     _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */

@@ -107,11 +107,13 @@ void pp_wall_flush(void)
 }
 
 /* A parked thread found gone at `now`: it ended after it was last seen, and
- * before the ticker's next look at it; charged to halfway. */
+ * before the ticker's next look at it; charged to halfway. The looks that
+ * proved every parked thread still prove it alive only if it was seen alive
+ * when their run began (still_ns read first: a newer run's start is later). */
 static int64_t ended_at(wslot *sl, int64_t now)
 {
     int64_t seen = atomic_load(&sl->seen_ns), still = atomic_load(&S.still_ns);
-    if (still > seen)
+    if (still > seen && seen >= atomic_load(&S.still_from_ns))
         seen = still;
     int64_t gap = now - seen;
     int64_t recheck = atomic_load(&S.recheck_ns);
@@ -572,5 +574,6 @@ uint32_t pp_wall_look(int64_t since_ns)
         atomic_store(&S.still_ns, pp_mono_ns());
         return atomic_load_explicit(&S.nparked, memory_order_relaxed);
     }
+    atomic_store(&S.still_from_ns, S.look_ns);  /* before check_parked's seen_ns */
     return check_parked(since_ns);
 }
