@@ -527,6 +527,28 @@ uint64_t pp_gil_switches(uintptr_t *last_holder)
     }
 }
 
+uint64_t pp_frames_top_key(uintptr_t tstate)
+{
+    uintptr_t frame = 0, instr = 0;
+    if (tstate == 0)
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!checked_copy(&frame, (void *)(tstate + offsetof(PyThreadState, current_frame)), sizeof frame)
+        || frame == 0
+        || !checked_copy(&instr, (void *)(frame + offsetof(_PyInterpreterFrame, instr_ptr)), sizeof instr))
+        return 0;
+#else
+    uintptr_t cframe = 0;
+    if (!checked_copy(&cframe, (void *)(tstate + offsetof(PyThreadState, cframe)), sizeof cframe)
+        || cframe == 0
+        || !checked_copy(&frame, (void *)(cframe + offsetof(_PyCFrame, current_frame)), sizeof frame)
+        || frame == 0
+        || !checked_copy(&instr, (void *)(frame + offsetof(_PyInterpreterFrame, prev_instr)), sizeof instr))
+        return 0;
+#endif
+    return ((uint64_t)frame * 0x9E3779B97F4A7C15ull ^ (uint64_t)instr) | 1;
+}
+
 uintptr_t pp_interp_threads_head(void)
 {
     PyInterpreterState *interp = PyInterpreterState_Main();

@@ -53,6 +53,11 @@ uintptr_t pp_interp_threads_head(void);
  * state that took it last (it may have dropped it since). No switch between
  * two reads: no thread but the last holder ran Python in between. */
 uint64_t pp_gil_switches(uintptr_t *last_holder);
+/* Where a thread's Python code stands (its top frame and instruction), as a
+ * key; 0 if unreadable. Checked reads: the thread may run, its state may be
+ * gone. A key that changed: the thread ran Python (it held the GIL).
+ * Async-signal-safe. */
+uint64_t pp_frames_top_key(uintptr_t tstate);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* The same; *coro gets the address of the coroutine object that owns the
  * rootmost PP_RAW_CORO frame (0: none), an address only, never dereferenced. */

@@ -813,8 +813,8 @@ int pp_sampler_start(pp_sampling *p)
     atomic_store(&S.woken, 0);
     atomic_store(&S.idle_ticks, 0);
     atomic_store(&S.helper_switch, 0);
-    atomic_store(&S.still_ns, 0);
-    atomic_store(&S.still_from_ns, 0);
+    S.nstill = 0;
+    S.check_debt = 0;
     S.look_valid = 0;
     S.look_ns = 0;
     S.refresh_ns = 0;

@@ -13,6 +13,8 @@
 #include <sys/types.h>
 #include <time.h>
 
+#define STILL_RUNS 256                 /* runs of still looks kept (ended_at) */
+
 #define MAX_FRAMES 256
 #define MAX_NATIVE 128
 #define RING_BYTES (8u << 20)           /* 8 MiB: ~30 s of deep stacks at 1 kHz */
@@ -68,14 +70,18 @@ typedef struct {
     _Atomic int64_t recheck_ns;     /* how often the ticker looks at each parked thread */
     /* The GIL's switch count when the helper last took it (it holds the GIL
      * then, so the count is its own); the ticker's previous look at the GIL;
-     * the last look that proved every parked thread alive and still, and
-     * the look that began that run of proofs (a thread seen alive before it
-     * may have ended in the unproven gap before). */
+     * the runs of looks that proved every parked thread alive and still
+     * (from the look that began a run to its last: a thread seen alive at
+     * its start is alive at its end), the last STILL_RUNS of them, with
+     * pp_wall_mu held. */
     _Atomic uint64_t helper_switch;
     uint64_t look_switches;
     int64_t look_ns;
     int look_valid;
-    _Atomic int64_t still_ns, still_from_ns;
+    struct { int64_t from, upto; } still[STILL_RUNS];
+    uint32_t nstill;
+    uint32_t check_debt;        /* slots to look at after an unproven gap: a thread that
+                                 * moved in it is found in the still looks after it */
     _Atomic int stop;
     _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
     _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
@@ -199,6 +205,8 @@ typedef struct wslot {
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
     _Atomic int64_t cpu_parked; /* its CPU clock when it parked (at the handler's end) */
     _Atomic int64_t seen_ns;    /* when it was last seen alive, parked */
+    int64_t doubt_ns;           /* parked, the last GIL holder at a look: may have ended since
+                                 * the look before (pp_wall_mu held) */
     _Atomic int64_t parked_ns;  /* when it last parked */
     _Atomic int64_t left_ns;    /* parked, seen to have run since about then (0: not seen) */
     _Atomic int sampled;        /* it has a record this run (a repeat needs a stack) */
@@ -206,6 +214,7 @@ typedef struct wslot {
     _Atomic int64_t suspect_ns; /* parked, seen to have used CPU since (0: not): its stack
                                  * is looked at by the helper (pp_wall_resolve_suspects) */
     uint64_t where;             /* its last sample's stack (pp_stack_key) */
+    _Atomic uint64_t top_key;   /* parked: its top frame then (pp_frames_top_key) */
     struct wslot *next_free;
 } wslot;
 

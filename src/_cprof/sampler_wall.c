@@ -43,6 +43,7 @@ int pp_wall_set_parked(wslot *sl, int64_t cpu)
     if (atomic_exchange(&sl->suspect_ns, 0))
         atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
     atomic_store(&sl->cpu_parked, cpu);
+    atomic_store(&sl->top_key, pp_frames_top_key(sl->tstate));
     atomic_store(&sl->seen_ns, now);
     atomic_store(&sl->parked_ns, now);
     atomic_store(&sl->left_ns, 0);
@@ -106,15 +107,18 @@ void pp_wall_flush(void)
     }
 }
 
-/* A parked thread found gone at `now`: it ended after it was last seen, and
- * before the ticker's next look at it; charged to halfway. The looks that
- * proved every parked thread still prove it alive only if it was seen alive
- * when their run began (still_ns read first: a newer run's start is later). */
+/* A parked thread found gone at `now` (pp_wall_mu held): it ended after it
+ * was last seen alive, and before the ticker's next look at it; charged to
+ * halfway. Seen alive when a run of still looks began, it was alive at the
+ * run's last look (the runs are apart in time: one extends at most). */
 static int64_t ended_at(wslot *sl, int64_t now)
 {
-    int64_t seen = atomic_load(&sl->seen_ns), still = atomic_load(&S.still_ns);
-    if (still > seen && seen >= atomic_load(&S.still_from_ns))
-        seen = still;
+    int64_t seen = atomic_load(&sl->seen_ns);
+    for (uint32_t j = S.nstill > STILL_RUNS ? S.nstill - STILL_RUNS : 0; j < S.nstill; j++) {
+        const int64_t from = S.still[j % STILL_RUNS].from, upto = S.still[j % STILL_RUNS].upto;
+        if (from <= seen && seen < upto)      /* but the last holder may have ended in it */
+            seen = sl->doubt_ns > seen && sl->doubt_ns < upto ? sl->doubt_ns : upto;
+    }
     int64_t gap = now - seen;
     int64_t recheck = atomic_load(&S.recheck_ns);
     if (recheck > 0 && gap > recheck)
@@ -290,6 +294,7 @@ void pp_wall_refresh(void)
         if (i != PP_NONE && S.slots[i]->ts_id == pp_tstate_serial(ts)) {
             S.slots[i]->alive = 1;
             S.slots[i]->tstate = (uintptr_t)ts;
+            atomic_store(&S.slots[i]->seen_ns, now);    /* its state is there: not ended */
             continue;
         }
         if (pp_tstate_prealloc(interp, ts)) {      /* O(threads): new states only */
@@ -326,6 +331,7 @@ void pp_wall_refresh(void)
         atomic_store(&sl->suspect_ns, 0);
         sl->native_looked = 0;
         sl->where = 0;
+        sl->doubt_ns = 0;
         /* threads alive at start count from the start, later ones from theirs */
         atomic_store(&sl->accounted, born <= 0 || born > now ? now
                                      : born < S.started_ns ? S.started_ns : born);
@@ -478,6 +484,16 @@ static wslot *parked_slot(uintptr_t ts)
 
 /* The helper is to read this parked thread's stack (pp_wall_resolve_suspects):
  * it may have run since `since`. */
+/* A parked thread whose clock moved by less than a move ran Python if its
+ * top frame moved: a thread queueing for the GIL creeps in place. */
+static int moved_in_place(wslot *sl, int64_t ran)
+{
+    if (ran <= 0)
+        return 0;
+    uint64_t top = pp_frames_top_key(sl->tstate), then = atomic_load(&sl->top_key);
+    return top != 0 && then != 0 && top != then;
+}
+
 static void suspect(wslot *sl, int64_t since)
 {
     int64_t none = 0, parked = atomic_load(&sl->parked_ns);
@@ -492,13 +508,15 @@ static void suspect(wslot *sl, int64_t since)
  * helper reads with the GIL (pp_wall_resolve_suspects) instead of a signal
  * (a thousand threads woken at once and queueing for the GIL were each woken
  * 1-6 times by signals, which slowed the queue itself: 0.1-1 s of CPU). How
- * much CPU is a move: the slot's moved_ns (MOVED_CPU_NS, sampler_int.h).
- * Reads are budgeted per second, round robin: each parked thread is looked
- * at every tick while there are few, every n / CHECKS_PER_S s when there
- * are many. A read costs ~0.2 µs. */
+ * much CPU is a move: the slot's moved_ns (MOVED_CPU_NS, sampler_int.h), or
+ * any CPU if its top frame moved (it ran Python: a GIL waiter creeps in
+ * place). Reads are budgeted per second, round robin: each parked thread is
+ * looked at every tick while there are few, every n / CHECKS_PER_S s when
+ * there are many. A read costs ~0.2 µs. A move found in still looks was
+ * made before they began (moved_by). */
 #define CHECKS_PER_S 50000
 
-static uint32_t check_parked(int64_t since_ns)
+static uint32_t check_parked(int64_t since_ns, int64_t moved_by)
 {
     static uint32_t cursor;
     uint32_t budget = (uint32_t)(CHECKS_PER_S * since_ns / 1000000000);
@@ -507,7 +525,8 @@ static uint32_t check_parked(int64_t since_ns)
         budget = 8;
     int64_t per = (int64_t)nparked * 1000000000 / CHECKS_PER_S;
     atomic_store(&S.recheck_ns, per > since_ns ? per : since_ns);
-    for (uint32_t k = 0; k < S.nslots && budget; k++) {
+    uint32_t k = 0;
+    for (; k < S.nslots && budget; k++) {
         wslot *sl = S.slots[cursor++ % S.nslots];
         if (!atomic_load(&sl->parked))
             continue;
@@ -526,9 +545,11 @@ static uint32_t check_parked(int64_t since_ns)
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
         if (pp_wall_computes(ran, now, atomic_load(&sl->parked_ns)))
             send_wake(sl);              /* it ticks again (its CPU timer waits for a tick) */
-        else if (ran > atomic_load(&sl->moved_ns))
-            suspect(sl, now - ran);     /* it moved since then at the latest */
+        else if (ran > atomic_load(&sl->moved_ns) || moved_in_place(sl, ran))
+            /* it moved since then at the latest, and before moved_by */
+            suspect(sl, now - ran < moved_by ? now - ran : moved_by);
     }
+    S.check_debt = S.check_debt > k ? S.check_debt - k : 0;
     return nparked;
 }
 
@@ -540,8 +561,10 @@ static uint32_t check_parked(int64_t since_ns)
  * parked thread is alive and still, but for the last holder, whose stack the
  * helper reads if it is parked and may have run (woken, if it holds the
  * GIL); no other clock is read (a busy thread beside a thousand idle ones
- * costs the ticker a few reads a second). Else each parked thread's CPU
- * clock is looked at (check_parked). */
+ * costs the ticker a few reads a second) once every parked thread has been
+ * looked at since the last gap. Else each parked thread's CPU clock is
+ * looked at (check_parked). The runs of still looks also tell how long a
+ * thread found gone was alive (ended_at). */
 uint32_t pp_wall_look(int64_t since_ns)
 {
     uintptr_t last;
@@ -564,16 +587,24 @@ uint32_t pp_wall_look(int64_t since_ns)
     if (last != holder && (sl = parked_slot(last)) != NULL) {
         struct timespec c;
         int64_t ran;
+        sl->doubt_ns = prev_ns;
         if (n != prev)
             suspect(sl, prev_ns);
         else if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
-                 && (ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked)) > atomic_load(&sl->moved_ns))
+                 && ((ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked)) > atomic_load(&sl->moved_ns)
+                     || moved_in_place(sl, ran)))
             suspect(sl, S.look_ns - ran);
     }
-    if (known) {
-        atomic_store(&S.still_ns, pp_mono_ns());
-        return atomic_load_explicit(&S.nparked, memory_order_relaxed);
+    if (known && S.nstill > 0) {
+        S.still[(S.nstill - 1) % STILL_RUNS].upto = pp_mono_ns();
+        /* the round that the gap before began goes on (budgeted as there) */
+        return S.check_debt ? check_parked(since_ns, S.still[(S.nstill - 1) % STILL_RUNS].from)
+                            : atomic_load_explicit(&S.nparked, memory_order_relaxed);
     }
-    atomic_store(&S.still_from_ns, S.look_ns);  /* before check_parked's seen_ns */
-    return check_parked(since_ns);
+    /* a new run: from this look (check_parked's reads come after it); every
+     * parked thread may have moved in the gap: each is looked at once more */
+    S.still[S.nstill % STILL_RUNS].from = S.still[S.nstill % STILL_RUNS].upto = S.look_ns;
+    S.nstill++;
+    S.check_debt = S.nslots;
+    return check_parked(since_ns, INT64_MAX);
 }
