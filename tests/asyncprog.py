@@ -33,18 +33,22 @@ class Clock:
     """A task's own clock: its running time and its lifetime."""
 
     def __init__(self, name):
-        self.name, self.t0, self.run = name, CREATED[name], 0.0
+        self.name, self.t0, self.run, self.stolen = name, CREATED[name], 0.0, 0.0
         self.first = time.perf_counter()        # its coroutine's first start
 
     def burst(self, seconds):
-        a = time.perf_counter()
+        a, c = time.perf_counter(), time.thread_time()
         burn(seconds)
         self.run += time.perf_counter() - a
+        # the burst's time off a CPU (a loaded machine's): a wall sampler charges
+        # a wait that ends the burst to what the thread runs when it resumes
+        self.stolen += max(0.0, time.perf_counter() - a - (time.thread_time() - c))
 
     def done(self):
         end = time.perf_counter()
         truth[self.name] = {"running": self.run, "awaiting": end - self.t0 - self.run,
-                            "awaiting_since_start": end - self.first - self.run}
+                            "awaiting_since_start": end - self.first - self.run,
+                            "stolen": self.stolen}
 
 
 async def worker(name, n, burst=BURST, pause=PAUSE):

@@ -81,8 +81,11 @@ def test_tasks_against_their_own_clocks(capture):
         assert t.state == "done"
         for what in ("running", "awaiting"):
             got = getattr(t, what) / 1e9
-            if not close(got, want[what]) and not (
-                    what == "awaiting" and abs(got - want[what]) <= gap):
+            # the bursts' time off a CPU (the program's own measure) may be on
+            # either side of a burst's end; none on a quiet machine
+            off_cpu = want["stolen"]
+            if not close(got, want[what]) and not abs(got - want[what]) <= (
+                    gap if what == "awaiting" else 0) + off_cpu + max(0.05 * want[what], 0.020):
                 bad.append(f"{name} {what}: {got:.3f} s, its own clock {want[what]:.3f} s "
                            f"(look gap {gap:.3f} s)")
     assert not bad, bad
@@ -151,7 +154,10 @@ def test_to_thread_work_under_its_task(capture):
     want = truth["_work"]["to-thread"]
     assert close(work, want) or abs(work - want) <= gap, (work, want, gap)
     row = {task_name(s, t): t for t in s.tasks}["to-thread"]
-    assert row.running / 1e9 < 0.02         # it awaits the thread meanwhile
+    # it awaits the thread meanwhile: the work is not its running time (its own
+    # steps are: submitting starts the executor's thread, 20-60 ms on a loaded
+    # machine)
+    assert row.running / 1e9 < max(0.02, want / 2), (row.running, want)
 
 
 def test_task_frames_in_exported_files(capture):
@@ -319,7 +325,10 @@ def test_traced_tasks_against_their_own_clocks(traced):
             assert t.steps == want["steps"], (name, t.steps, want["steps"])
         for what, key in (("running", "running"), ("awaiting", "awaiting_since_start")):
             got = getattr(t, what) / 1e9
-            if not close(got, want[key]):
+            # a loaded machine's preemptions (the bursts' time off a CPU measures
+            # them) may fall in a step outside its burst: allowed for
+            if not close(got, want[key]) and not abs(got - want[key]) <= (
+                    want["stolen"] + max(0.05 * want[key], 0.020)):
                 bad.append(f"{name} {what}: {got:.3f} s, its own clock {want[key]:.3f} s")
     assert not bad, bad
 

@@ -398,8 +398,8 @@ def test_bad_memory_sample():
 def test_memory_curve_rss_and_peak_marker(tmp_path):
     """A 30 MB list, then a 50 MB temporary: the curve's traced maximum is
     the 80 MB peak, marked at the temporary's line; RSS rises with it (the
-    temporary is written to, so its pages are resident) and the kernel's
-    high-water mark is at least that."""
+    temporary is written to, so its pages are resident: the kernel's
+    high-water mark holds both)."""
     import time
 
     def phase1():
@@ -424,7 +424,11 @@ def test_memory_curve_rss_and_peak_marker(tmp_path):
     assert peak.heap_max == pytest.approx(30_000_000 + 50_000_000, rel=0.02)
     assert peak.site == (next(f for f, x in s.functions.items() if x.name == "phase2"),
                          first_line(phase2) + 1)
-    assert max(p.rss for p in pts) - pts[0].rss >= 60_000_000
+    # the curve's RSS points are read now and then: on a loaded machine one may
+    # miss the temporary's 50 ms (seen: 57.6 MB of 80); the kernel's
+    # high-water mark does not
+    assert max(p.rss for p in pts) - pts[0].rss >= 25_000_000
+    assert s.info["memory"]["rss_peak_bytes"] - pts[0].rss >= 60_000_000
     assert s.info["memory"]["rss_peak_bytes"] >= max(p.rss for p in pts)
     assert pts[-1].heap < 1_000_000
 
