@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 6
+#define PP_FORMAT_MINOR 7
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -55,6 +55,10 @@ enum {
                                  * native_alloc_bytes native_alloc_blocks native_free_bytes
                                  * native_free_blocks temp_bytes temp_blocks>: of MEMORY's
                                  * rows, C code's blocks and the temporary ones */
+    PP_REC_MEMNATIVE = 21,      /* 1.7: u32 n, n x (u32 count, count x u64): per MEMSTACKS
+                                 * stack, its native frames (leaf first), then 1<<63 | i for
+                                 * each Python frame i (root first) an evaluation-loop call
+                                 * started at; written when a stack has native frames */
     PP_REC_END = 0xFFFF,
 };
 

@@ -239,7 +239,7 @@ int pp_frames_code_is_shim(PyObject *code)
 
 /* The calling thread's complete Python frames, innermost first, when it holds
  * the GIL: up to max (code, offset) pairs; the number written (0 if detached). */
-int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
+int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, uint8_t *entries, int max)
 {
     int attached;
     PyThreadState *ts = pp_signal_tstate(&attached);
@@ -253,8 +253,11 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
     int n = 0;
     for (; f != NULL && n < max; f = f->previous) {
 #if PY_VERSION_HEX >= 0x030C0000
-        if (f->owner == FRAME_OWNED_BY_CSTACK)
+        if (f->owner == FRAME_OWNED_BY_CSTACK) {
+            if (entries && n)
+                entries[n - 1] = 1;
             continue;
+        }
 #endif
         if (_PyFrame_IsIncomplete(f))
             continue;
@@ -269,6 +272,13 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
 #endif
         codes[n] = (uintptr_t)co;
         offsets[n] = off < 0 ? 0 : (uint32_t)off;
+        if (entries) {
+#if PY_VERSION_HEX >= 0x030C0000
+            entries[n] = 0;
+#else
+            entries[n] = f->is_entry != 0;
+#endif
+        }
         n++;
     }
     return n;
@@ -276,7 +286,7 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
 
 int pp_frames_current(uintptr_t *code, uint32_t *offset)
 {
-    return pp_frames_stack(code, offset, 1);
+    return pp_frames_stack(code, offset, NULL, 1);
 }
 
 static void (*code_destroyed)(PyObject *code);

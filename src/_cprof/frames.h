@@ -35,8 +35,10 @@ PyThreadState *pp_signal_tstate(int *attached);
 /* The calling thread's innermost complete frame when it holds the GIL: 1 and
  * (code, offset in code units), else 0. No allocation, locks or refcounts. */
 int pp_frames_current(uintptr_t *code, uint32_t *offset);
-/* The same for the whole stack, innermost first: the number of frames written. */
-int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max);
+/* The same for the whole stack, innermost first: the number of frames written.
+ * entries (NULL: not wanted): 1 for a frame an evaluation-loop call started at
+ * (where a native stack merges in, as PP_RAW_ENTRY), else 0. */
+int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, uint8_t *entries, int max);
 /* Whether p is a live code object (checked reads; GIL not needed). */
 int pp_frames_code_alive(uintptr_t p);
 /* A code object of CPython's own that runs no Python source (3.13's

@@ -8,7 +8,37 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stddef.h>
+
+/* pyprof's module: the frames of the allocation hooks, left out of stacks. */
+static uintptr_t self_lo, self_hi;
+
+static int self_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t a = (uintptr_t)data, lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        if (info->dlpi_addr + ph->p_vaddr < lo)
+            lo = info->dlpi_addr + ph->p_vaddr;
+        if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+            hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+    }
+    if (a < lo || a >= hi)
+        return 0;
+    self_lo = lo;
+    self_hi = hi;
+    return 1;
+}
+
+void pp_unwind_init_self(void)
+{
+    if (self_hi == 0)
+        dl_iterate_phdr(self_cb, (void *)(uintptr_t)pp_unwind_init_self);
+}
 
 int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base)
 {
@@ -44,6 +74,25 @@ int pp_unwind_signal(void *uctx, uintptr_t *ips, int max)
     return n;
 }
 
+int pp_unwind_here(uintptr_t *ips, int max)
+{
+    unw_context_t ctx;
+    unw_cursor_t cur;
+    if (unw_getcontext(&ctx) != 0 || unw_init_local(&cur, &ctx) != 0)
+        return 0;
+    int n = 0, ours = 1;
+    do {
+        unw_word_t ip;
+        if (unw_get_reg(&cur, UNW_REG_IP, &ip) < 0 || ip == 0)
+            break;
+        if (ours && ip >= self_lo && ip < self_hi)
+            continue;                   /* the hooks' own frames */
+        ours = 0;
+        ips[n++] = (uintptr_t)ip;
+    } while (n < max && unw_step(&cur) > 0);
+    return n;
+}
+
 int pp_unwind_self_depth(void)
 {
     unw_context_t ctx;
@@ -64,6 +113,12 @@ int pp_unwind_available(void)
 int pp_unwind_signal(void *uctx, uintptr_t *ips, int max)
 {
     (void)uctx; (void)ips; (void)max;
+    return 0;
+}
+
+int pp_unwind_here(uintptr_t *ips, int max)
+{
+    (void)ips; (void)max;
     return 0;
 }
 
