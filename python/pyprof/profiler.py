@@ -262,7 +262,7 @@ class Profile(_cprof.Profiler):
         fmt = format_for_path(path)
         if self._children is not None and os.getpid() == self._children["root_pid"]:
             export(self.session(), fmt, path)       # merged with the children's
-        elif fmt == "cprof" and self.sampling and self.run_options.native:
+        elif fmt == "cprof" and self.run_options.native:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
             self._refresh_meta()
