@@ -571,7 +571,6 @@ def test_native_frames_of_python_blocks_in_sampled_mode(ext_dir, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--temporary", "0"], "--temporary must be a number of allocations"),
     (["--temporary", "--memory-sample"], "--temporary needs exact memory mode"),
-    (["--memory", "--native"], "--native also with --memory-stacks or --memory-sample"),
 ])
 def test_bad_options_one_line_status_2(tmp_path, args, message):
     prog = tmp_path / "p.py"

@@ -3,7 +3,9 @@
  * unwinding allocates nothing, but on a cache miss it walks the loaded
  * objects with dl_iterate_phdr, which takes the loader's lock; a sample taken
  * while that lock is held (during dlopen) would wait for it. Opt-in (--native),
- * documented. */
+ * documented. pp_unwind_here runs inside the allocation hooks and wrappers
+ * (memory.c), any thread, GIL or not, with pyprof's own-work flag set: what
+ * libunwind allocates passes through them. Never: calls Python. */
 #define _GNU_SOURCE
 #include "unwind.h"
 
