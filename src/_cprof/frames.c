@@ -173,11 +173,31 @@ static int read_frame(uintptr_t p, const span *chunks, int nchunks, _PyInterpret
  * thread that owns ts changes its frames, and it is the one running this (in
  * a signal handler): the chain does not move while we read it, but it may be
  * half-linked (see above). Async-signal-safe: reads and process_vm_readv. */
+static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe *out, int max,
+                int *truncated);
+
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
 {
-    *truncated = 0;
     span chunks[MAX_CHUNKS];
     int nchunks = stack_chunks(ts, chunks);
+    return walk(ts, chunks, nchunks, out, max, truncated);
+}
+
+/* Only the top chunk, from ts's own fields: no system call for a frame in it.
+ * That chunk is the one the thread pushes frames into; outside a signal
+ * handler nothing is half-linked, and inside one the span still holds only
+ * mapped frames (a chunk is published after it is mapped, and the frame read
+ * first is the current one). Other frames are read checked, as above. */
+int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
+{
+    span top = {(uintptr_t)ts->datastack_chunk, (uintptr_t)ts->datastack_limit};
+    return walk(ts, &top, top.lo && top.hi > top.lo, out, max, truncated);
+}
+
+static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe *out, int max,
+                int *truncated)
+{
+    *truncated = 0;
 #if PY_VERSION_HEX >= 0x030D0000
     uintptr_t p = (uintptr_t)ts->current_frame;
 #else

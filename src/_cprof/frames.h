@@ -56,6 +56,10 @@ uintptr_t pp_interp_threads_head(void);
  * two reads: no thread but the last holder ran Python in between. */
 uint64_t pp_gil_switches(uintptr_t *last_holder);
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
+/* The same for the calling thread's own ts (it runs C code without the GIL:
+ * its frames do not move), reading its current data-stack chunk directly:
+ * the allocation wrappers' way, without a system call per allocation. */
+int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);
 /* A code object is being freed (GIL held): forget that it was one. */

@@ -468,7 +468,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
          * sqlite3, zlib): that line, read from the thread's own frames, which
          * cannot change while it runs C code. No reference can be taken
          * without the GIL: the site holds none (see pp_memory_rows). */
-        if (src && ts && !att && pp_frames_walk(ts, &f, 1, &cut) == 1) {
+        if (src && ts && !att && pp_frames_walk_own(ts, &f, 1, &cut) == 1) {
             kind = PP_MEM_LINE;
             code = f.code;
             offset = f.offset;
