@@ -60,7 +60,15 @@ static void unlock_tables(void)
 static void *map_zeroed(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    /* a hashed table is read at random: with 4 KiB pages nearly every
+     * lookup of a large one missed the TLB (THP is often "madvise" only) */
+    if (bytes >= (2u << 20))
+        madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 static inline uint64_t mix(uint64_t x)
@@ -76,6 +84,20 @@ static inline uint64_t mix(uint64_t x)
 typedef pp_memblock block;
 static block *blocks;
 static size_t nblocks_cap, nblocks;        /* capacity is a power of two */
+/* The table and its mask for prefetching a block's slot before the lock is
+ * taken (a stale pair prefetches a useless line, harmlessly): in a large
+ * table nearly every lookup is a cache miss, overlapped so with the frame
+ * read and site lookup that come first. */
+static _Atomic(block *) blocks_hint;
+static _Atomic size_t mask_hint;
+
+static inline void prefetch_block(uintptr_t ptr)
+{
+    block *b = atomic_load_explicit(&blocks_hint, memory_order_relaxed);
+    size_t mask = atomic_load_explicit(&mask_hint, memory_order_relaxed);
+    if (b)
+        __builtin_prefetch(&b[mix(ptr) & mask], 1);
+}
 
 /* Sites: (code, offset, kind) -> counters. */
 static pp_memsite *sites;
@@ -118,6 +140,9 @@ static int grow_blocks(void)
         munmap(blocks, nblocks_cap * sizeof *blocks);
     blocks = nb;
     nblocks_cap = ncap;
+    atomic_store_explicit(&mask_hint, 0, memory_order_relaxed);
+    atomic_store_explicit(&blocks_hint, nb, memory_order_relaxed);
+    atomic_store_explicit(&mask_hint, ncap - 1, memory_order_relaxed);
     return 0;
 }
 
@@ -435,6 +460,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     uint32_t est_count;
     if (!picked(size, &est, &est_count))
         return;
+    prefetch_block((uintptr_t)ptr);
     size = est;
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
@@ -577,6 +603,7 @@ static void release_block(void *ptr)
     block b;
     if (surely_untracked(ptr))
         return;                     /* no lock */
+    prefetch_block((uintptr_t)ptr);
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
@@ -620,7 +647,8 @@ void pp_memory_forget(PyObject *obj)
 /* ---------------------------------------------------------------- hooks */
 
 /* Set around a test allocation: did it pass through our hook of each domain? */
-static __thread int probing, probe_hit;
+static __thread int probing __attribute__((tls_model("initial-exec")));
+static __thread int probe_hit __attribute__((tls_model("initial-exec")));
 
 static inline int pass_through(int d)
 {
