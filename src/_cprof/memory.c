@@ -79,7 +79,19 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-/* Live blocks: open addressing, linear probing, backward-shift deletion. */
+/* Live blocks: open addressing, linear probing, backward-shift deletion.
+ * A block's home slot keeps the allocator's locality: each 256 bytes of
+ * address space has a run of 16 slots (one per 16 bytes, the allocators'
+ * alignment) at a hashed place, so blocks made or freed one after the other
+ * (a pool's objects, a list's items) share cache lines of the table instead
+ * of each missing the cache (exact mode 0.79x on float, paired); runs are
+ * 16-aligned, and only 16-byte blocks fill theirs. Short runs: two busy
+ * regions hashed to one run spill little into the next. */
+static inline size_t home_of(uintptr_t ptr, size_t mask)
+{
+    return ((size_t)mix(ptr >> 8) << 4 | (size_t)((ptr >> 4) & 15)) & mask;
+}
+
 /* size and count: what the block stands for (sampled mode: an estimate) */
 typedef pp_memblock block;
 static block *blocks;
@@ -96,7 +108,7 @@ static inline void prefetch_block(uintptr_t ptr)
     block *b = atomic_load_explicit(&blocks_hint, memory_order_relaxed);
     size_t mask = atomic_load_explicit(&mask_hint, memory_order_relaxed);
     if (b)
-        __builtin_prefetch(&b[mix(ptr) & mask], 1);
+        __builtin_prefetch(&b[home_of(ptr, mask)], 1);
 }
 
 /* Sites: (code, offset, kind) -> counters. */
@@ -131,7 +143,7 @@ static int grow_blocks(void)
     for (size_t i = 0; i < nblocks_cap; i++) {
         if (blocks[i].ptr == 0)
             continue;
-        size_t j = mix(blocks[i].ptr) & (ncap - 1);
+        size_t j = home_of(blocks[i].ptr, ncap - 1);
         while (nb[j].ptr != 0)
             j = (j + 1) & (ncap - 1);
         nb[j] = blocks[i];
@@ -164,7 +176,7 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
         totals.dropped++;           /* counted, but its free will not be: stays "live" */
         return;
     }
-    size_t i = mix(ptr) & (nblocks_cap - 1);
+    size_t i = home_of(ptr, nblocks_cap - 1);
     while (blocks[i].ptr != 0 && blocks[i].ptr != ptr)
         i = (i + 1) & (nblocks_cap - 1);
     if (blocks[i].ptr == 0) {
@@ -179,7 +191,7 @@ static int block_take(uintptr_t ptr, block *out)
 {
     if (nblocks_cap == 0)
         return 0;
-    size_t mask = nblocks_cap - 1, i = mix(ptr) & mask;
+    size_t mask = nblocks_cap - 1, i = home_of(ptr, mask);
     while (blocks[i].ptr != ptr) {
         if (blocks[i].ptr == 0)
             return 0;
@@ -190,7 +202,7 @@ static int block_take(uintptr_t ptr, block *out)
      * home slot is not between the hole and themselves */
     size_t hole = i;
     for (size_t j = (i + 1) & mask; blocks[j].ptr != 0; j = (j + 1) & mask) {
-        size_t home = mix(blocks[j].ptr) & mask;
+        size_t home = home_of(blocks[j].ptr, mask);
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             blocks[hole] = blocks[j];
             hole = j;
