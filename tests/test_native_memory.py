@@ -436,7 +436,9 @@ def test_rss_gap_shrinks_by_the_native_bytes(ext_dir):
     _, on = profile(ext_dir, body)
     gap_off = off["info"]["rss_end_bytes"] - off["info"]["current_bytes"]
     gap_on = on["info"]["rss_end_bytes"] - on["info"]["current_bytes"]
-    assert on["info"]["current_bytes"] - off["info"]["current_bytes"] >= 96 * MiB
+    # the two runs' own Python blocks live at the end differ by a few bytes
+    # (seen: 48 fewer in the run with native allocations)
+    assert on["info"]["current_bytes"] - off["info"]["current_bytes"] >= 96 * MiB - 64 * 1024
     assert gap_off - gap_on >= 80 * MiB, (gap_off, gap_on)
 
 
