@@ -221,6 +221,23 @@ def test_name_tables(captures, tmp_path):
     m = captures["memory"]
     assert corrupt(craft(tmp_path, m, lambda r: set_field(r, 14, 0, 32, "<I", 4444))) == \
         "MEMCURVE row 0 names function 4444, which the capture does not have"
+    # MEMNATIVE (24): per MEMSTACKS stack, native addresses and 1<<63 | entry frame
+    ms = captures["memory-stacks"]
+    nstacks = struct.unpack_from("<I", payload(records(ms)[1], 15)[1])[0]
+    assert nstacks > 0
+
+    def memnative(words_of_last):
+        def change(r):
+            words = [b"\0\0\0\0"] * (nstacks - 1) + [
+                struct.pack(f"<I{len(words_of_last)}Q", len(words_of_last), *words_of_last)]
+            r.append([24, struct.pack("<I", nstacks) + b"".join(words)])
+        return change
+    ok = pyprof.load(craft(tmp_path, ms, memnative([0x401000, 0x402000]), "ok.cprof"))
+    assert ok.memory_native == {nstacks - 1: ((0x401000, 0x402000), ())}
+    assert corrupt(craft(tmp_path, ms, memnative([0x401000, 1 << 63 | 300]))) == \
+        f"MEMNATIVE stack {nstacks - 1} has entry frames beyond its Python frames"
+    assert corrupt(craft(tmp_path, ms, memnative([0x401000] * 400))) == \
+        f"MEMNATIVE stack {nstacks - 1} has 400 words (at most 384)"
     t = captures["timeline"]
     assert corrupt(craft(tmp_path, t, lambda r: set_field(r, 18, 3, 16, "<q", -5))) == \
         "TIMELINE row 3 has a negative duration"

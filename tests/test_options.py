@@ -170,6 +170,8 @@ RULES = [
                                                      "[0, 2**32), not 4294967296"),
     (["--rate", "100"], "--rate, --cpu, --wall, --native, --signal and --dump-every go with "
                         "--sample", None, None),
+    (["--memory", "--native"], "--native also with --memory-stacks or --memory-sample",
+     dict(mode="memory", native=True), "native=True with memory needs the allocation stacks"),
     (["--sample", "--rate", "0"], "--rate must be in (0, 100000] Hz, not 0",
      dict(mode="sample", rate=1e9), "rate must be in (0, 100000] Hz, not 1e+09"),
     (["--sample", "-l"], "--sample and line tracing (-l, --lines-of, --lines-all) do not "

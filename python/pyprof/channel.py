@@ -307,7 +307,7 @@ class _Server:
         if prof is None:
             return {"ok": False, "error": "not profiling"}
         path = req["path"]
-        if prof.sampling and prof.run_options.native:
+        if prof.run_options.native:
             prof.session().save(path)           # native frames named while they mean something
         else:
             prof._refresh_meta()

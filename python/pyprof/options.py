@@ -264,11 +264,22 @@ class RunOptions:
                 raise OptionError(f"{flag} runs the program without profiling it (profile it "
                                   f"with 'pyprof attach' or 'pyprof top'), not with "
                                   f"{', '.join(given)}")
-        # sampling
-        if cli and not self.sample and (self.rate or self.wall or self.cpu or self.native
-                                        or self.signal or self.dump_every):
+        # sampling; --native also adds native frames to allocation stacks
+        stacks = memory and (self.memory_stacks or (self.memory_sample and
+                                                    self.memory_stacks is not False))
+        if cli and not self.sample and (self.rate or self.wall or self.cpu or self.signal
+                                        or self.dump_every or (self.native and not stacks)):
             raise OptionError("--rate, --cpu, --wall, --native, --signal and --dump-every go "
-                              "with --sample")
+                              "with --sample (--native also with --memory-stacks or "
+                              "--memory-sample)")
+        if self.native and memory and self.mode != "sample" and not stacks:
+            raise OptionError("native=True with memory needs the allocation stacks "
+                              "(memory_stacks=True or memory_sample=)")
+        if cli and self.native and stacks and not self.sample:
+            from . import _cprof
+            if "libunwind" not in _cprof.FEATURES:
+                raise OptionError("--native needs libunwind, which this build of pyprof "
+                                  "lacks (install libunwind-dev, then reinstall pyprof)")
         if self.mode == "sample":
             if self.rate is not None and not 0 < self.rate <= MAX_RATE:
                 raise OptionError(f"{n('rate')} must be in (0, {MAX_RATE}] Hz, not "
@@ -426,7 +437,9 @@ OPTIONS = (
         help="sample every thread at the rate, running or not, labelled with its state "
              "(python, native, idle)")),
     (_SAMPLING, ("--native",), dict(
-        _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind)")),
+        _FLAG, help="native (C) frames too, merged with the Python ones (needs libunwind): in "
+                    "sampled stacks, and in allocation stacks (--memory-stacks, "
+                    "--memory-sample)")),
     (_SAMPLING, ("--async",), dict(
         _FLAG, dest="asyncio",
         help="asyncio: each sample of a task under <task NAME>, its coroutines' stack; "

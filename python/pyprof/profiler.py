@@ -263,7 +263,7 @@ class Profile(_cprof.Profiler):
         fmt = format_for_path(path)
         if self._children is not None and os.getpid() == self._children["root_pid"]:
             export(self.session(), fmt, path)       # merged with the children's
-        elif fmt == "cprof" and self.sampling and self.run_options.native:
+        elif fmt == "cprof" and self.run_options.native:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
             self._refresh_meta()
@@ -286,7 +286,7 @@ class Profile(_cprof.Profiler):
         if running is not None:
             running.data.adopt(session)
             session.steps.append(running)
-        if session.stacks:
+        if session.stacks or session.memory_native:
             _name_native_frames(session)
         return session
 
@@ -317,9 +317,10 @@ class Profile(_cprof.Profiler):
 def _name_native_frames(session):
     """Native addresses mean something only in this process: name them now."""
     ips, returns = set(), set()
-    for st in session.stacks.values():
-        ips.update(st.native)
-        returns.update(st.native[1:])           # all but the leaf are return addresses
+    for native in [st.native for st in session.stacks.values()] + [
+            n for n, _ in session.memory_native.values()]:
+        ips.update(native)
+        returns.update(native[1:])              # all but the leaf are return addresses
     if ips:
         from . import native
         session.meta["native_symbols"] = {str(ip): name for ip, name

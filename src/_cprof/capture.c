@@ -447,12 +447,14 @@ static void put_curve(buf *b, pp_run *p, const pp_mempoint *live, uint32_t nlive
     record_end(b, r);
 }
 
-static void put_stacklist(buf *b, const pp_memstacks *s)
+static void put_stacklist(buf *b, const pp_memstacks *s, int native)
 {
     for (uint32_t k = 0; s && k < s->n; k++) {
-        put_u32(b, s->depth[k]);
-        for (uint32_t i = 0; i < s->depth[k]; i++)
-            put_u64(b, s->frames[s->start[k] + i]);
+        uint32_t n = native ? s->nnative[k] : s->depth[k];
+        const uint64_t *w = native ? s->native + s->nstart[k] : s->frames + s->start[k];
+        put_u32(b, n);
+        for (uint32_t i = 0; i < n; i++)
+            put_u64(b, w[i]);
     }
 }
 
@@ -483,9 +485,17 @@ static void put_memory(buf *b, pp_run *p, pp_memrow *live, uint32_t nlive,
     }
     r = record_begin(b, PP_REC_MEMSTACKS);
     put_u32(b, old_stacks + (live_stacks ? live_stacks->n : 0));
-    put_stacklist(b, p->mem.data ? &p->mem.data->stacks : NULL);
-    put_stacklist(b, live_stacks);
+    put_stacklist(b, p->mem.data ? &p->mem.data->stacks : NULL, 0);
+    put_stacklist(b, live_stacks, 0);
     record_end(b, r);
+    if ((p->mem.data && p->mem.data->stacks.nnative_all)
+        || (live_stacks && live_stacks->nnative_all)) {
+        r = record_begin(b, PP_REC_MEMNATIVE);
+        put_u32(b, old_stacks + (live_stacks ? live_stacks->n : 0));
+        put_stacklist(b, p->mem.data ? &p->mem.data->stacks : NULL, 1);
+        put_stacklist(b, live_stacks, 1);
+        record_end(b, r);
+    }
 }
 
 /* STACKS and SAMPLES: the sampler's stack table. */

@@ -19,7 +19,7 @@
 #include "tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 7
+#define PP_FORMAT_MINOR 8
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -62,6 +62,10 @@ enum {
                                  * (function tracing: coroutines from first start to end) */
     PP_REC_TASKSTEPS = 23,      /* 1.7: u32 n, n x <IIqq task pad start_ns dur_ns> (tracing's
                                  * tasks with a timeline: each step of each task) */
+    PP_REC_MEMNATIVE = 24,      /* 1.8: u32 n, n x (u32 count, count x u64): per MEMSTACKS
+                                 * stack, its native frames (leaf first), then 1<<63 | i for
+                                 * each Python frame i (root first) an evaluation-loop call
+                                 * started at; written when a stack has native frames */
     PP_REC_END = 0xFFFF,
 };
 

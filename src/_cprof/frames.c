@@ -188,6 +188,9 @@ static int read_frame(uintptr_t p, const span *chunks, int nchunks, _PyInterpret
  * thread that owns ts changes its frames, and it is the one running this (in
  * a signal handler): the chain does not move while we read it, but it may be
  * half-linked (see above). Async-signal-safe: reads and process_vm_readv. */
+static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe *out, int max,
+                int *truncated, uintptr_t *coro);
+
 int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
 {
     uintptr_t coro;
@@ -200,10 +203,28 @@ int pp_frames_walk(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
 int pp_frames_walk_coro(PyThreadState *ts, pp_rawframe *out, int max, int *truncated,
                         uintptr_t *coro)
 {
-    *truncated = 0;
-    *coro = 0;
     span chunks[MAX_CHUNKS];
     int nchunks = stack_chunks(ts, chunks);
+    return walk(ts, chunks, nchunks, out, max, truncated, coro);
+}
+
+/* Only the top chunk, from ts's own fields: no system call for a frame in it.
+ * That chunk is the one the thread pushes frames into; outside a signal
+ * handler nothing is half-linked, and inside one the span still holds only
+ * mapped frames (a chunk is published after it is mapped, and the frame read
+ * first is the current one). Other frames are read checked, as above. */
+int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *truncated)
+{
+    span top = {(uintptr_t)ts->datastack_chunk, (uintptr_t)ts->datastack_limit};
+    uintptr_t coro;
+    return walk(ts, &top, top.lo && top.hi > top.lo, out, max, truncated, &coro);
+}
+
+static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe *out, int max,
+                int *truncated, uintptr_t *coro)
+{
+    *truncated = 0;
+    *coro = 0;
 #if PY_VERSION_HEX >= 0x030D0000
     uintptr_t p = (uintptr_t)ts->current_frame;
 #else
@@ -360,7 +381,7 @@ int pp_frames_code_is_shim(PyObject *code)
 
 /* The calling thread's complete Python frames, innermost first, when it holds
  * the GIL: up to max (code, offset) pairs; the number written (0 if detached). */
-int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
+int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, uint8_t *entries, int max)
 {
     int attached;
     PyThreadState *ts = pp_signal_tstate(&attached);
@@ -374,8 +395,11 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
     int n = 0;
     for (; f != NULL && n < max; f = f->previous) {
 #if PY_VERSION_HEX >= 0x030C0000
-        if (f->owner == FRAME_OWNED_BY_CSTACK)
+        if (f->owner == FRAME_OWNED_BY_CSTACK) {
+            if (entries && n)
+                entries[n - 1] = 1;
             continue;
+        }
 #endif
         if (_PyFrame_IsIncomplete(f))
             continue;
@@ -390,6 +414,13 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
 #endif
         codes[n] = (uintptr_t)co;
         offsets[n] = off < 0 ? 0 : (uint32_t)off;
+        if (entries) {
+#if PY_VERSION_HEX >= 0x030C0000
+            entries[n] = 0;
+#else
+            entries[n] = f->is_entry != 0;
+#endif
+        }
         n++;
     }
     return n;
@@ -397,7 +428,7 @@ int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max)
 
 int pp_frames_current(uintptr_t *code, uint32_t *offset)
 {
-    return pp_frames_stack(code, offset, 1);
+    return pp_frames_stack(code, offset, NULL, 1);
 }
 
 static void (*code_destroyed)(PyObject *code);

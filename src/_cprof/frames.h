@@ -35,8 +35,10 @@ PyThreadState *pp_signal_tstate(int *attached);
 /* The calling thread's innermost complete frame when it holds the GIL: 1 and
  * (code, offset in code units), else 0. No allocation, locks or refcounts. */
 int pp_frames_current(uintptr_t *code, uint32_t *offset);
-/* The same for the whole stack, innermost first: the number of frames written. */
-int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, int max);
+/* The same for the whole stack, innermost first: the number of frames written.
+ * entries (NULL: not wanted): 1 for a frame an evaluation-loop call started at
+ * (where a native stack merges in, as PP_RAW_ENTRY), else 0. */
+int pp_frames_stack(uintptr_t *codes, uint32_t *offsets, uint8_t *entries, int max);
 /* Whether p is a live code object (checked reads; GIL not needed). */
 int pp_frames_code_alive(uintptr_t p);
 /* A code object of CPython's own that runs no Python source (3.13's
@@ -85,6 +87,10 @@ uintptr_t pp_frameobj_frame(PyFrameObject *f);
 #endif
 /* A new reference from a weak reference (NULL: dead), or NULL with an error. */
 PyObject *pp_weakref_get(PyObject *ref);
+/* The same for the calling thread's own ts (it runs C code without the GIL:
+ * its frames do not move), reading its current data-stack chunk directly:
+ * the allocation wrappers' way, without a system call per allocation. */
+int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);
 /* A code object is being freed (GIL held): forget that it was one. */

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "unwind.h"
 
 enum { DOM_RAW, DOM_MEM, DOM_OBJ, NDOM };
 static const PyMemAllocatorDomain domain_id[NDOM] = {
@@ -59,7 +60,15 @@ static void unlock_tables(void)
 static void *map_zeroed(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    /* a hashed table is read at random: with 4 KiB pages nearly every
+     * lookup of a large one missed the TLB (THP is often "madvise" only) */
+    if (bytes >= (2u << 20))
+        madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
 }
 
 static inline uint64_t mix(uint64_t x)
@@ -70,11 +79,37 @@ static inline uint64_t mix(uint64_t x)
     return x;
 }
 
-/* Live blocks: open addressing, linear probing, backward-shift deletion. */
+/* Live blocks: open addressing, linear probing, backward-shift deletion.
+ * A block's home slot keeps the allocator's locality: each 256 bytes of
+ * address space has a run of 16 slots (one per 16 bytes, the allocators'
+ * alignment) at a hashed place, so blocks made or freed one after the other
+ * (a pool's objects, a list's items) share cache lines of the table instead
+ * of each missing the cache (exact mode 0.79x on float, paired); runs are
+ * 16-aligned, and only 16-byte blocks fill theirs. Short runs: two busy
+ * regions hashed to one run spill little into the next. */
+static inline size_t home_of(uintptr_t ptr, size_t mask)
+{
+    return ((size_t)mix(ptr >> 8) << 4 | (size_t)((ptr >> 4) & 15)) & mask;
+}
+
 /* size and count: what the block stands for (sampled mode: an estimate) */
 typedef pp_memblock block;
 static block *blocks;
 static size_t nblocks_cap, nblocks;        /* capacity is a power of two */
+/* The table and its mask for prefetching a block's slot before the lock is
+ * taken (a stale pair prefetches a useless line, harmlessly): in a large
+ * table nearly every lookup is a cache miss, overlapped so with the frame
+ * read and site lookup that come first. */
+static _Atomic(block *) blocks_hint;
+static _Atomic size_t mask_hint;
+
+static inline void prefetch_block(uintptr_t ptr)
+{
+    block *b = atomic_load_explicit(&blocks_hint, memory_order_relaxed);
+    size_t mask = atomic_load_explicit(&mask_hint, memory_order_relaxed);
+    if (b)
+        __builtin_prefetch(&b[home_of(ptr, mask)], 1);
+}
 
 /* Sites: (code, offset, kind) -> counters. */
 static pp_memsite *sites;
@@ -108,7 +143,7 @@ static int grow_blocks(void)
     for (size_t i = 0; i < nblocks_cap; i++) {
         if (blocks[i].ptr == 0)
             continue;
-        size_t j = mix(blocks[i].ptr) & (ncap - 1);
+        size_t j = home_of(blocks[i].ptr, ncap - 1);
         while (nb[j].ptr != 0)
             j = (j + 1) & (ncap - 1);
         nb[j] = blocks[i];
@@ -117,6 +152,9 @@ static int grow_blocks(void)
         munmap(blocks, nblocks_cap * sizeof *blocks);
     blocks = nb;
     nblocks_cap = ncap;
+    atomic_store_explicit(&mask_hint, 0, memory_order_relaxed);
+    atomic_store_explicit(&blocks_hint, nb, memory_order_relaxed);
+    atomic_store_explicit(&mask_hint, ncap - 1, memory_order_relaxed);
     return 0;
 }
 
@@ -138,7 +176,7 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
         totals.dropped++;           /* counted, but its free will not be: stays "live" */
         return;
     }
-    size_t i = mix(ptr) & (nblocks_cap - 1);
+    size_t i = home_of(ptr, nblocks_cap - 1);
     while (blocks[i].ptr != 0 && blocks[i].ptr != ptr)
         i = (i + 1) & (nblocks_cap - 1);
     if (blocks[i].ptr == 0) {
@@ -153,7 +191,7 @@ static int block_take(uintptr_t ptr, block *out)
 {
     if (nblocks_cap == 0)
         return 0;
-    size_t mask = nblocks_cap - 1, i = mix(ptr) & mask;
+    size_t mask = nblocks_cap - 1, i = home_of(ptr, mask);
     while (blocks[i].ptr != ptr) {
         if (blocks[i].ptr == 0)
             return 0;
@@ -164,7 +202,7 @@ static int block_take(uintptr_t ptr, block *out)
      * home slot is not between the hole and themselves */
     size_t hole = i;
     for (size_t j = (i + 1) & mask; blocks[j].ptr != 0; j = (j + 1) & mask) {
-        size_t home = mix(blocks[j].ptr) & mask;
+        size_t home = home_of(blocks[j].ptr, mask);
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             blocks[hole] = blocks[j];
             hole = j;
@@ -183,15 +221,28 @@ static inline uint64_t site_hash(uintptr_t code, uint32_t offset, uint32_t kind,
 }
 
 /* Allocation stacks: distinct (code, offset) sequences, innermost first, each
- * code object held (a stack may outlive its frames). */
+ * code object held (a stack may outlive its frames), with --native the
+ * native stack too (instruction pointers, leaf first: native[nstart..]). */
 #define STACK_MAX 64                        /* innermost frames kept */
-typedef struct { uintptr_t code; uint32_t offset; uint32_t pad; } sframe;
-typedef struct { uint64_t hash; uint32_t start, depth; } sentry;
+#define NATIVE_MAX 128                      /* innermost native frames kept */
+typedef struct { uintptr_t code; uint32_t offset; uint32_t entry; } sframe;
+typedef struct { uint64_t hash; uint32_t start, depth, nstart, nnative; } sentry;
 static sentry *stacks;
 static uint32_t *stack_slots;               /* stack id + 1, 0 empty */
 static sframe *sframes;
-static size_t nstacks, stacks_cap, sslots_cap, nsframes, sframes_cap;
-static int with_stacks;
+static uintptr_t *snative;
+static size_t nstacks, stacks_cap, sslots_cap, nsframes, sframes_cap, nsnative, snative_cap;
+static int with_stacks, with_native;
+
+/* A stack as read in a hook: Python frames (entry: where an evaluation-loop
+ * call started) and native ones. */
+typedef struct {
+    uintptr_t codes[STACK_MAX];
+    uint32_t offsets[STACK_MAX];
+    uint8_t entries[STACK_MAX];
+    uintptr_t ips[NATIVE_MAX];
+    int depth, nn;
+} rawstack;
 
 static int regrow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
 {
@@ -212,18 +263,34 @@ static int regrow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
     return 0;
 }
 
-static uint64_t stack_hash(const uintptr_t *codes, const uint32_t *offsets, int n)
+static uint64_t stack_hash(const rawstack *r)
 {
-    uint64_t h = (uint64_t)n;
-    for (int i = 0; i < n; i++)
-        h = mix(h ^ codes[i] ^ ((uint64_t)offsets[i] << 40));
+    uint64_t h = (uint64_t)r->depth | (uint64_t)r->nn << 32;
+    for (int i = 0; i < r->depth; i++)
+        h = mix(h ^ r->codes[i] ^ ((uint64_t)r->offsets[i] << 40)
+                ^ ((uint64_t)r->entries[i] << 63));
+    for (int i = 0; i < r->nn; i++)
+        h = mix(h ^ r->ips[i]);
     return h;
 }
 
-/* The id of this stack, added (and its code objects held: GIL held) if new;
- * UINT32_MAX when out of memory. Tables locked. */
-static uint32_t stack_of(const uintptr_t *codes, const uint32_t *offsets, int n, uint64_t h)
+static int same_stack(const sentry *e, const rawstack *r, uint64_t h)
 {
+    if (e->hash != h || e->depth != (uint32_t)r->depth || e->nnative != (uint32_t)r->nn)
+        return 0;
+    for (int i = 0; i < r->depth; i++) {
+        const sframe *f = &sframes[e->start + i];
+        if (f->code != r->codes[i] || f->offset != r->offsets[i] || f->entry != r->entries[i])
+            return 0;
+    }
+    return r->nn == 0 || memcmp(snative + e->nstart, r->ips, (size_t)r->nn * sizeof *r->ips) == 0;
+}
+
+/* The id of this stack, added (and its code objects held: GIL held, or no
+ * Python frames) if new; UINT32_MAX when out of memory. Tables locked. */
+static uint32_t stack_of(const rawstack *r, uint64_t h)
+{
+    int n = r->depth;
     if ((nstacks + 1) * 2 > sslots_cap) {
         size_t ncap = sslots_cap ? sslots_cap * 2 : 4096;
         uint32_t *ns = map_zeroed(ncap * sizeof *ns);
@@ -241,26 +308,25 @@ static uint32_t stack_of(const uintptr_t *codes, const uint32_t *offsets, int n,
         sslots_cap = ncap;
     }
     size_t mask = sslots_cap - 1, j = h & mask;
-    for (; stack_slots[j]; j = (j + 1) & mask) {
-        const sentry *e = &stacks[stack_slots[j] - 1];
-        if (e->hash != h || e->depth != (uint32_t)n)
-            continue;
-        int same = 1;
-        for (int i = 0; i < n && same; i++)
-            same = sframes[e->start + i].code == codes[i] && sframes[e->start + i].offset == offsets[i];
-        if (same)
+    for (; stack_slots[j]; j = (j + 1) & mask)
+        if (same_stack(&stacks[stack_slots[j] - 1], r, h))
             return stack_slots[j] - 1;
-    }
     if (regrow((void **)&stacks, &stacks_cap, nstacks + 1, sizeof *stacks, 1024) < 0
         || regrow((void **)&sframes, &sframes_cap, nsframes + (size_t)n, sizeof *sframes,
+                  16384) < 0
+        || regrow((void **)&snative, &snative_cap, nsnative + (size_t)r->nn, sizeof *snative,
                   16384) < 0)
         return UINT32_MAX;
     for (int i = 0; i < n; i++) {
-        sframes[nsframes + i] = (sframe){codes[i], offsets[i], 0};
-        Py_INCREF((PyObject *)codes[i]);
+        sframes[nsframes + i] = (sframe){r->codes[i], r->offsets[i], r->entries[i]};
+        Py_INCREF((PyObject *)r->codes[i]);
     }
-    stacks[nstacks] = (sentry){h, (uint32_t)nsframes, (uint32_t)n};
+    if (r->nn)
+        memcpy(snative + nsnative, r->ips, (size_t)r->nn * sizeof *r->ips);
+    stacks[nstacks] = (sentry){h, (uint32_t)nsframes, (uint32_t)n, (uint32_t)nsnative,
+                               (uint32_t)r->nn};
     nsframes += (size_t)n;
+    nsnative += (size_t)r->nn;
     stack_slots[j] = (uint32_t)nstacks + 1;
     return (uint32_t)nstacks++;
 }
@@ -406,21 +472,23 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     uint32_t est_count;
     if (!picked(size, &est, &est_count))
         return;
+    prefetch_block((uintptr_t)ptr);
     size = est;
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
-    uintptr_t codes[STACK_MAX];
-    uint32_t offsets[STACK_MAX];
-    int depth = 0, attached;
+    rawstack r;
+    int attached;
     uint64_t sh = 0;
+    r.depth = r.nn = 0;
     if (with_stacks) {
-        depth = pp_frames_stack(codes, offsets, STACK_MAX);
-        attached = depth > 0;
+        r.depth = pp_frames_stack(r.codes, r.offsets, r.entries, STACK_MAX);
+        attached = r.depth > 0;
         if (attached) {
-            code = codes[0];
-            offset = offsets[0];
-            sh = stack_hash(codes, offsets, depth);
+            code = r.codes[0];
+            offset = r.offsets[0];
         }
+        for (int i = 0; !with_native && i < r.depth; i++)
+            r.entries[i] = 0;           /* where stacks merge: only with native frames */
     }
     else
         attached = pp_frames_current(&code, &offset);
@@ -438,19 +506,26 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
          * sqlite3, zlib): that line, read from the thread's own frames, which
          * cannot change while it runs C code. No reference can be taken
          * without the GIL: the site holds none (see pp_memory_rows). */
-        if (src && ts && !att && pp_frames_walk(ts, &f, 1, &cut) == 1) {
+        if (src && ts && !att && pp_frames_walk_own(ts, &f, 1, &cut) == 1) {
             kind = PP_MEM_LINE;
             code = f.code;
             offset = f.offset;
         }
     }
     kind |= src;
+    /* --native: C code's blocks, and every picked one in sampled mode (an
+     * unwind per Python block made exact mode with stacks 1.7-2.5x slower);
+     * pp_mem_self is set: what libunwind allocates passes through */
+    if (with_native && (src || sample_every))
+        r.nn = pp_unwind_here(r.ips, NATIVE_MAX);
+    if (r.depth || r.nn)
+        sh = stack_hash(&r);
     /* what the entry keeps in count: exact mode with --temporary, one block */
     uint32_t stored = temporary ? next_seq() : est_count;
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
-        uint32_t stack = depth ? stack_of(codes, offsets, depth, sh) : UINT32_MAX;
+        uint32_t stack = r.depth || r.nn ? stack_of(&r, sh) : UINT32_MAX;
         uint32_t k = site_of(code, offset, kind, stack, &created);
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
@@ -540,6 +615,7 @@ static void release_block(void *ptr)
     block b;
     if (surely_untracked(ptr))
         return;                     /* no lock */
+    prefetch_block((uintptr_t)ptr);
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
@@ -583,7 +659,8 @@ void pp_memory_forget(PyObject *obj)
 /* ---------------------------------------------------------------- hooks */
 
 /* Set around a test allocation: did it pass through our hook of each domain? */
-static __thread int probing, probe_hit;
+static __thread int probing __attribute__((tls_model("initial-exec")));
+static __thread int probe_hit __attribute__((tls_model("initial-exec")));
 
 static inline int pass_through(int d)
 {
@@ -775,6 +852,9 @@ int pp_memory_start(pp_memstate *p)
     pp_memory_clear();
     sample_every = p->sample;
     with_stacks = p->stacks;
+    with_native = p->stacks && p->native_stacks && pp_unwind_available();
+    if (with_native)
+        pp_unwind_init_self();
     temporary = p->temporary;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
@@ -800,6 +880,18 @@ void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run)
     into->linked = run->linked;
 }
 
+/* *arr grown to hold `have + n` elements, the last n copied from src. */
+static int append(void *arr, size_t have, const void *src, size_t n, size_t elem)
+{
+    void *grown = realloc(*(void **)arr, (have + n + 1) * elem);
+    if (grown == NULL)
+        return -1;
+    *(void **)arr = grown;
+    if (n)
+        memcpy((char *)grown + have * elem, src, n * elem);
+    return 0;
+}
+
 /* This run's stacks after the earlier runs'; its rows are made to point there
  * (or to none, out of memory). */
 static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
@@ -808,24 +900,18 @@ static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, u
     int ok = pp_memory_stacks(p, &st) == 0;
     if (!ok)
         PyErr_Clear();
-    if (ok) {
-        uint64_t *fr = realloc(ms->frames, ((size_t)ms->nframes + st.nframes + 1) * sizeof *fr);
-        if (fr)
-            ms->frames = fr;
-        uint32_t *sa = realloc(ms->start, ((size_t)ms->n + st.n + 1) * sizeof *sa);
-        if (sa)
-            ms->start = sa;
-        uint32_t *sd = realloc(ms->depth, ((size_t)ms->n + st.n + 1) * sizeof *sd);
-        if (sd)
-            ms->depth = sd;
-        ok = fr && sa && sd;
-    }
-    if (ok) {
-        memcpy(ms->frames + ms->nframes, st.frames, (size_t)st.nframes * sizeof *ms->frames);
-        for (uint32_t k = 0; k < st.n; k++) {
-            ms->start[ms->n + k] = ms->nframes + st.start[k];
-            ms->depth[ms->n + k] = st.depth[k];
+    else {
+        for (uint32_t k = 0; k < st.n; k++) {       /* indexes into the kept arrays */
+            st.start[k] += ms->nframes;
+            st.nstart[k] += ms->nnative_all;
         }
+        ok = append(&ms->frames, ms->nframes, st.frames, st.nframes, sizeof *st.frames) == 0
+             && append(&ms->native, ms->nnative_all, st.native, st.nnative_all,
+                       sizeof *st.native) == 0
+             && append(&ms->start, ms->n, st.start, st.n, sizeof *st.start) == 0
+             && append(&ms->depth, ms->n, st.depth, st.n, sizeof *st.depth) == 0
+             && append(&ms->nstart, ms->n, st.nstart, st.n, sizeof *st.nstart) == 0
+             && append(&ms->nnative, ms->n, st.nnative, st.n, sizeof *st.nnative) == 0;
     }
     for (uint32_t i = 0; i < n; i++)
         if (rows[i].stack != PP_NONE)
@@ -833,8 +919,9 @@ static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, u
     if (ok) {
         ms->n += st.n;
         ms->nframes += st.nframes;
-        pp_memstacks_free(&st);
+        ms->nnative_all += st.nnative_all;
     }
+    pp_memstacks_free(&st);
 }
 
 int pp_memory_stop(pp_memstate *p)
@@ -921,6 +1008,9 @@ void pp_memstacks_free(pp_memstacks *s)
     free(s->frames);
     free(s->start);
     free(s->depth);
+    free(s->native);
+    free(s->nstart);
+    free(s->nnative);
     memset(s, 0, sizeof *s);
 }
 
@@ -928,42 +1018,64 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
 {
     memset(out, 0, sizeof *out);
     lock_tables();
-    size_t n = nstacks, nf = nsframes;
+    size_t n = nstacks, nf = nsframes, nn = nsnative;
     sframe *copy = malloc((nf ? nf : 1) * sizeof *copy);
     sentry *ents = malloc((n ? n : 1) * sizeof *ents);
-    if (copy && ents) {
+    uintptr_t *ips = malloc((nn ? nn : 1) * sizeof *ips);
+    if (copy && ents && ips) {
         if (nf)
             memcpy(copy, sframes, nf * sizeof *copy);
         if (n)
             memcpy(ents, stacks, n * sizeof *ents);
+        if (nn)
+            memcpy(ips, snative, nn * sizeof *ips);
     }
     unlock_tables();
+    size_t nwords = nn;                         /* ips, then a word per entry frame */
+    for (size_t k = 0; copy && ents && k < n; k++)
+        for (uint32_t i = 0; ents[k].nnative && i < ents[k].depth; i++)
+            nwords += copy[ents[k].start + i].entry != 0;
     out->frames = malloc((nf ? nf : 1) * sizeof *out->frames);
+    out->native = malloc((nwords ? nwords : 1) * sizeof *out->native);
     out->start = malloc((n ? n : 1) * sizeof *out->start);
     out->depth = malloc((n ? n : 1) * sizeof *out->depth);
-    if (!copy || !ents || !out->frames || !out->start || !out->depth) {
+    out->nstart = malloc((n ? n : 1) * sizeof *out->nstart);
+    out->nnative = malloc((n ? n : 1) * sizeof *out->nnative);
+    if (!copy || !ents || !ips || !out->frames || !out->native || !out->start || !out->depth
+        || !out->nstart || !out->nnative) {
         free(copy);
         free(ents);
+        free(ips);
         pp_memstacks_free(out);
         PyErr_NoMemory();
         return -1;
     }
+    uint32_t w = 0;
     for (size_t k = 0; k < n; k++) {           /* innermost first -> root first */
-        out->start[k] = ents[k].start;
-        out->depth[k] = ents[k].depth;
-        for (uint32_t i = 0; i < ents[k].depth; i++) {
-            const sframe *f = &copy[ents[k].start + ents[k].depth - 1 - i];
+        const sentry *e = &ents[k];
+        out->start[k] = e->start;
+        out->depth[k] = e->depth;
+        out->nstart[k] = w;
+        for (uint32_t i = 0; i < e->nnative; i++)
+            out->native[w++] = ips[e->nstart + i];
+        for (uint32_t i = 0; i < e->depth; i++) {
+            const sframe *f = &copy[e->start + e->depth - 1 - i];
             PyObject *code = (PyObject *)f->code;
             uint32_t fid = pp_registry_code(p->reg, code);
             int l = f->offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
-            out->frames[ents[k].start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
+            out->frames[e->start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
+            if (e->nnative && f->entry)
+                out->native[w++] = PP_MEMSTACK_ENTRY | i;
         }
+        out->nnative[k] = w - out->nstart[k];
     }
     out->n = (uint32_t)n;
     out->nframes = (uint32_t)nf;
+    out->nnative_all = w;
     free(copy);
     free(ents);
+    free(ips);
     return 0;
 }
 
@@ -1010,7 +1122,7 @@ void pp_memory_clear(void)
         Py_DECREF((PyObject *)sframes[k].code);
     lock_tables();
     nsites = 0;
-    nstacks = nsframes = 0;
+    nstacks = nsframes = nsnative = 0;
     if (stack_slots)
         memset(stack_slots, 0, sslots_cap * sizeof *stack_slots);
     if (site_slots)

@@ -50,11 +50,15 @@ typedef struct {
     uint64_t temp_bytes, temp_count;
 } pp_memrow;
 
-/* Allocation stacks, resolved: frames (fid << 32 | line), root first. */
+/* Allocation stacks, resolved: frames (fid << 32 | line), root first; with
+ * --native, per stack native words: its instruction pointers (leaf first),
+ * then PP_MEMSTACK_ENTRY | i for each Python frame i (root first) that an
+ * evaluation-loop call started at (where the native stack merges in). */
+#define PP_MEMSTACK_ENTRY (1ull << 63)
 typedef struct {
-    uint64_t *frames;
-    uint32_t *start, *depth;
-    uint32_t n, nframes;
+    uint64_t *frames, *native;
+    uint32_t *start, *depth, *nstart, *nnative;
+    uint32_t n, nframes, nnative_all;
 } pp_memstacks;
 
 /* The memory curve: a point per interval (10 ms, doubled when the curve gets
@@ -84,6 +88,7 @@ typedef struct pp_memstate {
     int64_t sample;                     /* 0: every allocation; else mean bytes between picks */
     int stacks;                         /* record each allocation's Python stack */
     int native;                         /* C code's malloc and mmap too (memory_native.c) */
+    int native_stacks;                  /* stacks: the native frames too (--native) */
     uint32_t temporary;                 /* N > 0: count blocks freed within N allocations */
     struct pp_memdata *data;            /* what finished runs recorded, resolved to lines */
 } pp_memstate;

@@ -73,6 +73,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
      * blocks are recorded (sampled mode) */
     self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
     self->run.mem.native = native_allocs && self->run.memory;
+    self->run.mem.native_stacks = native && self->run.mem.stacks;
     self->run.gc = gc;
     /* blocks keep a 24-bit allocation number (memory.c): N is below 2**24 */
     if (temporary >= (1u << 24))

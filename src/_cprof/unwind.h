@@ -11,6 +11,13 @@ int pp_unwind_signal(void *uctx, uintptr_t *ips, int max);
 /* The loaded object holding address `ip`: its path and load base (dladdr);
  * 0 if none. Not for signal handlers. */
 int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base);
+/* The calling thread's own native stack (instruction pointers, leaf first),
+ * without its innermost frames in pyprof's module: 0 frames without
+ * libunwind. Allocates nothing itself (libunwind's caches may: through the
+ * allocator wrappers, which let them through while pp_mem_self is set). */
+int pp_unwind_here(uintptr_t *ips, int max);
+/* Once, before pp_unwind_here is used: where pyprof's module lies. */
+void pp_unwind_init_self(void);
 /* Frames of the calling thread's native stack, or -1 when unavailable. */
 int pp_unwind_self_depth(void);
 

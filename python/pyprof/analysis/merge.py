@@ -59,7 +59,7 @@ class _Merged:
         self.session = Session()
         self.function_ids: dict = {}        # identity -> merged fid
         self.stack_ids: dict = {}           # Stack with merged fids -> merged stack id
-        self.memory_stack_ids: dict = {}    # frames with merged fids -> merged id
+        self.memory_stack_ids: dict = {}    # (frames with merged fids, native) -> merged id
         self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
         self.memory_extra: dict = {}        # (fid, line, site, stack) -> MemExtra
         self.origin_ns = 0                  # wall time of the earliest input's start
@@ -144,9 +144,12 @@ def _merge_stacks(merged, src, remap):
 
 def _merge_memory_stacks(merged, src, remap):
     for sid, frames in src.memory_stacks.items():
-        key = tuple((remap.functions[fid], line) for fid, line in frames)
-        new = merged.memory_stack_ids.setdefault(key, len(merged.memory_stack_ids))
-        merged.session.memory_stacks[new] = key
+        frames = tuple((remap.functions[fid], line) for fid, line in frames)
+        native = src.memory_native.get(sid)
+        new = merged.memory_stack_ids.setdefault((frames, native), len(merged.memory_stack_ids))
+        merged.session.memory_stacks[new] = frames
+        if native:
+            merged.session.memory_native[new] = native
         remap.memory_stacks[sid] = new
 
 

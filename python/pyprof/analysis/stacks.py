@@ -11,6 +11,7 @@ end with its state (``[idle]``, ``[native]``).
 from __future__ import annotations
 
 from ..model.session import MAX_DEPTH, ROOT_PATH, STATES
+from ..model.tables import Stack
 
 
 def frame_label(session, fid, line, lines=False):
@@ -134,6 +135,16 @@ def merge_native(session, py_frames, st, lines=False):
     for seg in reversed(segments):      # not reached by the native walk
         out.extend(reversed(seg))
     return list(reversed(out))
+
+
+def memory_stack_frames(session, sid, lines=False) -> list:
+    """An allocation stack as named frames, root first; with --native its
+    native frames merged in as in sampled stacks (merge_native)."""
+    py = [frame_label(session, fid, line, lines) for fid, line in session.memory_stacks[sid]]
+    native = session.memory_native.get(sid)
+    if not native:
+        return py
+    return merge_native(session, py, Stack(session.memory_stacks[sid], *native), lines)
 
 
 def totals(session, lines=False):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .._version import __version__
 from ..errors import PyprofError
 from .flamegraph import add_path, pack, page
-from ..analysis.stacks import frame_label, named_stacks
+from ..analysis.stacks import frame_label, memory_stack_frames, named_stacks
 
 
 def _sampled(session, lines=False):
@@ -38,8 +38,7 @@ def _traced(session, lines=False):
 def _allocations(session, lines=False):
     for sid, c in session.memory_by_stack.items():
         if c.alloc_bytes > 0 and sid in session.memory_stacks:
-            yield ([frame_label(session, fid, line, lines)
-                    for fid, line in session.memory_stacks[sid]], c.alloc_bytes)
+            yield memory_stack_frames(session, sid, lines), c.alloc_bytes
 
 
 # name -> (does the Session have these stacks?, its (frames, value) iterator, unit)

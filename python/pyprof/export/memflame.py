@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..errors import PyprofError
 from ..files import atomic_write
 from .flamegraph import add_path, new_root, pack, page
-from ..analysis.stacks import frame_label
+from ..analysis.stacks import memory_stack_frames
 
 
 def tree(session, lines=False) -> dict:
@@ -20,8 +20,7 @@ def tree(session, lines=False) -> dict:
         root = new_root()
         for sid, c in session.memory_by_stack.items():
             if value(c) > 0 and sid in session.memory_stacks:
-                add_path(root, [frame_label(session, fid, line, lines)
-                                for fid, line in session.memory_stacks[sid]], value(c))
+                add_path(root, memory_stack_frames(session, sid, lines), value(c))
         out[view] = pack(root)
     return out
 

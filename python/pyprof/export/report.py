@@ -28,7 +28,7 @@ from ..analysis import views
 from .._version import __version__
 from ..errors import PyprofError
 from .flamegraph import FLAME_CSS, FLAME_JS, add_path, json_for_html, new_root, pack
-from ..analysis.stacks import frame_label, has_stacks, named_stacks
+from ..analysis.stacks import has_stacks, memory_stack_frames, named_stacks
 from ..files import atomic_write
 from ..model.sources import read_source
 from ..render.units import format_bytes, format_time
@@ -326,7 +326,7 @@ def memory_flame(session) -> dict | None:
         for sid, c in session.memory_by_stack.items():
             if sid not in session.memory_stacks:
                 continue
-            frames = [frame_label(session, fid, line) for fid, line in session.memory_stacks[sid]]
+            frames = memory_stack_frames(session, sid)
             for name, value in views_.items():
                 if value(c) > 0:
                     yield (name,), frames, value(c)

@@ -38,7 +38,7 @@ REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
 REC_PATHS, REC_STEP, REC_TIMELINE, REC_LINEMEM, REC_MEMEXTRA = 16, 17, 18, 19, 20
-REC_TASKS, REC_COROS, REC_TASKSTEPS = 21, 22, 23
+REC_TASKS, REC_COROS, REC_TASKSTEPS, REC_MEMNATIVE = 21, 22, 23, 24
 
 _FUNC = struct.Struct("<6I")
 _TASK = struct.Struct("<6IqqqqQQ")
@@ -82,8 +82,8 @@ assert list(TABLE_ROWS) == [t.name for t in TABLES], "one record per counter tab
 _TABLE_OF = {TABLE_ROWS[t.name].rtype: t for t in TABLES}
 _NAMES = {REC_INFO: "INFO", REC_META: "META", REC_STRINGS: "STRINGS",
           REC_FUNCTIONS: "FUNCTIONS", REC_THREADS: "THREADS", REC_STACKS: "STACKS",
-          REC_MEMCURVE: "MEMCURVE", REC_MEMSTACKS: "MEMSTACKS", REC_STEP: "STEP",
-          REC_TASKS: "TASKS", REC_COROS: "COROS", REC_TASKSTEPS: "TASKSTEPS",
+          REC_MEMCURVE: "MEMCURVE", REC_MEMSTACKS: "MEMSTACKS", REC_MEMNATIVE: "MEMNATIVE",
+          REC_STEP: "STEP", REC_TASKS: "TASKS", REC_COROS: "COROS", REC_TASKSTEPS: "TASKSTEPS",
           **{TABLE_ROWS[t.name].rtype: RECORD_NAMES[t.name] for t in TABLES}}
 # What a STEP's record stream may hold: the counters of the tables steps have.
 _STEP_RECORDS = {TABLE_ROWS[t.name].rtype for t in TABLES if t.step}
@@ -238,6 +238,8 @@ def pack_blob(session) -> bytes:
     if info.get("memory"):
         out.append(record(REC_MEMCURVE, _pack_memcurve(session.memory_curve)))
         out.append(record(REC_MEMSTACKS, _pack_memstacks(session.memory_stacks)))
+        if session.memory_native:
+            out.append(record(REC_MEMNATIVE, _pack_memnative(session)))
     out.extend(table_records(session, info, step=False))
     if session.tasks or (info.get("sampling") or {}).get("async") or info.get("asyncio"):
         out.append(record(REC_TASKS, _pack_tasks(session.tasks)))
@@ -512,6 +514,42 @@ def _pack_memstacks(memory_stacks) -> bytes:
         for _, frames in sorted(memory_stacks.items()))
 
 
+_MEM_ENTRY = 1 << 63
+
+
+def _parse_memnative(ctx, payload):
+    # after MEMSTACKS (the writers' order): per stack, its native frames (leaf
+    # first) and its entry frames (1<<63 | index, root first)
+    raw = bytes(payload)
+    n = _count(raw, "MEMNATIVE", 4)
+    off, out = 4, {}
+    for sid in range(n):
+        count = struct.unpack_from("<I", raw, off)[0]
+        off += 4
+        if off + 8 * count > len(raw):
+            raise Corrupt(f"MEMNATIVE stack {sid} has {count} words, more than the record holds")
+        if count > MAX_NATIVE_FRAMES + MAX_STACK_FRAMES:
+            raise Corrupt(f"MEMNATIVE stack {sid} has {count} words (at most "
+                          f"{MAX_NATIVE_FRAMES + MAX_STACK_FRAMES})")
+        words = struct.unpack_from(f"<{count}Q", raw, off)
+        off += 8 * count
+        ips = tuple(w for w in words if not w & _MEM_ENTRY)
+        if ips:
+            out[sid] = (ips, tuple(w & ~_MEM_ENTRY for w in words if w & _MEM_ENTRY))
+    if off != len(raw):
+        raise Corrupt(f"MEMNATIVE has {len(raw) - off} bytes after its {n} stacks")
+    ctx.session.memory_native = out
+
+
+def _pack_memnative(session) -> bytes:
+    parts = [struct.pack("<I", len(session.memory_stacks))]
+    for sid in sorted(session.memory_stacks):
+        ips, entries = session.memory_native.get(sid, ((), ()))
+        words = (*ips, *(_MEM_ENTRY | i for i in entries))
+        parts.append(struct.pack(f"<I{len(words)}Q", len(words), *words))
+    return b"".join(parts)
+
+
 def _parse_memcurve(ctx, payload):
     ctx.session.memory_curve = [
         MemPoint(t / 1e9, rss, heap, hmax, None if fid == NO_FUNCTION else (fid, line))
@@ -601,6 +639,7 @@ RECORDS = {
     REC_STACKS: _parse_stacks,
     REC_MEMCURVE: _parse_memcurve,
     REC_MEMSTACKS: _parse_memstacks,
+    REC_MEMNATIVE: _parse_memnative,
     REC_STEP: _parse_step,
     REC_TASKS: _parse_tasks,
     REC_COROS: _parse_coros,

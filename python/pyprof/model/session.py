@@ -50,6 +50,8 @@ class Session:
     memory: dict = field(default_factory=dict)      # (fid, line, site kind) -> MemCounters
     memory_by_stack: dict = field(default_factory=dict)   # stack id -> MemCounters
     memory_stacks: dict = field(default_factory=dict)     # stack id -> ((fid, line), ...) root first
+    # with --native: stack id -> (native ips leaf first, indices of entry frames)
+    memory_native: dict = field(default_factory=dict)
     memory_rows: list = field(default_factory=list)       # as recorded (what to_blob writes)
     # of those: C code's blocks and temporary ones, as recorded (--native-allocs, --temporary)
     memory_extra: list = field(default_factory=list)
@@ -117,6 +119,7 @@ class Session:
         """Share the names of `whole` (a part of it, like a step's counters)."""
         self.info, self.meta, self.functions = whole.info, whole.meta, whole.functions
         self.threads, self.stacks, self.memory_stacks = whole.threads, whole.stacks, whole.memory_stacks
+        self.memory_native = whole.memory_native
         self.path_shape = whole.paths
 
     def keep_recorded(self) -> None:

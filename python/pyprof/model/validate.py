@@ -162,6 +162,12 @@ def _check_names(session):
     if session.memory_stacks and not set(map(first, chain.from_iterable(
             session.memory_stacks.values()))) <= functions.keys():
         _memstacks_frames(session.memory_stacks, functions)
+    for sid, (_, entries) in session.memory_native.items():
+        depth = len(session.memory_stacks.get(sid, ()))
+        if sid not in session.memory_stacks or any(i >= depth for i in entries):
+            raise Corrupt(f"MEMNATIVE stack {sid} " + (
+                "has entry frames beyond its Python frames" if sid in session.memory_stacks
+                else "is not a MEMSTACKS stack"))
     for n, pt in enumerate(session.memory_curve):
         if pt.site is not None and pt.site[0] not in functions:
             raise Corrupt(f"MEMCURVE row {n} names function {pt.site[0]}, which the capture "
