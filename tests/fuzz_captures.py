@@ -39,7 +39,7 @@ RECORD = struct.Struct("<HHI")
 REC_END, REC_STEP, REC_INFO, REC_META, REC_PATHS = 0xFFFF, 17, 1, 2, 16
 # record type -> its row size, for the counted tables (a u32 count, then rows)
 ROW_SIZES = {4: 24, 5: 32, 6: 40, 7: 48, 8: 32, 9: 32, 11: 32, 12: 64, 13: 24, 14: 40,
-             16: 40, 18: 24}
+             16: 40, 18: 24, 21: 72, 22: 40, 23: 24}
 VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
 OP_SECONDS = 10                 # one reader on one file
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,10 +95,38 @@ PROGRAM = textwrap.dedent("""
                 work(30)
         if "--burn" in sys.argv:
             burn(0.3)
+        if "--sqlite" in sys.argv:          # C code's own allocations (malloc)
+            import sqlite3
+            con = sqlite3.connect(":memory:")
+            con.execute("create table t(x)")
+            con.executemany("insert into t values (?)", [(bytes(2000),)] * 300)
+            con.close()
+        if "--asyncio" in sys.argv:
+            import asyncio
+
+            async def task(i):
+                for _ in range(3):
+                    work(5)
+                    await asyncio.sleep(0.01)
+                return i
+
+            async def amain():
+                await asyncio.gather(*(asyncio.create_task(task(i), name=f"t{i}")
+                                       for i in range(4)))
+                await asyncio.to_thread(work, 5)
+            asyncio.run(amain())
         t.join()
 
     main()
 """)
+
+def _has_libunwind():
+    try:
+        from pyprof import _cprof
+    except ImportError:
+        return False
+    return "libunwind" in _cprof.FEATURES
+
 
 KINDS = {
     "functions": [],
@@ -110,8 +138,13 @@ KINDS = {
     "memory-functions": ["--memory", "--functions"],
     "timeline": ["--timeline"],
     "steps": [],
+    "async-samples": ["--sample", "--wall", "--rate", "2000", "--async"],
+    "async-traced": ["--async", "--timeline"],
+    "memory-native": ["--memory", "--memory-stacks", "--native-allocs", "--temporary"]
+                     + (["--native"] if _has_libunwind() else []),
 }
-KIND_ARGS = {"samples": ["--burn"], "steps": ["--steps"]}
+KIND_ARGS = {"samples": ["--burn"], "steps": ["--steps"], "async-samples": ["--asyncio"],
+             "async-traced": ["--asyncio"], "memory-native": ["--sqlite"]}
 
 
 def make_captures(outdir, python=sys.executable) -> dict:
