@@ -935,11 +935,10 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         PyObject *task = get_task(t, i);
         if (task == NULL) {             /* freed since the last look (the callback noted when) */
             if (r->state == PP_TASK_PENDING) {
-                r->state = PP_TASK_DONE;
-                if (r->fid != PP_NONE) {
-                    r->end_ns = ended_at(r, now, t->dead[i]);
+                r->state = PP_TASK_DONE;    /* (or cancelled: it cannot be read any more) */
+                r->end_ns = ended_at(r, now, t->dead[i]);
+                if (r->fid != PP_NONE)
                     charge(p, i, r->end_ns, NULL);
-                }
             }
             drop(t, i);
             changed = 1;
@@ -964,8 +963,11 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
                 names--;                /* pending at a look: its awaiting time matters */
                 name_row(p, i);
             }
-            if (r->fid == PP_NONE)      /* short, never sampled (yet): its row only if it is */
+            if (r->fid == PP_NONE) {    /* short, never sampled (yet): its row only if it is */
                 r->state = (uint32_t)state;
+                if (state != PP_TASK_PENDING)
+                    r->end_ns = ended_at(r, now, ALIVE);
+            }
             else if (state == PP_TASK_PENDING) {
                 if (!running && waits) {
                     waits--;
