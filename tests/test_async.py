@@ -396,4 +396,4 @@ def test_reused_coroutine_addresses(tmp_path, mode):
     assert named > 0                        # the check checked something
     if mode:                                # wall: each task waits at a look first
         rows = {task_name(s, t): t for t in s.tasks}
-        assert sum(f"relay-{i}" in rows for i in range(40)) >= 30, sorted(rows)
+        assert sum(f"relay-{i}" in rows for i in range(40)) >= 20, sorted(rows)
