@@ -374,3 +374,35 @@ def test_traced_tasks_in_chrome_trace(traced):
     for e in steps:
         assert life[0]["ts"] <= e["ts"] and e["ts"] + e["dur"] <= life[0]["ts"] + life[0]["dur"] + 1e-3
     assert sum(e["dur"] for e in steps) / 1e6 == pytest.approx(truth["tg-a"]["running"], abs=0.02)
+
+
+# ------------------------------------------------------------------ address reuse
+@pytest.mark.parametrize("mode", [["--wall", "--rate", "1000"], []], ids=["wall", "cpu"])
+def test_reused_coroutine_addresses(tmp_path, mode):
+    """Tasks made one after another, each freed before the next: the program
+    reports that their coroutines reuse addresses. A sample maps to a task
+    only while that task lives (docs/async.md, "Address reuse"): every
+    sample under <task relay-N> is in the burn function of N's parity (the
+    program's own structure), none of another task's."""
+    r = pyprof("--sample", *mode, "--async", "-o", "r.cprof", os.path.join(HERE, "asyncrelay.py"),
+               "addresses.json", "sleep" if mode else "burn", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    addresses = json.loads((tmp_path / "addresses.json").read_text())
+    assert len(set(addresses)) < len(addresses)     # the test means something
+    s = Session.load(tmp_path / "r.cprof")
+    named, wrong = 0, []
+    for (t, sid, state), c in s.samples.items():
+        names = [s.functions[f].name for f, _ in s.stacks[sid].frames]
+        if not names or not names[0].startswith("<task relay-"):
+            continue
+        i = int(names[0][len("<task relay-"):-1])
+        burns = {"burn_even", "burn_odd"} & set(names)
+        if burns:
+            named += c.count
+            if burns != {("burn_even", "burn_odd")[i % 2]}:
+                wrong.append((names, c.count))
+    assert not wrong, wrong
+    assert named > 0                        # the check checked something
+    if mode:                                # wall: each task waits at a look first
+        rows = {task_name(s, t): t for t in s.tasks}
+        assert sum(f"relay-{i}" in rows for i in range(40)) >= 20, sorted(rows)

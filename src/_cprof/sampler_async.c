@@ -1,24 +1,30 @@
 /* sampler_async.c — --async: asyncio tasks for the sampler (sampler.h).
  *
- * Owns: the tasks seen while sampling (pp_tasks): a row per task, a strong
- * reference to each pending task and its coroutine, the map coroutine
- * address -> row that the drain uses to put a sample under its task's root
- * frame, and the awaiting time of suspended tasks, charged (wall mode) to
- * the coroutine chain where each one waits.
+ * Owns: the tasks seen while sampling (pp_tasks): a row per task, a weak
+ * reference to each task (with a callback that notes when it is freed), the
+ * map coroutine address -> row that the drain uses to put a sample under its
+ * task's root frame, and the awaiting time of suspended tasks, charged (wall
+ * mode) to the coroutine chain where each one waits.
  *
  * The signal handler records only the address of the rootmost coroutine
- * of the stack (frames.c). An address names a task only while its coroutine
- * is alive: holding every task seen (with its coroutine) until the look
- * after it ends, after its last samples were drained, keeps the address from
- * being reused by another coroutine meanwhile. A task that starts and ends
- * between two looks is never held: its samples go to <task ?> (or, if a new
- * task's coroutine took its address before the drain, to that task).
+ * of the stack (frames.c), and the sample's time. An address names a
+ * coroutine only while it lives, and a task holds its coroutine until it is
+ * freed: so a row has its coroutine's address until the task is freed (the
+ * weak reference's callback notes when), and a sample maps to the row only
+ * if it was taken before that (and after the row that had the address
+ * before lost it). A task that starts and ends between two looks has no
+ * row: its samples go to <task ?> (or, if a new task's coroutine took its
+ * address before the drain, to that task). A named task is held (strong)
+ * until a look sees it ended, so that its end state is read.
  *
- * Runs with the GIL only (the helper's looks, stop). Never runs Python code:
+ * Runs with the GIL only (the helper's looks, stop; the callback, in the
+ * thread that frees a task: it only stores a time by row, since it can run
+ * during any allocation of a look or a drain). Never runs Python code:
  * the registries, the task attributes and the coroutine chains are read with
  * C getters of CPython's own types and C containers (a Task subclass that
  * overrides get_name in Python is named from its _name, not called), so a
- * sys.monitoring tool never sees pyprof work; never changes a program object.
+ * sys.monitoring tool never sees pyprof work; never changes a program object
+ * (beyond the weak reference in each task's list of them).
  */
 #include "sampler_int.h"
 
@@ -28,6 +34,9 @@
 #define MAX_CHAIN 64                    /* coroutines awaiting coroutines */
 #define MAX_LOOPS 64                    /* loops running a task at one look */
 #define LOOK_BUDGET_NS (1000 * 1000)    /* each half of a look, at most (the rest: the next) */
+#define ALIVE INT64_MAX                 /* dead[]: the address is still the task's */
+#define F_NOTED 1                       /* its loop's thread is in byloop */
+#define F_FREE 2                        /* the row is on the free list */
 
 static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
@@ -35,44 +44,69 @@ static int64_t prev_look, run_start;
 static void peek(pp_sampling *p, int64_t now);
 static Py_ssize_t registry_n;           /* the registries' size at the last scan */
 
+static int grow(void **a, size_t each, uint32_t cap)
+{
+    void *n = realloc(*a, cap * each);
+    if (n == NULL)
+        return -1;
+    *a = n;
+    return 0;
+}
+
+/* No Python code here: the freed callback may run between two looks'
+ * steps, never inside one of these. */
 static int grow_rows(pp_tasks *t)
 {
     if (t->n < t->cap)
         return 0;
     uint32_t cap = t->cap ? t->cap * 2 : 64;
-    pp_taskrow *r = realloc(t->rows, cap * sizeof *r);
-    if (r == NULL)
+    if (grow((void **)&t->rows, sizeof *t->rows, cap) < 0
+        || grow((void **)&t->ref, sizeof *t->ref, cap) < 0
+        || grow((void **)&t->obj, sizeof *t->obj, cap) < 0
+        || grow((void **)&t->label, sizeof *t->label, cap) < 0
+        || grow((void **)&t->code, sizeof *t->code, cap) < 0
+        || grow((void **)&t->addr, sizeof *t->addr, cap) < 0
+        || grow((void **)&t->coro, sizeof *t->coro, cap) < 0
+        || grow((void **)&t->dead, sizeof *t->dead, cap) < 0
+        || grow((void **)&t->born, sizeof *t->born, cap) < 0
+        || grow((void **)&t->chain, sizeof *t->chain, cap) < 0
+        || grow((void **)&t->where, sizeof *t->where, cap) < 0
+        || grow((void **)&t->flags, sizeof *t->flags, cap) < 0)
         return -1;
-    t->rows = r;
-    PyObject **o = realloc(t->obj, cap * sizeof *o);
-    if (o == NULL)
-        return -1;
-    t->obj = o;
-    uintptr_t *c = realloc(t->coro, cap * sizeof *c);
-    if (c == NULL)
-        return -1;
-    t->coro = c;
-    uint32_t *w = realloc(t->where, cap * sizeof *w);
-    if (w == NULL)
-        return -1;
-    t->where = w;
-    uint8_t *f = realloc(t->noted, cap);
-    if (f == NULL)
-        return -1;
-    t->noted = f;
-    uint8_t *a = realloc(t->age, cap);
-    if (a == NULL)
-        return -1;
-    t->age = a;
     t->cap = cap;
     return 0;
 }
+
+/* The tasks whose weak references are out (one sampler runs at a time). */
+static pp_tasks *weak_owner;
+
+/* A task with a row is being freed (the weak reference's callback, GIL
+ * held, in any thread; possibly during a look's or a drain's allocation):
+ * from now on its coroutine's address may be another's. Stores a time by
+ * row, nothing else. */
+static PyObject *task_freed(PyObject *self, PyObject *ref)
+{
+    (void)self;
+    pp_tasks *t = weak_owner;
+    uint32_t i = t != NULL && t->ready ? pp_index_get(&t->bywref, (uint64_t)(uintptr_t)ref) : PP_NONE;
+    if (i != PP_NONE && i < t->n && t->ref[i] == ref && t->dead[i] == ALIVE)
+        t->dead[i] = pp_mono_ns();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef freed_def = {"_pyprof_task_freed", task_freed, METH_O, NULL};
+static PyObject *freed_cb;              /* made once, kept */
 
 static int ensure_ready(pp_tasks *t)
 {
     if (t->ready)
         return 0;
+    if (freed_cb == NULL && (freed_cb = PyCFunction_New(&freed_def, NULL)) == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
     if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0
+        || pp_index_init(&t->bywref, 256) < 0
         || pp_index_init(&t->byloop, 16) < 0 || pp_index_init(&t->byworker, 16) < 0)
         return -1;
     t->ready = 1;
@@ -80,9 +114,6 @@ static int ensure_ready(pp_tasks *t)
     return 0;
 }
 
-/* A task is let go once it has ended and pyprof holds its last reference
- * (so it leaves the registries as it dies, and is never seen twice), or when
- * sampling stops. */
 /* The indexes by address: an entry let go keeps its key with no row (a
  * tombstone), until there are many (reindex). */
 static void index_set(pp_index *ix, uint64_t key, uint32_t val)
@@ -96,26 +127,78 @@ static void index_set(pp_index *ix, uint64_t key, uint32_t val)
 
 static uint32_t tombs;
 
-static void let_go(pp_tasks *t, uint32_t row)
+static void unindex(pp_index *ix, uint64_t key, uint32_t row)
 {
-    if (t->obj[row] != NULL) {
-        if (t->ready) {
-            index_set(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[row], 0), PP_NONE);
-            if (t->coro[row])
-                index_set(&t->bycoro, t->coro[row], PP_NONE);
-            tombs += 2;
-        }
-        Py_CLEAR(t->obj[row]);
-        t->held--;
+    if (pp_index_get(ix, key) == row) {     /* not a newer row's at that address */
+        index_set(ix, key, PP_NONE);
+        tombs++;
     }
+}
+
+/* The row's task, a new reference; NULL once it was freed (or let go). */
+static PyObject *get_task(pp_tasks *t, uint32_t i)
+{
+    if (t->obj[i] != NULL)
+        return Py_NewRef(t->obj[i]);
+    PyObject *o = t->ref[i] != NULL ? pp_weakref_get(t->ref[i]) : NULL;
+    if (o == NULL)
+        PyErr_Clear();
+    return o;
+}
+
+/* The task let go: found freed, or sampling stops. Its coroutine's address
+ * stays the row's for the samples taken until then (unlink, later). */
+static void drop(pp_tasks *t, uint32_t i)
+{
+    PyObject *ref = t->ref[i], *obj = t->obj[i];
+    if (ref == NULL)
+        return;
+    if (t->ready) {
+        unindex(&t->byobj, t->addr[i], i);
+        unindex(&t->bywref, (uint64_t)(uintptr_t)ref, i);
+    }
+    if (t->dead[i] == ALIVE)
+        t->dead[i] = pp_mono_ns();      /* let go alive: its address is no longer watched */
+    t->ref[i] = t->obj[i] = NULL;
+    t->held--;
+    Py_DECREF(ref);                     /* first: no callback when the task goes */
+    Py_XDECREF(obj);
+}
+
+/* Once the samples taken before the task was freed are drained: its
+ * coroutine's address is no longer the row's. */
+static void unlink_coro(pp_tasks *t, uint32_t i)
+{
+    uintptr_t a = t->coro[i];
+    if (a != 0 && t->ready) {
+        uint32_t h = pp_index_get(&t->bycoro, a);
+        if (h == i) {
+            index_set(&t->bycoro, a, t->chain[i]);
+            tombs += t->chain[i] == PP_NONE;
+        }
+        else
+            for (uint32_t r = h, k = 0; r != PP_NONE && k < 4096; r = t->chain[r], k++)
+                if (t->chain[r] == i) {
+                    t->chain[r] = t->chain[i];
+                    break;
+                }
+    }
+    t->coro[i] = 0;
+    t->chain[i] = PP_NONE;
+    Py_CLEAR(t->label[i]);
+    Py_CLEAR(t->code[i]);
 }
 
 /* A task let go unnamed: its row is free for another. */
 static void free_row(pp_tasks *t, uint32_t row)
 {
-    let_go(t, row);
+    if (t->flags[row] & F_FREE)
+        return;
+    drop(t, row);
+    unlink_coro(t, row);
     t->rows[row].state = PP_TASK_DONE;
     t->rows[row].fid = PP_NONE;
+    t->flags[row] = F_FREE;
     t->where[row] = t->free_head;
     t->free_head = row;
 }
@@ -125,20 +208,32 @@ static void reindex(pp_tasks *t)
     tombs = 0;
     pp_index_clear(&t->bycoro);
     pp_index_clear(&t->byobj);
+    pp_index_clear(&t->bywref);
+    uint8_t *older = t->n ? calloc(t->n, 1) : NULL;     /* a row behind another in a chain */
+    for (uint32_t i = 0; older && i < t->n; i++)
+        if (t->coro[i] && t->chain[i] != PP_NONE && t->chain[i] < t->n)
+            older[t->chain[i]] = 1;
     for (uint32_t i = 0; i < t->n; i++) {
-        if (t->obj[i] == NULL)
-            continue;
-        if (t->coro[i])
+        if (t->coro[i] && (older == NULL || !older[i]))
             pp_index_put(&t->bycoro, t->coro[i], i);
-        pp_index_put(&t->byobj, (uint64_t)(uintptr_t)PyTuple_GET_ITEM(t->obj[i], 0), i);
+        if (t->ref[i] == NULL)
+            continue;
+        pp_index_put(&t->byobj, t->addr[i], i);
+        pp_index_put(&t->bywref, (uint64_t)(uintptr_t)t->ref[i], i);
     }
+    free(older);
 }
 
 void pp_tasks_clear(pp_tasks *t)
 {
-    for (uint32_t i = 0; i < t->n; i++)
-        let_go(t, i);
+    for (uint32_t i = 0; i < t->n; i++) {
+        drop(t, i);
+        t->coro[i] = 0;
+        Py_CLEAR(t->label[i]);
+        Py_CLEAR(t->code[i]);
+    }
     t->n = 0;
+    t->held = 0;
     t->free_head = PP_NONE;
     t->cursor = 0;
     t->unmatched = 0;
@@ -147,6 +242,7 @@ void pp_tasks_clear(pp_tasks *t)
     if (t->ready) {
         pp_index_clear(&t->bycoro);
         pp_index_clear(&t->byobj);
+        pp_index_clear(&t->bywref);
     }
 }
 
@@ -162,15 +258,24 @@ void pp_async_free(pp_sampling *p)
 {
     pp_tasks *t = &p->tasks;
     pp_tasks_clear(t);
+    if (weak_owner == t)
+        weak_owner = NULL;
     free(t->rows);
+    free(t->ref);
     free(t->obj);
+    free(t->label);
+    free(t->code);
+    free(t->addr);
     free(t->coro);
+    free(t->dead);
+    free(t->born);
+    free(t->chain);
     free(t->where);
-    free(t->noted);
-    free(t->age);
+    free(t->flags);
     if (t->ready) {
         pp_index_free(&t->bycoro);
         pp_index_free(&t->byobj);
+        pp_index_free(&t->bywref);
         pp_index_free(&t->byloop);
         pp_index_free(&t->byworker);
     }
@@ -185,6 +290,7 @@ void pp_async_reset(pp_sampling *p)
     Py_CLEAR(await_fids);
     p->tasks.unknown_fid = PP_NONE;
     if (ensure_ready(&p->tasks) == 0) {
+        weak_owner = &p->tasks;
         reindex(&p->tasks);
         pp_index_clear(&p->tasks.byloop);   /* loops of another run may be gone */
         pp_index_clear(&p->tasks.byworker);
@@ -213,11 +319,15 @@ static PyObject *attr(PyObject *o, const char *name)
 /* Task.get_name() when it is C's own (a C call); else the instance's _name. */
 static PyObject *task_name(PyObject *task)
 {
-    PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name");
-    PyObject *name = NULL;
-    if (m != NULL && m == c_get_name)
-        name = PyObject_CallMethod(task, "get_name", NULL);
-    Py_XDECREF(m);
+    static PyObject *last_type;         /* the type last asked (strong), and whether its */
+    static int last_c;                  /* get_name is C's own: read once a type */
+    if ((PyObject *)Py_TYPE(task) != last_type) {
+        PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name");
+        last_c = m != NULL && m == c_get_name;
+        Py_XDECREF(m);
+        Py_XSETREF(last_type, Py_NewRef((PyObject *)Py_TYPE(task)));
+    }
+    PyObject *name = last_c ? PyObject_CallOneArg(c_get_name, task) : NULL;
     if (name == NULL) {
         PyErr_Clear();
         PyObject *d = attr(task, "__dict__");
@@ -281,25 +391,31 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
     Py_XDECREF(tb);
 }
 
-/* A task first seen: held (with its coroutine), its start estimated; named
- * (name_row, a few µs) only if it matters: it has a sample, or is pending at
- * the end of a look. ~100 ns: a program may make tens of thousands of tasks
- * a second. */
+/* A task first seen: a row, with a weak reference to it (whose callback
+ * notes when it is freed), its start estimated, and what names it read at
+ * once (its name, its coroutine's code: the task may be freed before the
+ * drain meets its samples); named (name_row, a few µs) only if it matters:
+ * it has a sample, or is pending at the end of a look. A few hundred ns: a
+ * program may make tens of thousands of tasks a second. */
 static void new_row(pp_sampling *p, PyObject *task, int64_t now)
 {
     pp_tasks *t = &p->tasks;
     uint32_t i = t->free_head;
     if (i == PP_NONE && (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0))
         return;
-    PyObject *coro = attr(task, "_coro");
-    if (coro == NULL)
-        coro = Py_NewRef(Py_None);
-    PyObject *pair = PyTuple_Pack(2, task, coro);
-    Py_DECREF(coro);
-    if (pair == NULL) {
+    PyObject *ref = PyWeakref_NewRef(task, freed_cb);
+    if (ref == NULL) {                  /* a task type without weak references: no row */
         PyErr_Clear();
         return;
     }
+    PyObject *coro = attr(task, "_coro");
+    PyObject *code = coro == NULL ? NULL
+                     : PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
+                     : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
+    if (code != NULL && !PyCode_Check(code))
+        Py_CLEAR(code);
+    uintptr_t a = coro != NULL && coro != Py_None ? (uintptr_t)coro : 0;
+    Py_XDECREF(coro);                   /* the task holds it until it is freed */
     if (i == PP_NONE)
         i = t->n++;
     else
@@ -310,42 +426,63 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     row->state = PP_TASK_PENDING;
     /* made since the previous look: halfway, on average */
     row->start_ns = prev_look + (now - prev_look) / 2;
-    t->obj[i] = pair;
+    t->ref[i] = ref;
+    t->obj[i] = NULL;
+    t->label[i] = task_name(task);
+    t->code[i] = code;
+    t->addr[i] = (uintptr_t)task;
+    t->coro[i] = a;
+    t->dead[i] = ALIVE;
+    t->born[i] = 0;
+    t->chain[i] = PP_NONE;
+    t->where[i] = PP_NONE;
+    t->flags[i] = 0;
     t->held++;
     t->seen++;
-    t->coro[i] = coro == Py_None ? 0 : (uintptr_t)coro;
-    t->where[i] = PP_NONE;
-    t->noted[i] = 0;
-    t->age[i] = 0;
-    if (t->coro[i])
-        index_set(&t->bycoro, t->coro[i], i);
+    if (a) {
+        /* the row that had the address before: its samples are those from before it lost it */
+        uint32_t h = pp_index_get(&t->bycoro, a);
+        if (h != PP_NONE) {
+            t->chain[i] = h;
+            t->born[i] = t->dead[h] != ALIVE ? t->dead[h] : 0;
+        }
+        index_set(&t->bycoro, a, i);
+    }
     index_set(&t->byobj, (uint64_t)(uintptr_t)task, i);
+    index_set(&t->bywref, (uint64_t)(uintptr_t)ref, i);
+    task_created(p, task, row);         /* asyncio's debug mode only */
+    PyErr_Clear();
 }
 
-/* A held task's names: its <task NAME> frame, its coroutine's function,
- * where it was made. 0 if it has them. */
+/* A row's names: its <task NAME> frame, its coroutine's function. 0 if it
+ * has them. The task's name is read again if it is alive (a task may be
+ * renamed), and the task is then held until a look sees it end. */
+static int task_state(PyObject *task);
+
 static int name_row(pp_sampling *p, uint32_t i)
 {
     pp_tasks *t = &p->tasks;
     pp_taskrow *row = &t->rows[i];
     if (row->fid != PP_NONE)
         return 0;
-    if (t->obj[i] == NULL)
-        return -1;
-    PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0), *coro = PyTuple_GET_ITEM(t->obj[i], 1);
-    PyObject *name = task_name(task);
+    PyObject *task = get_task(t, i);
+    PyObject *name = task != NULL ? task_name(task) : Py_XNewRef(t->label[i]);
     PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
     row->fid = named_fid(p, label);
     Py_XDECREF(label);
     Py_XDECREF(name);
-    if (row->fid == PP_NONE)
+    if (row->fid == PP_NONE) {
+        Py_XDECREF(task);
         return -1;
-    PyObject *code = PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
-                     : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
-    if (code != NULL && PyCode_Check(code))
-        row->coro_fid = pp_sampler_code_fid(p, code);
-    Py_XDECREF(code);
-    task_created(p, task, row);
+    }
+    if (t->code[i] != NULL)
+        row->coro_fid = pp_sampler_code_fid(p, t->code[i]);
+    Py_CLEAR(t->code[i]);
+    Py_CLEAR(t->label[i]);
+    if (task != NULL && t->obj[i] == NULL && row->state == PP_TASK_PENDING
+        && task_state(task) == PP_TASK_PENDING)
+        t->obj[i] = Py_NewRef(task);    /* its end state is read at a look */
+    Py_XDECREF(task);
     PyErr_Clear();
     return 0;
 }
@@ -388,7 +525,8 @@ static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
                 PyErr_Clear();
                 continue;
             }
-            if (pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task) == PP_NONE)
+            uint32_t row = pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task);
+            if (row == PP_NONE || t->dead[row] != ALIVE)    /* else: a task freed there before */
                 new_row(p, task, now);
             Py_DECREF(task);
         }
@@ -459,12 +597,14 @@ static void map_workers(pp_sampling *p)
     if (pp_index_init(&waiting, 64) < 0)
         return;
     for (uint32_t i = 0; i < t->n; i++) {
-        if (t->obj[i] == NULL)
+        if (t->ref[i] == NULL || t->rows[i].state != PP_TASK_PENDING)
             continue;
-        PyObject *w = attr(PyTuple_GET_ITEM(t->obj[i], 0), "_fut_waiter");
+        PyObject *task = get_task(t, i);
+        PyObject *w = task ? attr(task, "_fut_waiter") : NULL;
         if (w != NULL && w != Py_None)
             pp_index_put(&waiting, (uint64_t)(uintptr_t)w, i);
-        Py_XDECREF(w);                  /* the task holds it: the address stays */
+        Py_XDECREF(w);                  /* the task holds it, and no program code runs */
+        Py_XDECREF(task);               /* meanwhile: the address stays */
     }
     PyThreadState *self = PyThreadState_Get();
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Main()); ts;
@@ -506,7 +646,7 @@ uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
         peek(p, pp_mono_ns());
         row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
     }
-    if (row != PP_NONE && name_row(p, row) < 0)
+    if (row != PP_NONE && ((t->flags[row] & F_FREE) || name_row(p, row) < 0))
         row = PP_NONE;
     return row;
 }
@@ -552,17 +692,29 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     begin_cost += own_cpu_ns() - c0;
 }
 
-uint32_t pp_async_row(pp_sampling *p, uintptr_t coro)
+/* The row whose task's coroutine was at `coro` at t_ns: the rows that had
+ * the address, newest first, each from when the one before lost it to when
+ * its own task was freed. */
+static uint32_t row_at(pp_tasks *t, uintptr_t coro, int64_t t_ns)
+{
+    uint32_t r = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
+    for (uint32_t k = 0; r != PP_NONE && r < t->n && k < 4096; r = t->chain[r], k++)
+        if (t->born[r] <= t_ns && t_ns < t->dead[r])
+            return r;
+    return PP_NONE;
+}
+
+uint32_t pp_async_row(pp_sampling *p, uintptr_t coro, int64_t t_ns)
 {
     pp_tasks *t = &p->tasks;
-    uint32_t row = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
+    uint32_t row = row_at(t, coro, t_ns);
     if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
         && registry_n < RESCAN_MAX_TASKS) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
         rescanned = p->threads->sample_pass + 1;
         peek(p, pp_mono_ns());
-        row = pp_index_get(&t->bycoro, coro);
+        row = row_at(t, coro, t_ns);
     }
     if (row != PP_NONE && name_row(p, row) < 0)
         row = PP_NONE;
@@ -614,13 +766,13 @@ static uint32_t await_fid(pp_sampling *p, PyTypeObject *type)
 /* The stack a suspended task waits in: its root frame, the chain of
  * coroutines (cr_await / gi_yieldfrom) with the line each one waits at,
  * then what the innermost one awaits. */
-static uint32_t waiting_stack(pp_sampling *p, uint32_t row)
+static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
 {
     pp_tasks *t = &p->tasks;
     uint64_t fr[MAX_CHAIN + 2];
     uint32_t n = 0;
     fr[n++] = (uint64_t)t->rows[row].fid << 32;
-    PyObject *o = Py_NewRef(PyTuple_GET_ITEM(t->obj[row], 1));
+    PyObject *o = attr(task, "_coro");
     while (o != NULL && n < MAX_CHAIN) {
         PyObject *code;
         uint32_t off;
@@ -671,15 +823,15 @@ static uint32_t loop_thread(pp_sampling *p, PyObject *task)
 
 /* Wall mode: a task's lifetime up to `until`, less its running samples, is
  * awaiting; what was not charged yet goes to where it waits. */
-static void charge(pp_sampling *p, uint32_t row, int64_t until)
+static void charge(pp_sampling *p, uint32_t row, int64_t until, PyObject *task)
 {
     pp_tasks *t = &p->tasks;
     pp_taskrow *r = &t->rows[row];
     int64_t due = until - r->start_ns - r->running_ns - r->awaiting_ns;
     if (due <= 0)
         return;
-    if (r->thread == PP_NONE && t->obj[row] != NULL)
-        r->thread = loop_thread(p, PyTuple_GET_ITEM(t->obj[row], 0));
+    if (r->thread == PP_NONE && task != NULL)
+        r->thread = loop_thread(p, task);
     if (r->thread == PP_NONE)
         return;                         /* later, once its loop's thread is known */
     if (t->where[row] == PP_NONE)
@@ -730,6 +882,27 @@ static int task_state(PyObject *task)
 #define WAIT_BUDGET 256
 #define NAME_BUDGET 256
 
+/* When a task that a look saw pending ended: halfway since the previous
+ * look, or after its last sample; before it was freed. */
+static int64_t ended_at(const pp_taskrow *r, int64_t now, int64_t freed)
+{
+    int64_t end = prev_look + (now - prev_look) / 2;
+    if (freed < end)
+        end = freed;
+    if (r->last_run_ns > end)
+        end = r->last_run_ns;
+    return end < r->start_ns ? r->start_ns : end;
+}
+
+/* Sampling stops: the row keeps its figures, nothing else. */
+static void finish(pp_tasks *t, uint32_t i)
+{
+    drop(t, i);
+    unlink_coro(t, i);
+    if (t->rows[i].fid == PP_NONE)      /* never sampled, not named: no row */
+        free_row(t, i);
+}
+
 static void look_end(pp_sampling *p, int64_t now, int stopping)
 {
     pp_tasks *t = &p->tasks;
@@ -748,86 +921,82 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
     uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
     uint32_t resume = PP_NONE;
+    /* the samples taken before the previous look were all drained by now */
+    int64_t drained_before = prev_look;
     for (uint32_t k = 0; k < n; k++) {
         uint32_t i = (first + k) % n;
         if (!stopping && (k & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
             resume = i;                 /* the rest at the next look */
             break;
         }
-        if (t->obj[i] == NULL)
+        if (t->flags[i] & F_FREE)
             continue;
         pp_taskrow *r = &t->rows[i];
-        PyObject *task = PyTuple_GET_ITEM(t->obj[i], 0);
-        /* the pair holds the task, the list of all_tasks() is gone: 1 is ours */
-        int ours = Py_REFCNT(task) <= 1;
-        if (stopping && r->fid == PP_NONE) {    /* never sampled, not named: no row */
-            free_row(t, i);
-            changed = 1;
-            continue;
-        }
-        if (r->state != PP_TASK_PENDING) {          /* ended at an earlier look */
-            if (ours || stopping) {
-                if (r->fid == PP_NONE)
-                    free_row(t, i);
-                else
-                    let_go(t, i);
+        if (t->ref[i] == NULL) {        /* freed: only its coroutine's address is left */
+            if (t->coro[i] && (stopping || t->dead[i] < drained_before)) {
+                unlink_coro(t, i);
                 changed = 1;
             }
+            if (t->coro[i] == 0 && r->fid == PP_NONE)
+                free_row(t, i);         /* never sampled, not named: no row */
+            continue;
+        }
+        PyObject *task = get_task(t, i);
+        if (task == NULL) {             /* freed since the last look (the callback noted when) */
+            if (r->state == PP_TASK_PENDING) {
+                r->state = PP_TASK_DONE;    /* (or cancelled: it cannot be read any more) */
+                r->end_ns = ended_at(r, now, t->dead[i]);
+                if (r->fid != PP_NONE)
+                    charge(p, i, r->end_ns, NULL);
+            }
+            drop(t, i);
+            changed = 1;
+            if (stopping)
+                finish(t, i);
             continue;
         }
         if (r->first_run_ns && r->first_run_ns < r->start_ns)
             r->start_ns = r->first_run_ns;
-        if (r->thread != PP_NONE && !t->noted[i]) {
+        if (r->thread != PP_NONE && !(t->flags[i] & F_NOTED)) {
             PyObject *loop = attr(task, "_loop");    /* held by the task: the address stays */
             if (loop != NULL)
                 pp_index_put(&t->byloop, (uint64_t)(uintptr_t)loop, r->thread);
             Py_XDECREF(loop);
-            t->noted[i] = 1;
+            t->flags[i] |= F_NOTED;
         }
-        int state = task_state(task), running = 0;
-        for (int c = 0; c < ncur; c++)
-            running |= cur[c] == task;
-        if (t->age[i] < 255)
-            t->age[i]++;
-        if (r->fid == PP_NONE && state == PP_TASK_PENDING && names) {
-            names--;                    /* pending at a look: its awaiting time matters */
-            name_row(p, i);
-        }
-        if (r->fid == PP_NONE) {        /* short, never sampled: no row */
-            r->state = (uint32_t)state;
-            if ((state != PP_TASK_PENDING && ours) || stopping) {
-                free_row(t, i);
-                changed = 1;
+        if (r->state == PP_TASK_PENDING) {
+            int state = task_state(task), running = 0;
+            for (int c = 0; c < ncur; c++)
+                running |= cur[c] == task;
+            if (r->fid == PP_NONE && state == PP_TASK_PENDING && names) {
+                names--;                /* pending at a look: its awaiting time matters */
+                name_row(p, i);
             }
-            continue;
-        }
-        if (state == PP_TASK_PENDING) {
-            if (!running && waits) {
-                waits--;
-                t->where[i] = waiting_stack(p, i);
-                next = i + 1;
-                charge(p, i, now);
+            if (r->fid == PP_NONE) {    /* short, never sampled (yet): its row only if it is */
+                r->state = (uint32_t)state;
+                if (state != PP_TASK_PENDING)
+                    r->end_ns = ended_at(r, now, ALIVE);
             }
-            else if (stopping)
-                charge(p, i, now);
-            if (!stopping)
-                continue;
+            else if (state == PP_TASK_PENDING) {
+                if (!running && waits) {
+                    waits--;
+                    t->where[i] = waiting_stack(p, i, task);
+                    next = i + 1;
+                    charge(p, i, now, task);
+                }
+                else if (stopping)
+                    charge(p, i, now, task);
+            }
+            else {                      /* ended since the previous look */
+                r->state = (uint32_t)state;
+                r->end_ns = ended_at(r, now, ALIVE);
+                charge(p, i, r->end_ns, task);
+                Py_CLEAR(t->obj[i]);    /* its end state is read: weakly held from now */
+            }
         }
-        else {
-            /* ended since the previous look: halfway, or after its last sample */
-            int64_t end = prev_look + (now - prev_look) / 2;
-            if (r->last_run_ns > end)
-                end = r->last_run_ns;
-            if (end < r->start_ns)
-                end = r->start_ns;
-            r->state = (uint32_t)state;
-            r->end_ns = end;
-            charge(p, i, end);
-            if (!ours && !stopping)
-                continue;                   /* held until its other holders let go */
-        }
-        let_go(t, i);
-        changed = 1;
+        Py_DECREF(task);                /* perhaps the last reference: the task is freed here */
+        if (stopping)
+            finish(t, i);
     }
     t->cursor = resume != PP_NONE ? resume : next;
     if (changed && tombs > t->held + 4096)

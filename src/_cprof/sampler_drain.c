@@ -301,7 +301,7 @@ static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw
         }
     if (at == n || at >= MAX_FRAMES - 1)
         return n;               /* below the runner's frame; or no room for the task's */
-    *row = pp_async_row(p, (uintptr_t)r->coro);
+    *row = pp_async_row(p, (uintptr_t)r->coro, r->t_ns);
     *root_fid = *row != PP_NONE ? p->tasks.rows[*row].fid : p->tasks.unknown_fid;
     if (*root_fid == PP_NONE)
         return n;

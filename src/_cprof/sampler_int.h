@@ -279,9 +279,9 @@ void pp_async_look_end(pp_sampling *p, int64_t now);
 /* Sampling stops: every task let go, its time charged up to now. */
 void pp_async_stop_begin(pp_sampling *p, int64_t now);
 void pp_async_stop(pp_sampling *p, int64_t now);
-/* The drain: the row of the task whose coroutine is `coro` (PP_NONE: none
- * known), and a sample of `weight` in it. */
-uint32_t pp_async_row(pp_sampling *p, uintptr_t coro);
+/* The drain: the row of the task whose coroutine was at `coro` at t_ns
+ * (PP_NONE: none known), and a sample of `weight` in it. */
+uint32_t pp_async_row(pp_sampling *p, uintptr_t coro, int64_t t_ns);
 /* The row of the task whose to_thread work thread `tid` runs (PP_NONE: none),
  * as the last look saw; with rescan, looked at again (once per drain) if not. */
 uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan);
