@@ -170,8 +170,8 @@ class _Server:
         self.ident = threading.get_ident()
         try:
             while True:
-                self.sock.settimeout(None if self.persistent else ACCEPT_TIMEOUT)
-                try:
+                try:            # closed meanwhile (the process is exiting): done
+                    self.sock.settimeout(None if self.persistent else ACCEPT_TIMEOUT)
                     conn, _ = self.sock.accept()
                 except (socket.timeout, OSError):
                     break
