@@ -19,6 +19,7 @@ def header_exists(name):
 
 sources = [os.path.join("src", "_cprof", f) for f in (
     "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "symbols.c", "termguard.c",
+    "asyncio_task.c",
     "threads.c", "registry.c",
     "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
     "sampler_drain.c", "sampler_wall.c", "sampler_async.c",

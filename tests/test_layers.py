@@ -167,7 +167,7 @@ def test_no_cycles():
 C_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "_cprof")
 C_LEVELS = [
     {"clock": 0, "table": 0, "stack": 0, "frames": 0, "unwind": 0, "symbols": 0,
-     "termguard": 0},
+     "termguard": 0, "asyncio_task": 0},
     {"threads": 1},
     {"registry": 2},
     {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,

@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE 1
 #include "memory_hooks.h"
+#include "unwind.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -326,16 +327,8 @@ static int next_cb(struct dl_phdr_info *info, size_t size, void *data)
     }
     if (c->n == NEXT_MAX)
         return 1;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        if (info->dlpi_addr + ph->p_vaddr < lo)
-            lo = info->dlpi_addr + ph->p_vaddr;
-        if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
-            hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-    }
+    uintptr_t lo, hi;
+    pp_loaded_span(info, &lo, &hi);
     c->obj[c->n].name = info->dlpi_name;
     c->obj[c->n].lo = lo;
     c->obj[c->n].hi = hi;

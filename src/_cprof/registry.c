@@ -158,9 +158,12 @@ uint32_t pp_registry_add(pp_registry *r, uint64_t key, PyObject *obj, PyObject *
     return fid;
 }
 
-uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, int line)
+/* A function of its own (filename, name, qualname, line), keyed apart from
+ * code pointers: an address will be reused. */
+static uint32_t add_ghost(pp_registry *r, PyObject *filename, PyObject *name,
+                          PyObject *qualname, int line)
 {
-    PyObject *names = Py_BuildValue("(OOOi)", filename, name, name, line);
+    PyObject *names = Py_BuildValue("(OOOi)", filename, name, qualname, line);
     if (names == NULL) {
         PyErr_Clear();
         return PP_NONE;
@@ -170,19 +173,15 @@ uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, i
     return fid;
 }
 
+uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, int line)
+{
+    return add_ghost(r, filename, name, name, line);
+}
+
 uint32_t pp_registry_ghost(pp_registry *r, PyObject *code)
 {
     PyCodeObject *co = (PyCodeObject *)code;
-    PyObject *names = Py_BuildValue("(OOOi)", co->co_filename, co->co_name, co->co_qualname,
-                                    co->co_firstlineno);
-    if (names == NULL) {
-        PyErr_Clear();
-        return PP_NONE;
-    }
-    /* Keyed apart from code pointers: the address will be reused. */
-    uint32_t fid = pp_registry_add(r, (1ull << 63) | ++r->ghosts, names, NULL, PP_KIND_GHOST);
-    Py_DECREF(names);
-    return fid;
+    return add_ghost(r, co->co_filename, co->co_name, co->co_qualname, co->co_firstlineno);
 }
 
 uint32_t pp_registry_add_line_target(pp_registry *r, PyObject *code)

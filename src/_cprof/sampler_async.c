@@ -27,6 +27,7 @@
  * (beyond the weak reference in each task's list of them).
  */
 #include "sampler_int.h"
+#include "asyncio_task.h"
 
 #include <string.h>
 
@@ -38,7 +39,6 @@
 #define F_NOTED 1                       /* its loop's thread is in byloop */
 #define F_FREE 2                        /* the row is on the free list */
 
-static PyObject *c_get_name;            /* _asyncio.Task.get_name: C's own */
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
 static int64_t prev_look, run_start;
 static void peek(pp_sampling *p, int64_t now);
@@ -308,45 +308,6 @@ static uint32_t named_fid(pp_sampling *p, PyObject *text)
     return fid;
 }
 
-static PyObject *attr(PyObject *o, const char *name)
-{
-    PyObject *v = PyObject_GetAttrString(o, name);
-    if (v == NULL)
-        PyErr_Clear();
-    return v;
-}
-
-/* Task.get_name() when it is C's own (a C call); else the instance's _name. */
-static PyObject *task_name(PyObject *task)
-{
-    static PyObject *last_type;         /* the type last asked (strong), and whether its */
-    static int last_c;                  /* get_name is C's own: read once a type */
-    if ((PyObject *)Py_TYPE(task) != last_type) {
-        PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name");
-        last_c = m != NULL && m == c_get_name;
-        Py_XDECREF(m);
-        Py_XSETREF(last_type, Py_NewRef((PyObject *)Py_TYPE(task)));
-    }
-    PyObject *name = last_c ? PyObject_CallOneArg(c_get_name, task) : NULL;
-    if (name == NULL) {
-        PyErr_Clear();
-        PyObject *d = attr(task, "__dict__");
-        PyObject *v = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
-        name = v ? Py_NewRef(v) : NULL;
-        Py_XDECREF(d);
-    }
-    if (name != NULL && !PyUnicode_Check(name)) {
-        PyObject *s = PyObject_Str(name);       /* a str subclass or an int: C's str */
-        Py_DECREF(name);
-        name = s;
-    }
-    if (name == NULL) {
-        PyErr_Clear();
-        name = PyUnicode_FromString("?");
-    }
-    return name;
-}
-
 /* The folder of asyncio's own files, as a path part (pyprof runs on Linux). */
 static PyObject *asyncio_dir(void)
 {
@@ -362,10 +323,10 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
 {
     row->created_fid = PP_NONE;
     row->created_line = 0;
-    PyObject *tb = attr(task, "_source_traceback");
+    PyObject *tb = pp_attr(task, "_source_traceback");
     Py_ssize_t at = tb != NULL && PyList_Check(tb) ? PyList_GET_SIZE(tb) : 0;
     while (at > 1) {                    /* the program's line, not asyncio's create_task */
-        PyObject *f = attr(PyList_GET_ITEM(tb, at - 1), "filename");
+        PyObject *f = pp_attr(PyList_GET_ITEM(tb, at - 1), "filename");
         int own = f && PyUnicode_Check(f) && asyncio_dir()
                   && PyUnicode_Find(f, asyncio_dir(), 0, PY_SSIZE_T_MAX, 1) >= 0;
         Py_XDECREF(f);
@@ -376,7 +337,7 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
     }
     if (at > 0) {
         PyObject *fs = PyList_GET_ITEM(tb, at - 1);
-        PyObject *file = attr(fs, "filename"), *name = attr(fs, "name"), *line = attr(fs, "lineno");
+        PyObject *file = pp_attr(fs, "filename"), *name = pp_attr(fs, "name"), *line = pp_attr(fs, "lineno");
         if (file && name && line && PyUnicode_Check(file) && PyUnicode_Check(name)
             && PyLong_Check(line)) {
             long l = PyLong_AsLong(line);
@@ -408,10 +369,10 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
         PyErr_Clear();
         return;
     }
-    PyObject *coro = attr(task, "_coro");
+    PyObject *coro = pp_attr(task, "_coro");
     PyObject *code = coro == NULL ? NULL
-                     : PyCoro_CheckExact(coro) ? attr(coro, "cr_code")
-                     : PyGen_Check(coro) ? attr(coro, "gi_code") : NULL;
+                     : PyCoro_CheckExact(coro) ? pp_attr(coro, "cr_code")
+                     : PyGen_Check(coro) ? pp_attr(coro, "gi_code") : NULL;
     if (code != NULL && !PyCode_Check(code))
         Py_CLEAR(code);
     uintptr_t a = coro != NULL && coro != Py_None ? (uintptr_t)coro : 0;
@@ -428,7 +389,7 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     row->start_ns = prev_look + (now - prev_look) / 2;
     t->ref[i] = ref;
     t->obj[i] = NULL;
-    t->label[i] = task_name(task);
+    t->label[i] = pp_task_name(task);
     t->code[i] = code;
     t->addr[i] = (uintptr_t)task;
     t->coro[i] = a;
@@ -466,7 +427,7 @@ static int name_row(pp_sampling *p, uint32_t i)
     if (row->fid != PP_NONE)
         return 0;
     PyObject *task = get_task(t, i);
-    PyObject *name = task != NULL ? task_name(task) : Py_XNewRef(t->label[i]);
+    PyObject *name = task != NULL ? pp_task_name(task) : Py_XNewRef(t->label[i]);
     PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
     row->fid = named_fid(p, label);
     Py_XDECREF(label);
@@ -503,11 +464,11 @@ static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
     pp_tasks *t = &p->tasks;
     registry_n = 0;
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        PyObject *reg = attr(mod, names[k]);
+        PyObject *reg = pp_attr(mod, names[k]);
         if (reg == NULL)
             continue;
         int weak = !PyAnySet_Check(reg);
-        PyObject *items = weak ? attr(reg, "data") : Py_NewRef(reg);
+        PyObject *items = weak ? pp_attr(reg, "data") : Py_NewRef(reg);
         Py_DECREF(reg);
         PyObject *list = items && PyAnySet_Check(items) ? PySequence_List(items) : NULL;
         Py_XDECREF(items);
@@ -542,16 +503,6 @@ static PyObject *tasks_module(void)
     Py_XDECREF(name);
     if (mod == NULL)
         PyErr_Clear();
-    if (mod != NULL && c_get_name == NULL) {
-        PyObject *aname = PyUnicode_FromString("_asyncio");
-        PyObject *amod = aname ? PyImport_GetModule(aname) : NULL;
-        Py_XDECREF(aname);
-        PyObject *type = amod ? attr(amod, "Task") : NULL;
-        c_get_name = type ? attr(type, "get_name") : NULL;    /* kept: the type is immortal enough */
-        Py_XDECREF(type);
-        Py_XDECREF(amod);
-        PyErr_Clear();
-    }
     return mod;
 }
 
@@ -581,8 +532,8 @@ static void map_workers(pp_sampling *p)
         PyObject *name = PyUnicode_FromString("concurrent.futures.thread");
         PyObject *mod = name ? PyImport_GetModule(name) : NULL;
         Py_XDECREF(name);
-        PyObject *cls = mod ? attr(mod, "_WorkItem") : NULL;
-        PyObject *run = cls ? attr(cls, "run") : NULL;
+        PyObject *cls = mod ? pp_attr(mod, "_WorkItem") : NULL;
+        PyObject *run = cls ? pp_attr(cls, "run") : NULL;
         PyObject *code = run && PyFunction_Check(run) ? PyFunction_GetCode(run) : NULL;
         work_code = code && PyCode_Check(code) ? Py_NewRef(code) : NULL;
         Py_XDECREF(run);
@@ -600,7 +551,7 @@ static void map_workers(pp_sampling *p)
         if (t->ref[i] == NULL || t->rows[i].state != PP_TASK_PENDING)
             continue;
         PyObject *task = get_task(t, i);
-        PyObject *w = task ? attr(task, "_fut_waiter") : NULL;
+        PyObject *w = task ? pp_attr(task, "_fut_waiter") : NULL;
         if (w != NULL && w != Py_None)
             pp_index_put(&waiting, (uint64_t)(uintptr_t)w, i);
         Py_XDECREF(w);                  /* the task holds it, and no program code runs */
@@ -610,8 +561,8 @@ static void map_workers(pp_sampling *p)
     for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyInterpreterState_Main()); ts;
          ts = PyThreadState_Next(ts)) {
         PyObject *item = ts == self ? NULL : pp_frames_local0_of(ts, work_code);
-        PyObject *fut = item ? attr(item, "future") : NULL;
-        PyObject *cbs = fut ? attr(fut, "_done_callbacks") : NULL;
+        PyObject *fut = item ? pp_attr(item, "future") : NULL;
+        PyObject *cbs = fut ? pp_attr(fut, "_done_callbacks") : NULL;
         for (Py_ssize_t k = 0; cbs && PyList_Check(cbs) && k < PyList_GET_SIZE(cbs); k++) {
             PyObject *cb = PyList_GET_ITEM(cbs, k);
             PyObject *cells = PyFunction_Check(cb) ? PyFunction_GetClosure(cb) : NULL;
@@ -772,7 +723,7 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
     uint64_t fr[MAX_CHAIN + 2];
     uint32_t n = 0;
     fr[n++] = (uint64_t)t->rows[row].fid << 32;
-    PyObject *o = attr(task, "_coro");
+    PyObject *o = pp_attr(task, "_coro");
     while (o != NULL && n < MAX_CHAIN) {
         PyObject *code;
         uint32_t off;
@@ -788,7 +739,7 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
         if (fid == PP_NONE)
             break;
         fr[n++] = (uint64_t)fid << 32 | pp_samples_line(&p->samples, fid, code, off);
-        PyObject *next = attr(o, PyCoro_CheckExact(o) ? "cr_await" : "gi_yieldfrom");
+        PyObject *next = pp_attr(o, PyCoro_CheckExact(o) ? "cr_await" : "gi_yieldfrom");
         Py_DECREF(o);
         o = next;
         if (o == Py_None)
@@ -804,9 +755,9 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
  * (asyncio's: threading.get_ident() of the thread running it). */
 static uint32_t loop_thread(pp_sampling *p, PyObject *task)
 {
-    PyObject *loop = attr(task, "_loop");
+    PyObject *loop = pp_attr(task, "_loop");
     uint32_t out = loop ? pp_index_get(&p->tasks.byloop, (uint64_t)(uintptr_t)loop) : PP_NONE;
-    PyObject *id = loop && out == PP_NONE ? attr(loop, "_thread_id") : NULL;
+    PyObject *id = loop && out == PP_NONE ? pp_attr(loop, "_thread_id") : NULL;
     Py_XDECREF(loop);
     if (id != NULL && PyLong_Check(id)) {
         unsigned long ident = PyLong_AsUnsignedLong(id);
@@ -848,7 +799,7 @@ static void charge(pp_sampling *p, uint32_t row, int64_t until, PyObject *task)
 static int current_tasks(PyObject *mod, PyObject **out)
 {
     int n = 0;
-    PyObject *cur = mod ? attr(mod, "_current_tasks") : NULL;
+    PyObject *cur = mod ? pp_attr(mod, "_current_tasks") : NULL;
     if (cur != NULL && PyDict_Check(cur)) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
@@ -861,7 +812,7 @@ static int current_tasks(PyObject *mod, PyObject **out)
 
 static int task_state(PyObject *task)
 {
-    PyObject *st = attr(task, "_state");
+    PyObject *st = pp_attr(task, "_state");
     int out = PP_TASK_PENDING;
     if (st != NULL && PyUnicode_Check(st)) {
         if (PyUnicode_CompareWithASCIIString(st, "CANCELLED") == 0)
@@ -958,7 +909,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         if (r->first_run_ns && r->first_run_ns < r->start_ns)
             r->start_ns = r->first_run_ns;
         if (r->thread != PP_NONE && !(t->flags[i] & F_NOTED)) {
-            PyObject *loop = attr(task, "_loop");    /* held by the task: the address stays */
+            PyObject *loop = pp_attr(task, "_loop");    /* held by the task: the address stays */
             if (loop != NULL)
                 pp_index_put(&t->byloop, (uint64_t)(uintptr_t)loop, r->thread);
             Py_XDECREF(loop);

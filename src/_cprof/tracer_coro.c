@@ -15,6 +15,7 @@
  * the code's flags before calling here).
  */
 #include "tracer_hot.h"
+#include "asyncio_task.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,43 +23,6 @@
 #define MAX_OPEN (1u << 22)     /* coroutines followed at once, at most */
 #define MAX_TASKS (1u << 20)    /* task rows, at most */
 #define MAX_STEPS (1u << 22)    /* timeline: task steps kept, at most */
-
-static PyObject *attr(PyObject *o, const char *name)
-{
-    PyObject *v = PyObject_GetAttrString(o, name);
-    if (v == NULL)
-        PyErr_Clear();
-    return v;
-}
-
-/* Task.get_name() when it is C's own (a C call); else the instance's _name. */
-static PyObject *task_label(PyObject *task)
-{
-    static PyObject *c_get_name;
-    if (c_get_name == NULL) {
-        PyObject *name = PyUnicode_FromString("_asyncio");
-        PyObject *mod = name ? PyImport_GetModule(name) : NULL;
-        PyObject *type = mod ? attr(mod, "Task") : NULL;
-        c_get_name = type ? attr(type, "get_name") : NULL;
-        Py_XDECREF(type);
-        Py_XDECREF(mod);
-        Py_XDECREF(name);
-    }
-    PyObject *m = attr((PyObject *)Py_TYPE(task), "get_name"), *v = NULL;
-    if (m != NULL && m == c_get_name)
-        v = PyObject_CallMethod(task, "get_name", NULL);
-    Py_XDECREF(m);
-    if (v == NULL) {
-        PyErr_Clear();
-        PyObject *d = attr(task, "__dict__");
-        PyObject *x = d && PyDict_Check(d) ? PyDict_GetItemString(d, "_name") : NULL;
-        v = x ? PyObject_Str(x) : NULL;
-        Py_XDECREF(d);
-    }
-    PyObject *label = v ? PyUnicode_FromFormat("<task %S>", v) : NULL;
-    Py_XDECREF(v);
-    return label;
-}
 
 /* asyncio on: if the coroutine starting in `frame` is the current task's
  * own coroutine, a task row (its index + 1), else 0. Calls C only:
@@ -76,8 +40,8 @@ static uint32_t task_row(pp_tracer *p, uintptr_t frame, uint32_t coro_fid, int64
          * loop (no exception raised per coroutine), the loop's running task */
         PyObject *name = PyUnicode_FromString("_asyncio");
         PyObject *mod = name ? PyImport_GetModule(name) : NULL;     /* not imported: no task */
-        PyObject *get = mod ? attr(mod, "_get_running_loop") : NULL;
-        PyObject *cur = mod ? attr(mod, "_current_tasks") : NULL;
+        PyObject *get = mod ? pp_attr(mod, "_get_running_loop") : NULL;
+        PyObject *cur = mod ? pp_attr(mod, "_current_tasks") : NULL;
         if (get && cur && PyDict_Check(cur))
             c->current_task = PyTuple_Pack(2, get, cur);
         Py_XDECREF(get);
@@ -93,9 +57,12 @@ static uint32_t task_row(pp_tracer *p, uintptr_t frame, uint32_t coro_fid, int64
                ? Py_XNewRef(PyDict_GetItem(PyTuple_GET_ITEM(c->current_task, 1), loop)) : NULL;
         Py_XDECREF(loop);
     }
-    PyObject *coro = task && task != Py_None ? attr(task, "_coro") : NULL;
+    PyObject *coro = task && task != Py_None ? pp_attr(task, "_coro") : NULL;
     if (coro == gen) {
-        PyObject *label = task_label(task), *empty = PyUnicode_FromString("");
+        PyObject *name = pp_task_name(task);
+        PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
+        PyObject *empty = PyUnicode_FromString("");
+        Py_XDECREF(name);
         uint32_t fid = label && empty ? pp_registry_named(p->reg, empty, label, 0) : PP_NONE;
         Py_XDECREF(label);
         Py_XDECREF(empty);

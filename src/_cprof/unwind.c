@@ -16,19 +16,26 @@
 /* pyprof's module: the frames of the allocation hooks, left out of stacks. */
 static uintptr_t self_lo, self_hi;
 
-static int self_cb(struct dl_phdr_info *info, size_t size, void *data)
+void pp_loaded_span(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
 {
-    (void)size;
-    uintptr_t a = (uintptr_t)data, lo = UINTPTR_MAX, hi = 0;
+    *lo = UINTPTR_MAX;
+    *hi = 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD)
             continue;
-        if (info->dlpi_addr + ph->p_vaddr < lo)
-            lo = info->dlpi_addr + ph->p_vaddr;
-        if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
-            hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+        if (info->dlpi_addr + ph->p_vaddr < *lo)
+            *lo = info->dlpi_addr + ph->p_vaddr;
+        if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > *hi)
+            *hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
     }
+}
+
+static int self_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t a = (uintptr_t)data, lo, hi;
+    pp_loaded_span(info, &lo, &hi);
     if (a < lo || a >= hi)
         return 0;
     self_lo = lo;

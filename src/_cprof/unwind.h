@@ -20,5 +20,9 @@ int pp_unwind_here(uintptr_t *ips, int max);
 void pp_unwind_init_self(void);
 /* Frames of the calling thread's native stack, or -1 when unavailable. */
 int pp_unwind_self_depth(void);
+/* The address span [*lo, *hi) of a loaded object's PT_LOAD segments, as
+ * dl_iterate_phdr describes it. */
+struct dl_phdr_info;
+void pp_loaded_span(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi);
 
 #endif
