@@ -215,6 +215,7 @@ typedef struct wslot {
                                  * is looked at by the helper (pp_wall_resolve_suspects) */
     uint64_t where;             /* its last sample's stack (pp_stack_key) */
     _Atomic uint64_t top_key;   /* parked: its top frame then (pp_frames_top_key) */
+    _Atomic int64_t top_ran;    /* parked: its CPU since parking when that key was last compared */
     struct wslot *next_free;
 } wslot;
 

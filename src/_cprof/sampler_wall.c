@@ -44,6 +44,7 @@ int pp_wall_set_parked(wslot *sl, int64_t cpu)
         atomic_fetch_sub_explicit(&S.nsuspects, 1, memory_order_relaxed);
     atomic_store(&sl->cpu_parked, cpu);
     atomic_store(&sl->top_key, pp_frames_top_key(sl->tstate));
+    atomic_store(&sl->top_ran, 0);
     atomic_store(&sl->seen_ns, now);
     atomic_store(&sl->parked_ns, now);
     atomic_store(&sl->left_ns, 0);
@@ -485,11 +486,14 @@ static wslot *parked_slot(uintptr_t ts)
 /* The helper is to read this parked thread's stack (pp_wall_resolve_suspects):
  * it may have run since `since`. */
 /* A parked thread whose clock moved by less than a move ran Python if its
- * top frame moved: a thread queueing for the GIL creeps in place. */
+ * top frame moved: a thread queueing for the GIL creeps in place. Compared
+ * again once the clock moved by a few µs more (three checked reads each: a
+ * crowd of GIL waiters is not read at every look). */
 static int moved_in_place(wslot *sl, int64_t ran)
 {
-    if (ran <= 0)
+    if (ran - atomic_load(&sl->top_ran) < MOVED_CPU_NS / 2)
         return 0;
+    atomic_store(&sl->top_ran, ran);
     uint64_t top = pp_frames_top_key(sl->tstate), then = atomic_load(&sl->top_key);
     return top != 0 && then != 0 && top != then;
 }
