@@ -859,17 +859,17 @@ IDLE_THREADS = textwrap.dedent("""
     import json, sys, threading, time
     import pyprof
 
-    n, rate = int(sys.argv[1]), float(sys.argv[2])
+    n, rate, quiet = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "quiet"
     ev = threading.Event()
-    spans = {}
+    begun, ended = {}, {}
 
     def blocked_here():
         ev.wait()
 
     def idle_worker():
-        t0 = time.monotonic()
+        begun[threading.current_thread().name] = time.monotonic()
         blocked_here()
-        spans[threading.current_thread().name] = (t0, time.monotonic() - t0)
+        ended[threading.current_thread().name] = time.monotonic()
 
     def spin(k):
         x = 0
@@ -887,10 +887,14 @@ IDLE_THREADS = textwrap.dedent("""
     t0 = time.monotonic()
     while time.monotonic() - t0 < 1.0:
         spin(20_000)
+    if quiet:                       # stopped while they wait: their blocked time ends here
+        off = time.monotonic()
+        p.disable()
     ev.set()
     for t in ts:
         t.join()
-    p.disable()
+    if not quiet:                   # stopped after all woke at once and ended
+        p.disable()
     s = p.session()
     per = {}
     for (t, sid, state), c in s.samples.items():
@@ -901,36 +905,47 @@ IDLE_THREADS = textwrap.dedent("""
         key = "blocked" if "blocked_here" in fnames and state == 2 else "other"
         per.setdefault(name, {"blocked": 0, "other": 0})[key] += c.weight
     si = s.info["sampling"]
-    spans = {k: (span, t0 - started[k]) for k, (t0, span) in spans.items()}
+    spans = {k: ((off if quiet else ended[k]) - b, b - started[k]) for k, b in begun.items()}
     print(json.dumps({"spans": spans, "per": per, "signals": si["signals"],
                       "parked": si["parked"], "elapsed": si["elapsed_s"]}))
 """)
 
 
+@pytest.mark.parametrize("ending", ["quiet", "convoy"])
 @pytest.mark.parametrize("n,rate", [(100, 100), (100, 1000), (1000, 100), (1000, 1000)])
-def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
+def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate, ending):
+    """quiet: sampling stops while the threads wait; convoy: they are all woken
+    at once and end under sampling, which only the sum is held to (a thread
+    that leaves its wait with little CPU, in a crowd queueing for the GIL, may
+    keep its blocked stack until it is seen to move or end: in ~1 run of 10,
+    tens to hundreds of the 1,000 threads read 5-40% off; docs/sampling.md)."""
     script = tmp_path / "idle.py"
     script.write_text(IDLE_THREADS)
-    r = subprocess.run([sys.executable, str(script), str(n), str(rate)],
+    r = subprocess.run([sys.executable, str(script), str(n), str(rate), ending],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert len(out["per"]) == n and out["parked"] >= n     # every thread named
     interval = 1e9 / rate
     # in all, the idle threads' blocked time is on their blocking stack, idle,
-    # within 2% and two ticks each (a first sample also weighs its thread's start,
-    # from Thread.start(): allowed for); per thread, within 5% but for 1 in 100,
-    # within 25% all (a thread that ends while parked is charged to halfway
-    # between two looks at it: a thousand threads woken at once once lost up
-    # to 15% each while the helper waited for the GIL)
+    # within 2% (6% when they all wake at once and end: the convoy's edges)
+    # and two ticks each (a first sample also weighs its thread's start, from
+    # Thread.start(): allowed for); per thread (quiet), within 5% but for 1 in
+    # 100, within 25% all
     spans = {k: v for k, v in out["spans"].items() if k in out["per"]}
     assert len(spans) == n
     total_span = sum(span for span, _ in spans.values()) * 1e9
     total_start = sum(startup for _, startup in spans.values()) * 1e9
     total_got = sum(out["per"][k]["blocked"] for k in spans)
     slack = 2 * interval * len(spans)
-    assert total_span * 0.98 - slack <= total_got <= total_span * 1.02 + slack + total_start + 1e7 * len(spans), \
+    tol = 0.02 if ending == "quiet" else 0.06
+    assert total_span * (1 - tol) - slack <= total_got \
+        <= total_span * (1 + tol) + slack + total_start + 1e7 * len(spans), \
         (total_got, total_span, total_start)
+    # the idle threads were interrupted for their first ticks only, not all along
+    assert out["signals"] < 0.1 * n * rate * out["elapsed"], out["signals"]
+    if ending != "quiet":
+        return
     off = []
     for name, (span, startup) in spans.items():
         err = abs(out["per"][name]["blocked"] - span * 1e9) - startup * 1e9 - 2 * interval
@@ -942,8 +957,6 @@ def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate):
     # 12% and 21% off at 100 Hz; the rest stay within 5%
     assert off[0][0] <= 0.25, off[:5]
     assert sum(1 for e, _ in off if e > 0.05) <= len(off) // 100, off[:15]
-    # the idle threads were interrupted for their first ticks only, not all along
-    assert out["signals"] < 0.1 * n * rate * out["elapsed"], out["signals"]
 
 
 # Threads started under wall sampling start parked: the helper reads the new
