@@ -343,18 +343,23 @@ class _Runner:
         except KeyboardInterrupt:
             self.finish()
             _print_program_exception()
-            # Die by SIGINT like Python does for an uncaught KeyboardInterrupt.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-            return 130
+            return _die_by_sigint()
         except BaseException:
             self.finish()
             _print_program_exception()
             return 1
         self.finish()
         return 0
+
+
+def _die_by_sigint():
+    """Die by SIGINT, as Python does for an uncaught KeyboardInterrupt (130 if
+    the signal is not fatal here)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    return 130
 
 
 def _print_program_exception():
@@ -406,11 +411,7 @@ def _run_listening(target) -> int:
     except KeyboardInterrupt:
         channel.close()             # before dying by SIGINT: no exit hook runs then
         _print_program_exception()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        return 130
+        return _die_by_sigint()
     except BaseException:
         _print_program_exception()
         return 1
