@@ -165,15 +165,6 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
 #define MOVED_CPU_NS (10 * 1000)
 #define MOVED_MAX_NS (40 * 1000)
 #define MOVED_GROW_AFTER_NS (20 * 1000 * 1000)  /* only for a thread that stayed parked this long */
-/* A parked thread that used `ran` ns of CPU since it parked at `parked_ns`
- * computes (C code without the GIL, or Python): at least half the CPU timer's
- * amount and a tenth of the time (a blocked thread uses ~0; one queueing for
- * the GIL a little at each of CPython's 5 ms waits). */
-static inline int pp_wall_computes(int64_t ran, int64_t now, int64_t parked_ns)
-{
-    return ran >= WAKE_CPU_NS / 2 && ran * 10 > now - parked_ns;
-}
-
 /* Where a thread is: its whole Python stack, hashed (two blocking calls often
  * end in the same leaf, threading's Condition.wait). Async-signal-safe. */
 static inline uint64_t pp_stack_key(const pp_rawframe *frames, int nframes)
@@ -216,6 +207,8 @@ typedef struct wslot {
     uint64_t where;             /* its last sample's stack (pp_stack_key) */
     _Atomic uint64_t top_key;   /* parked: its top frame then (pp_frames_top_key) */
     _Atomic int64_t top_ran;    /* parked: its CPU since parking when that key was last compared */
+    _Atomic int64_t duty_ns;    /* parked: since when, and from which CPU clock reading, its */
+    _Atomic int64_t duty_cpu;   /* share of CPU is measured (kept when it parks again in place) */
     struct wslot *next_free;
 } wslot;
 
@@ -225,9 +218,35 @@ extern wslot *pp_wall_arena;
 extern uint32_t pp_wall_arena_used;
 extern pthread_mutex_t pp_wall_mu;      /* S.slots: the helper vs the ticker */
 
+/* A thread that spends this share of its time on a CPU between blocking
+ * calls (a request loop, a poller: short runs at every wait) is not idle: it
+ * ticks, or all of its runs would go to the stack where it waits. Measured
+ * over at least DUTY_MIN_NS, in windows that restart after DUTY_WINDOW_NS. A
+ * blocked thread's clock creeps by ~0.1 % (kernel wake-ups, the GIL's 5 ms
+ * waits); a crowd woken at once runs ~50-100 µs each, once. */
+#define DUTY_SHARE 50
+#define DUTY_MIN_NS (20 * 1000 * 1000)
+#define DUTY_WINDOW_NS (100 * 1000 * 1000)
+
+/* A parked thread whose CPU clock reads `cpu` at `now` computes (C code
+ * without the GIL, or Python): since it parked, at least half the CPU timer's
+ * amount and a tenth of the time (a blocked thread uses ~0; one queueing for
+ * the GIL a little at each of CPython's 5 ms waits), or a duty share since
+ * its window began. Async-signal-safe. */
+static inline int pp_wall_computes(const wslot *sl, int64_t cpu, int64_t now)
+{
+    int64_t ran = cpu - atomic_load(&sl->cpu_parked);
+    if (ran >= WAKE_CPU_NS / 2 && ran * 10 > now - atomic_load(&sl->parked_ns))
+        return 1;
+    int64_t span = now - atomic_load(&sl->duty_ns);
+    return span >= DUTY_MIN_NS && (cpu - atomic_load(&sl->duty_cpu)) * DUTY_SHARE > span;
+}
+
 /* Parks a slot whose thread's CPU clock reads `cpu` (its tick is stopped by
- * the caller); 0 if it cannot be woken. Async-signal-safe. */
-int pp_wall_set_parked(wslot *sl, int64_t cpu);
+ * the caller); 0 if it cannot be woken. `fresh`: it ticked until now (its
+ * duty window starts here), else it parks again in place (the window goes on
+ * unless it is DUTY_WINDOW_NS old). Async-signal-safe. */
+int pp_wall_set_parked(wslot *sl, int64_t cpu, int fresh);
 /* Takes a slot out of the parked ones: 1 for the one caller that did (the
  * thread woken, the ticker or the helper seeing it gone), which then charges
  * its parked time. Async-signal-safe. */

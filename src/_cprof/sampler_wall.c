@@ -34,7 +34,7 @@ static void send_wake(wslot *sl);
 
 /* Parks a slot whose thread's CPU clock reads `cpu`: a CPU-clock timer will
  * wake it; its tick is stopped by the caller. 0 if it cannot be woken. */
-int pp_wall_set_parked(wslot *sl, int64_t cpu)
+int pp_wall_set_parked(wslot *sl, int64_t cpu, int fresh)
 {
     struct itimerspec at = pp_itimer(cpu + WAKE_CPU_NS, 0);
     if (!sl->have_wake || timer_settime(sl->wake, TIMER_ABSTIME, &at, NULL) != 0)
@@ -47,6 +47,10 @@ int pp_wall_set_parked(wslot *sl, int64_t cpu)
     atomic_store(&sl->top_ran, 0);
     atomic_store(&sl->seen_ns, now);
     atomic_store(&sl->parked_ns, now);
+    if (fresh || now - atomic_load(&sl->duty_ns) > DUTY_WINDOW_NS) {
+        atomic_store(&sl->duty_ns, now);
+        atomic_store(&sl->duty_cpu, cpu);
+    }
     atomic_store(&sl->left_ns, 0);
     atomic_store(&sl->parked, 1);
     atomic_fetch_add_explicit(&S.nparked, 1, memory_order_relaxed);
@@ -240,7 +244,7 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
         return 0;
     if (S.native) {                     /* this wake-up is its look where it waits */
         sl->native_looked = 1;
-        return pp_wall_set_parked(sl, pp_ts_ns(c)) ? (send_wake(sl), 1) : 0;
+        return pp_wall_set_parked(sl, pp_ts_ns(c), 1) ? (send_wake(sl), 1) : 0;
     }
     pp_rawframe frames[MAX_FRAMES];
     uintptr_t no_native[1];
@@ -256,7 +260,7 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
     sl->where = pp_stack_key(frames, nframes);
-    return pp_wall_set_parked(sl, pp_ts_ns(c));
+    return pp_wall_set_parked(sl, pp_ts_ns(c), 1);
 }
 
 /* GIL held: a slot with its timers for every Python thread with a kernel
@@ -394,9 +398,9 @@ void pp_wall_resolve_suspects(void)
             continue;                   /* gone, or woken: its own sample tells */
         struct timespec c;
         if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
-            && pp_wall_computes(pp_ts_ns(c) - cpu_parked, pp_mono_ns(), atomic_load(&sl->parked_ns))) {
+            && pp_wall_computes(sl, pp_ts_ns(c), pp_mono_ns())) {
             /* it computes: its handler takes it from here, as for its CPU timer */
-            if (pp_wall_set_parked(sl, cpu_parked))
+            if (pp_wall_set_parked(sl, cpu_parked, 0))
                 send_wake(sl);
             continue;
         }
@@ -436,7 +440,7 @@ void pp_wall_resolve_suspects(void)
             moved = moved > MOVED_MAX_NS ? MOVED_MAX_NS : moved;
         }
         atomic_store(&sl->moved_ns, moved);
-        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0 || !pp_wall_set_parked(sl, pp_ts_ns(c))) {
+        if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) != 0 || !pp_wall_set_parked(sl, pp_ts_ns(c), 0)) {
             struct itimerspec tick = pp_itimer(S.interval_ns, S.interval_ns);
             timer_settime(sl->tick, 0, &tick, NULL);    /* cannot stay parked: it ticks */
             continue;
@@ -547,7 +551,7 @@ static uint32_t check_parked(int64_t since_ns, int64_t moved_by)
         }
         atomic_store(&sl->seen_ns, now);
         int64_t ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked);
-        if (pp_wall_computes(ran, now, atomic_load(&sl->parked_ns)))
+        if (pp_wall_computes(sl, pp_ts_ns(c), now))
             send_wake(sl);              /* it ticks again (its CPU timer waits for a tick) */
         else if (ran > atomic_load(&sl->moved_ns) || moved_in_place(sl, ran))
             /* it moved since then at the latest, and before moved_by */
