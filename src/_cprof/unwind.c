@@ -10,8 +10,10 @@
 #include "unwind.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <stddef.h>
+#include <ucontext.h>
 
 /* pyprof's module: the frames of the allocation hooks, left out of stacks. */
 static uintptr_t self_lo, self_hi;
@@ -57,6 +59,40 @@ int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base)
     *path = info.dli_fname;
     *base = (uintptr_t)info.dli_fbase;
     return 1;
+}
+
+/* A blocked thread is taken out of its system call by the signal: the kernel
+ * restarts the call after the handler (its instruction pointer back on the
+ * call) or returns EINTR. One that is running, or runnable, is in its own
+ * code. The instruction's bytes are read in place: the page was executing. */
+int pp_signal_blocked(const void *uctx)
+{
+#if defined(__x86_64__)
+    const ucontext_t *uc = uctx;
+    uintptr_t ip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP], in_page = ip & 4095;
+    if (in_page < 2 || in_page > 4094)
+        return -1;
+    const unsigned char *p = (const unsigned char *)ip;
+    if (p[0] == 0x0f && p[1] == 0x05)               /* syscall: to be restarted */
+        return 1;
+    if (p[-2] == 0x0f && p[-1] == 0x05)             /* back from one */
+        return uc->uc_mcontext.gregs[REG_RAX] == -EINTR ? 1 : -1;
+    return 0;
+#elif defined(__aarch64__)
+    const ucontext_t *uc = uctx;
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc, in_page = pc & 4095;
+    if ((pc & 3) != 0 || in_page < 4 || in_page > 4092)
+        return -1;
+    const uint32_t *p = (const uint32_t *)pc;
+    if (p[0] == 0xd4000001u)                        /* svc #0: to be restarted */
+        return 1;
+    if (p[-1] == 0xd4000001u)
+        return (int64_t)uc->uc_mcontext.regs[0] == -EINTR ? 1 : -1;
+    return 0;
+#else
+    (void)uctx;
+    return -1;
+#endif
 }
 
 #ifdef PP_HAVE_LIBUNWIND

@@ -8,6 +8,11 @@ int pp_unwind_available(void);
 /* The native stack of the interrupted code (instruction pointers, leaf
  * first) from a signal handler's context; 0 frames without libunwind. */
 int pp_unwind_signal(void *uctx, uintptr_t *ips, int max);
+/* From a signal handler's context: 1 if the signal took the thread out of a
+ * blocking system call, 0 if it was in its own code (on a CPU or runnable),
+ * -1 if unknown (just back from a call that may have blocked without being
+ * interruptible; an architecture other than x86-64 and AArch64). */
+int pp_signal_blocked(const void *uctx);
 /* The loaded object holding address `ip`: its path and load base (dladdr);
  * 0 if none. Not for signal handlers. */
 int pp_native_module(uintptr_t ip, const char **path, uintptr_t *base);
