@@ -66,8 +66,8 @@ def _named(name):
 
 part_a, part_b, part_c, flat, py_loop = map(_named, ["part_a", "part_b", "part_c", "flat",
                                                       "py_loop"])
-g_work, c_work, coro_a_work, coro_b_work = map(_named, ["g_work", "c_work", "coro_a_work",
-                                                        "coro_b_work"])
+g_work, c_work, coro_a_work, coro_b_work, burst = map(_named, ["g_work", "c_work", "coro_a_work",
+                                                               "coro_b_work", "burst"])
 
 
 def tiny(x):
@@ -217,6 +217,16 @@ def sleep_case():
     return ["spin_for", "sleeper", "selector"], program
 
 
+def short_runs_case():
+    # a poller: a ~0.1 ms burst between 1 ms sleeps (idle most of the time,
+    # running at every wake-up; the sleeps' period may fall into step with the ticks)
+    def program(timed, scale):
+        for _ in range(scale * 20):
+            timed("burst", burst, UNIT // 20)
+            timed("sleeper", sleeper, 0.001)
+    return ["burst", "sleeper"], program
+
+
 def thread_case():
     # Two threads sharing the GIL and one CPU, 70/30 by work; main joins.
     def program(timed, scale):
@@ -271,6 +281,7 @@ CASES = {
     "c3": (recursion_case, "recursion: fib(15) vs a flat loop"),
     "c4": (native_case, "time inside C calls: zlib, hashlib, sorted, re vs a Python loop"),
     "c5": (sleep_case, "sleep and select vs a CPU loop"),
+    "c6": (short_runs_case, "short runs between 1 ms sleeps"),
     "c7": (thread_case, "two threads, 70/30 work, sharing the GIL"),
     "c8-gen": (generator_case, "generator body vs its consumer"),
     "c8-asyncio": (asyncio_case, "asyncio tasks with sleep(0), 60/40"),
