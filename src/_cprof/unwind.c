@@ -5,7 +5,9 @@
  * while that lock is held (during dlopen) would wait for it. Opt-in (--native),
  * documented. pp_unwind_here runs inside the allocation hooks and wrappers
  * (memory.c), any thread, GIL or not, with pyprof's own-work flag set: what
- * libunwind allocates passes through them. Never: calls Python. */
+ * libunwind allocates passes through them. Also reads a signal's context:
+ * whether it took its thread out of a blocking call (pp_signal_blocked).
+ * Never: calls Python. */
 #define _GNU_SOURCE
 #include "unwind.h"
 
