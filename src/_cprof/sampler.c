@@ -74,6 +74,11 @@ static int have_prev_sigprof;
  * The slots: sampler_wall.c. */
 #define PARK_TICKS 2
 #define PARK_MIN_NS (5 * 1000 * 1000)  /* a program alternating short waits never parks */
+/* What a tick costs a blocked thread outside the handler, not counted as its
+ * running: the kernel's delivery, and the interrupted call's EINTR, after
+ * which CPython may take the GIL back to check for signals before it waits
+ * again (time.sleep does), queueing for it while other threads start. */
+#define TICK_AFTERMATH_NS (25 * 1000)
 
 /* Per thread, for the native/idle split: the thread CPU clock at its last sample. */
 static __thread struct {
@@ -367,14 +372,12 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         atomic_fetch_add_explicit(&S.foreign, 1, memory_order_relaxed);
     }
     else {
-        nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
-        nframes += pp_frames_walk_coro(ts, frames + nframes, MAX_FRAMES - nframes, &truncated,
-                                       &coro);
         state = PP_STATE_PYTHON;
         if (!attached) {
             /* Detached: C code that released the GIL (using CPU since the last
              * sample: a blocked thread uses ~0; a runnable one short of a CPU
-             * still gets a share) or blocked. */
+             * still gets a share) or blocked. Its clock is read before the
+             * walk: the handler's own CPU is not the thread's (parking). */
             int64_t cpu = thread_cpu_ns(), wall = pp_mono_ns();
             int64_t dcpu = cpu - s_tls.cpu_ns, dwall = wall - s_tls.wall_ns;
             /* Taken out of a blocking call, or in its own code, as the
@@ -394,6 +397,9 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         else {
             s_tls.wall_ns = 0;
         }
+        nframes = pp_gc_frame(frames);      /* the collector runs: its frame on top */
+        nframes += pp_frames_walk_coro(ts, frames + nframes, MAX_FRAMES - nframes, &truncated,
+                                       &coro);
     }
     if (S.native)
         nnative = pp_unwind_signal(uctx, native, MAX_NATIVE);
@@ -428,7 +434,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
             s_tls.idle_cpu = 0;
         }
         else {
-            s_tls.idle_cpu += cpu_in - s_tls.cpu_out;
+            int64_t ran = cpu_in - s_tls.cpu_out - TICK_AFTERMATH_NS;
+            s_tls.idle_cpu += ran > 0 ? ran : 0;
             if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
                 && now - s_tls.idle_since >= PARK_MIN_NS) {
                 if (s_tls.idle_cpu * DUTY_SHARE < now - s_tls.idle_since)
