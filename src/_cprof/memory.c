@@ -40,7 +40,20 @@ static PyMemAllocatorEx ours[NDOM];
 static int installed, atfork_done;
 static _Atomic int recording;
 
-#include "memory_lock.h"            /* lock_tables, visit_tables, unlock_tables */
+/* ---------------------------------------------------------------- lock */
+
+static atomic_flag lock = ATOMIC_FLAG_INIT;
+
+static void lock_tables(void)
+{
+    while (atomic_flag_test_and_set_explicit(&lock, memory_order_acquire))
+        sched_yield();
+}
+
+static void unlock_tables(void)
+{
+    atomic_flag_clear_explicit(&lock, memory_order_release);
+}
 
 /* -------------------------------------------------------------- tables */
 
@@ -761,7 +774,7 @@ DOMAIN_HOOKS(obj, DOM_OBJ)
 static void atfork_prepare(void)
 {
     pp_curve_lock();
-    visit_tables();                     /* a fork keeps the parent's bias */
+    lock_tables();
 }
 
 static void atfork_parent(void)
@@ -773,11 +786,6 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
     unlock_tables();
-    /* one thread now; the owner may have been on its way out (busy) */
-    atomic_store(&owner_busy, 0);
-    membarrier_ok = 0;                  /* registered again: a new process */
-    if (atomic_load(&bias_owner) != NULL)
-        bias_to_me();
     pp_curve_after_fork_child();
 }
 
@@ -834,7 +842,7 @@ void pp_memory_release_block(void *ptr) { release_block(ptr); }
 
 void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site)
 {
-    visit_tables();                     /* the curve's thread, every 10 ms: keeps the bias */
+    lock_tables();
     if (heap) {
         *heap = totals.current;
         *heap_max = interval_max > totals.current ? interval_max : totals.current;
@@ -874,7 +882,6 @@ int pp_memory_start(pp_memstate *p)
         pp_unwind_init_self();
     temporary = p->temporary;
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
-    bias_to_me();
     atomic_store(&recording, 1);
     pp_curve_start();
     if (p->native && pp_native_allocs_start() < 0) {
