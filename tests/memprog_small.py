@@ -9,7 +9,10 @@ from memtruth import measure
 
 
 def small_bytes(n):
-    return [bytes(i % 600) for i in range(n)]          # 33 to 632 bytes each
+    out = [None] * n                    # lists on lines of their own: CPython's list
+    for i in range(n):                  # free list makes their headers differ by run
+        out[i] = bytes(i % 600)         # 33 to 632 bytes each
+    return out
 
 
 def drop_shuffled(blocks, keep_every):
@@ -18,28 +21,31 @@ def drop_shuffled(blocks, keep_every):
     for i in order:
         if i % keep_every:
             blocks[i] = None
-    return [b for b in blocks if b is not None]
+    return blocks
 
 
 def grow_across(n):
-    out = []
+    out = [None] * n
     for i in range(n):
         buf = bytearray(16 * (i % 20))
         for _ in range(40):
             buf.extend(b"x" * 16)          # realloc over 512 bytes, in place or moved
-        out.append(buf)
+        out[i] = buf
     return out
 
 
 def refill(n):
-    return [str(i) * (i % 30) for i in range(n)]
+    out = [None] * n
+    for i in range(n):
+        out[i] = str(i) * (i % 30)         # into the pages emptied above
+    return out
 
 
 def run():
     keep = []
     keep.append(drop_shuffled(small_bytes(60_000), 5))
     keep.append(grow_across(2_000))
-    keep.append(refill(40_000))                        # into the pages emptied above
+    keep.append(refill(40_000))
     keep.append(drop_shuffled(small_bytes(20_000), 2))
     return keep
 
