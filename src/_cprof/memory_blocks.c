@@ -5,9 +5,9 @@
  * the page, found by a small directory of pages, no probing. Blocks made or
  * freed one after the other (a pool's objects) share the record's cache lines:
  * 8 slots to a line, where the hashed table of memory.c held 2.7 entries of
- * blocks spread over 6 lines. A page's record is given back when its last
- * block is freed (the memory kept is that of pages with live small blocks:
- * 2 KiB each, at most half of what they hold).
+ * blocks spread over 6 lines. A page's record is reused for another page once
+ * its last block is freed (the memory used is that of pages with live small
+ * blocks: 2 KiB each, at most half of a full page's bytes).
  *
  * Runs with memory.c's table lock held; never allocates with malloc, never
  * calls into Python.
