@@ -170,9 +170,27 @@ static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
     return &filter[mix(ptr) >> (64 - FILTER_BITS)];
 }
 
+/* Exact mode keeps small blocks by page (memory_blocks.c: no probing, denser
+ * cache lines), the rest here; a block's place follows from its address and
+ * size, so a block put back after a failed realloc goes where it was. */
+static uint32_t temporary;                 /* --temporary: count holds a number */
+static size_t nhashed;                     /* blocks in this table */
+
+static inline int paged_mode(void)
+{
+    return !sample_every && !temporary;
+}
+
 static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t count)
 {
-    if ((nblocks + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
+    if (paged_mode()) {
+        int put = pp_paged_put(ptr, site, size);
+        if (put) {
+            nblocks += put == 1;
+            return;
+        }
+    }
+    if ((nhashed + 1) * 10 > nblocks_cap * 7 && grow_blocks() < 0) {
         totals.dropped++;           /* counted, but its free will not be: stays "live" */
         return;
     }
@@ -181,6 +199,7 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
         i = (i + 1) & (nblocks_cap - 1);
     if (blocks[i].ptr == 0) {
         nblocks++;
+        nhashed++;
         if (sample_every)
             atomic_fetch_add_explicit(filter_slot(ptr), 1, memory_order_relaxed);
     }
@@ -189,7 +208,13 @@ static void block_put(uintptr_t ptr, uint32_t site, uint64_t size, uint32_t coun
 
 static int block_take(uintptr_t ptr, block *out)
 {
-    if (nblocks_cap == 0)
+    if (paged_mode() && pp_paged_take(ptr, &out->site, &out->size)) {
+        out->ptr = ptr;
+        out->count = 1;
+        nblocks--;
+        return 1;
+    }
+    if (nhashed == 0)
         return 0;
     size_t mask = nblocks_cap - 1, i = home_of(ptr, mask);
     while (blocks[i].ptr != ptr) {
@@ -210,6 +235,7 @@ static int block_take(uintptr_t ptr, block *out)
     }
     blocks[hole].ptr = 0;
     nblocks--;
+    nhashed--;
     if (sample_every)
         atomic_fetch_sub_explicit(filter_slot(ptr), 1, memory_order_relaxed);
     return 1;
@@ -435,7 +461,6 @@ static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
  * allocations later, is temporary (memray's definition). */
 #define SEQ_BITS 24                         /* the number, modulo 2**24 */
 #define SEQ_MASK ((1u << SEQ_BITS) - 1)
-static uint32_t temporary;
 static _Atomic uint32_t next_tag;
 static __thread struct { uint64_t gen; uint32_t tag, n; } s_seq
     __attribute__((tls_model("initial-exec")));
@@ -472,7 +497,8 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     uint32_t est_count;
     if (!picked(size, &est, &est_count))
         return;
-    prefetch_block((uintptr_t)ptr);
+    if (!paged_mode() || size > PP_PAGED_MAX)
+        prefetch_block((uintptr_t)ptr);
     size = est;
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
@@ -615,7 +641,6 @@ static void release_block(void *ptr)
     block b;
     if (surely_untracked(ptr))
         return;                     /* no lock */
-    prefetch_block((uintptr_t)ptr);
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
@@ -1131,7 +1156,8 @@ void pp_memory_clear(void)
         memset(blocks, 0, nblocks_cap * sizeof *blocks);
     for (size_t i = 0; i < sizeof filter / sizeof filter[0]; i++)
         atomic_store_explicit(&filter[i], 0, memory_order_relaxed);
-    nblocks = 0;
+    nblocks = nhashed = 0;
+    pp_paged_clear();
     memset(&totals, 0, sizeof totals);
     peak_index = 0;
     rising = 0;

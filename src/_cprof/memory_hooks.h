@@ -16,6 +16,15 @@
  * allocation number instead. 24 bytes: the table's size is the hooks' cost. */
 typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
 
+/* Exact mode's small blocks (memory_blocks.c), kept by page; tables locked.
+ * put: 0 not kept here (too large, unaligned, out of memory: the caller's
+ * table keeps it), 1 added, 2 replaced one at the same address. take: 1 if
+ * it was there (*site, *size filled). */
+#define PP_PAGED_MAX 512
+PP_MEM_HIDDEN int pp_paged_put(uintptr_t ptr, uint32_t site, uint64_t size);
+PP_MEM_HIDDEN int pp_paged_take(uintptr_t ptr, uint32_t *site, uint64_t *size);
+PP_MEM_HIDDEN void pp_paged_clear(void);
+
 /* 1: let this allocation of domain d (-1: none) through unrecorded. */
 PP_MEM_HIDDEN int pp_memory_pass_through(int d);
 /* src: 0 for a Python allocator (NumPy's handler too), PP_MEM_NATIVE for C code. */
