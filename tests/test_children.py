@@ -5,6 +5,7 @@ os._exit children; an unwritable output for a child; fork while other threads
 profile and allocate."""
 import glob
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -637,7 +638,10 @@ def test_fork_prints_what_it_prints_without_pyprof(tmp_path, mode):
                         "-o", str(tmp_path / "out.cprof"), str(prog), str(tmp_path / "log")],
                        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
     assert r.returncode == plain.returncode == 0, r.stderr
-    assert (r.stdout, r.stderr) == (plain.stdout, plain.stderr) == ("forked 100\n", "")
+    # a loaded machine may hold wall ticks back: pyprof says so (cli.py), not the fork
+    ours = re.sub(r"^pyprof: note: asked for \d+ samples per second, got \d+ .*\n", "", r.stderr,
+                  flags=re.M)
+    assert (r.stdout, ours) == (plain.stdout, plain.stderr) == ("forked 100\n", "")
     lines = (tmp_path / "log").read_text().split("\n")[:-1]
     parents = [line.split() for line in lines if line.startswith("parent")]
     assert len(parents) == 100
