@@ -202,8 +202,10 @@ def test_blocking_calls_behave_as_without_pyprof(tmp_path):
     assert signals > 50, r.stdout
     assert parked >= 6, r.stdout
     charged = json.loads(r.stdout.split("charged", 1)[1])
+    # against each call's own duration: a loaded machine wakes the Timer late
     for name in ("sleep", "recv", "select", "subprocess", "queue", "event-timeout"):
-        assert 0.27 <= charged.get(name, 0) <= 0.4, (name, charged)
+        took = float(words[words.index(name) + 2])
+        assert 0.9 * took <= charged.get(name, 0) <= 1.33 * took, (name, took, charged)
 
 
 def test_threads_started_while_sampling_are_sampled():
