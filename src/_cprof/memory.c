@@ -57,7 +57,7 @@ static void unlock_tables(void)
 
 /* -------------------------------------------------------------- tables */
 
-static void *map_zeroed(size_t bytes)
+void *pp_mem_map(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -71,14 +71,6 @@ static void *map_zeroed(size_t bytes)
     return p;
 }
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
-
 /* Live blocks: open addressing, linear probing, backward-shift deletion.
  * A block's home slot keeps the allocator's locality: each 256 bytes of
  * address space has a run of 16 slots (one per 16 bytes, the allocators'
@@ -89,7 +81,7 @@ static inline uint64_t mix(uint64_t x)
  * regions hashed to one run spill little into the next. */
 static inline size_t home_of(uintptr_t ptr, size_t mask)
 {
-    return ((size_t)mix(ptr >> 8) << 4 | (size_t)((ptr >> 4) & 15)) & mask;
+    return ((size_t)pp_mem_mix(ptr >> 8) << 4 | (size_t)((ptr >> 4) & 15)) & mask;
 }
 
 /* size and count: what the block stands for (sampled mode: an estimate) */
@@ -137,7 +129,7 @@ static uint32_t interval_site;             /* ... reached by an allocation at th
 static int grow_blocks(void)
 {
     size_t ncap = nblocks_cap ? nblocks_cap * 2 : 1 << 16;
-    block *nb = map_zeroed(ncap * sizeof *nb);
+    block *nb = pp_mem_map(ncap * sizeof *nb);
     if (nb == NULL)
         return -1;
     for (size_t i = 0; i < nblocks_cap; i++) {
@@ -167,7 +159,7 @@ static int64_t sample_every;               /* 0: every block (exact mode) */
 
 static inline _Atomic uint32_t *filter_slot(uintptr_t ptr)
 {
-    return &filter[mix(ptr) >> (64 - FILTER_BITS)];
+    return &filter[pp_mem_mix(ptr) >> (64 - FILTER_BITS)];
 }
 
 /* Exact mode keeps small blocks by page (memory_blocks.c: no probing, denser
@@ -243,7 +235,7 @@ static int block_take(uintptr_t ptr, block *out)
 
 static inline uint64_t site_hash(uintptr_t code, uint32_t offset, uint32_t kind, uint32_t stack)
 {
-    return mix(code ^ ((uint64_t)offset << 48 | kind) ^ ((uint64_t)stack << 24));
+    return pp_mem_mix(code ^ ((uint64_t)offset << 48 | kind) ^ ((uint64_t)stack << 24));
 }
 
 /* Allocation stacks: distinct (code, offset) sequences, innermost first, each
@@ -277,7 +269,7 @@ static int regrow(void **p, size_t *cap, size_t need, size_t elem, size_t first)
     size_t ncap = *cap ? *cap : first;
     while (ncap < need)
         ncap *= 2;
-    void *np = map_zeroed(ncap * elem);
+    void *np = pp_mem_map(ncap * elem);
     if (np == NULL)
         return -1;
     if (*p) {
@@ -293,10 +285,10 @@ static uint64_t stack_hash(const rawstack *r)
 {
     uint64_t h = (uint64_t)r->depth | (uint64_t)r->nn << 32;
     for (int i = 0; i < r->depth; i++)
-        h = mix(h ^ r->codes[i] ^ ((uint64_t)r->offsets[i] << 40)
+        h = pp_mem_mix(h ^ r->codes[i] ^ ((uint64_t)r->offsets[i] << 40)
                 ^ ((uint64_t)r->entries[i] << 63));
     for (int i = 0; i < r->nn; i++)
-        h = mix(h ^ r->ips[i]);
+        h = pp_mem_mix(h ^ r->ips[i]);
     return h;
 }
 
@@ -319,7 +311,7 @@ static uint32_t stack_of(const rawstack *r, uint64_t h)
     int n = r->depth;
     if ((nstacks + 1) * 2 > sslots_cap) {
         size_t ncap = sslots_cap ? sslots_cap * 2 : 4096;
-        uint32_t *ns = map_zeroed(ncap * sizeof *ns);
+        uint32_t *ns = pp_mem_map(ncap * sizeof *ns);
         if (ns == NULL)
             return UINT32_MAX;
         for (size_t k = 0; k < nstacks; k++) {
@@ -360,8 +352,8 @@ static uint32_t stack_of(const rawstack *r, uint64_t h)
 static int grow_sites(void)
 {
     size_t ncap = sites_cap ? sites_cap * 2 : 4096;
-    pp_memsite *ns = map_zeroed(ncap * sizeof *ns);
-    uint32_t *nslots = map_zeroed(ncap * 2 * sizeof *nslots);
+    pp_memsite *ns = pp_mem_map(ncap * sizeof *ns);
+    uint32_t *nslots = pp_mem_map(ncap * 2 * sizeof *nslots);
     if (ns == NULL || nslots == NULL) {
         if (ns)
             munmap(ns, ncap * sizeof *ns);
@@ -442,7 +434,7 @@ static inline int picked(size_t size, uint64_t *bytes, uint32_t *count)
     uint64_t gen = atomic_load_explicit(&run_gen, memory_order_relaxed);
     if (s_pick.gen != gen) {
         s_pick.gen = gen;
-        s_pick.rng = mix((uintptr_t)&s_pick ^ gen * 0x9E3779B97F4A7C15ull) | 1;
+        s_pick.rng = pp_mem_mix((uintptr_t)&s_pick ^ gen * 0x9E3779B97F4A7C15ull) | 1;
         s_pick.countdown = draw_gap();
     }
     s_pick.countdown -= (int64_t)size;

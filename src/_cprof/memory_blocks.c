@@ -34,31 +34,12 @@ static size_t nspare, spare_cap;
 static uintptr_t last_key;                  /* the last page found, and its entry */
 static dirent *last_ent;
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
-
-static void *map(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    if (bytes >= (2u << 20))
-        madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 /* Grown in place where the kernel can (mremap): no copy of the records. */
 static int grow_mapping(void **p, size_t *cap, size_t elem, size_t first)
 {
     size_t ncap = *cap ? *cap * 2 : first;
-    void *np = *p ? mremap(*p, *cap * elem, ncap * elem, MREMAP_MAYMOVE) : map(ncap * elem);
+    void *np = *p ? mremap(*p, *cap * elem, ncap * elem, MREMAP_MAYMOVE)
+                  : pp_mem_map(ncap * elem);
     if (np == NULL || np == MAP_FAILED)
         return -1;
 #ifdef MADV_HUGEPAGE
@@ -76,7 +57,7 @@ static inline dirent *find(uintptr_t key)
         return last_ent;
     if (ndir == 0)
         return NULL;
-    size_t mask = dir_cap - 1, i = mix(key) & mask;
+    size_t mask = dir_cap - 1, i = pp_mem_mix(key) & mask;
     while (dir[i].key != key) {
         if (dir[i].key == 0)
             return NULL;
@@ -90,13 +71,13 @@ static inline dirent *find(uintptr_t key)
 static int grow_dir(void)
 {
     size_t ncap = dir_cap ? dir_cap * 2 : 1024;
-    dirent *nd = map(ncap * sizeof *nd);
+    dirent *nd = pp_mem_map(ncap * sizeof *nd);
     if (nd == NULL)
         return -1;
     for (size_t i = 0; i < dir_cap; i++) {
         if (dir[i].key == 0)
             continue;
-        size_t j = mix(dir[i].key) & (ncap - 1);
+        size_t j = pp_mem_mix(dir[i].key) & (ncap - 1);
         while (nd[j].key != 0)
             j = (j + 1) & (ncap - 1);
         nd[j] = dir[i];
@@ -124,7 +105,7 @@ static dirent *add_page(uintptr_t key)
             return NULL;
         rec = (uint32_t)npool++;
     }
-    size_t mask = dir_cap - 1, i = mix(key) & mask;
+    size_t mask = dir_cap - 1, i = pp_mem_mix(key) & mask;
     while (dir[i].key != 0)
         i = (i + 1) & mask;
     dir[i] = (dirent){key, rec, 0};
@@ -140,7 +121,7 @@ static void drop_page(dirent *d)
     spare[nspare++] = d->rec;
     size_t mask = dir_cap - 1, hole = (size_t)(d - dir);
     for (size_t j = (hole + 1) & mask; dir[j].key != 0; j = (j + 1) & mask) {
-        size_t home = mix(dir[j].key) & mask;
+        size_t home = pp_mem_mix(dir[j].key) & mask;
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             dir[hole] = dir[j];
             hole = j;

@@ -16,6 +16,17 @@
  * allocation number instead. 24 bytes: the table's size is the hooks' cost. */
 typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
 
+/* The engine's tables live in anonymous mappings, never in malloc's heap. */
+PP_MEM_HIDDEN void *pp_mem_map(size_t bytes);       /* zeroed; NULL if refused */
+
+static inline uint64_t pp_mem_mix(uint64_t x)       /* a 64-bit finalizer (hashing) */
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
 /* Exact mode's small blocks (memory_blocks.c), kept by page; tables locked.
  * put: 0 not kept here (too large, unaligned, out of memory: the caller's
  * table keeps it), 1 added, 2 replaced one at the same address. take: 1 if
