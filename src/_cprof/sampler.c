@@ -130,26 +130,17 @@ static rawrec *ring_reserve(uint32_t len)
 /* Signal handler context. The time a sample stands for: CPU mode, the
  * thread's CPU clock since its last recorded sample (CPU timers fire at most
  * once per kernel tick, whatever the rate asked); wall mode, the wall time
- * since then (coalesced signals). A thread's first sample of a run starts
- * from its clock at start (CPU: threads alive then; one born later started at
- * 0) or, in wall mode, weighs one interval. */
+ * since then (coalesced signals). A thread's first sample of a run weighs
+ * one interval: in CPU mode the process's CPU per signal, given by the drain
+ * (sampler_drain.c says why), 0 here. */
 static int64_t sample_weight(int64_t now, int64_t *clock_now)
 {
     int64_t base;
     if (S.mode == PP_SAMPLE_CPU) {
         *clock_now = thread_cpu_ns();
-        base = 0;
-        if (s_tls.run == S.run) {
-            base = s_tls.last;
-        }
-        else {
-            pid_t me = (pid_t)syscall(SYS_gettid);
-            for (uint32_t i = 0; i < S.nbase; i++)
-                if (S.base[i].tid == me) {
-                    base = S.base[i].cpu_ns;
-                    break;
-                }
-        }
+        if (s_tls.run != S.run)
+            return 0;
+        base = s_tls.last;
     }
     else {
         *clock_now = now;
@@ -191,7 +182,7 @@ int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
  * (the handler; the helper for a new thread's first sample). */
 int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
                          const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight, uintptr_t coro)
+                         int nnative, int64_t weight, uintptr_t coro, uint16_t flags)
 {
     uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
                               + (size_t)nnative * sizeof(uintptr_t));
@@ -208,7 +199,7 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
     r->truncated = (uint8_t)truncated;
     r->nframes = (uint16_t)nframes;
     r->nnative = (uint16_t)nnative;
-    r->pad = 0;
+    r->pad = flags;
     r->weight_ns = weight;
     r->coro = coro;
     atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
@@ -413,9 +404,13 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         weight = sample_weight(now, &clock_now);
     }
 
+    /* CPU mode: what the thread runs after its last sample no sample sees;
+     * its first one carries that, in the drain (sampler_drain.c) */
+    uint16_t first = S.mode == PP_SAMPLE_CPU && s_tls.run != S.run ? REC_FIRST : 0;
     if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
                               ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
-                              frames, nframes, native, nnative, weight, S.async ? coro : 0))
+                              frames, nframes, native, nnative, weight, S.async ? coro : 0,
+                              first))
         goto done;
     if (sl) {                           /* not parked: only this thread moves it now */
         atomic_store(&sl->accounted, now);
@@ -763,28 +758,12 @@ static void atfork_child(void)
     atomic_store(&S.paused, 0);
 }
 
-/* GIL held, before the handler is active: every thread's CPU clock, the base
- * of its first sample. */
-static void read_start_clocks(void)
+/* GIL held, before the handler is active: a new run (every thread's next
+ * sample is its first of the run). */
+static void new_run(void)
 {
     S.run++;
-    S.nbase = 0;
     atomic_store(&S.weight_ns, 0);
-    if (S.mode != PP_SAMPLE_CPU)
-        return;
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL && S.nbase < MAX_BASE) {
-        pid_t tid = (pid_t)atoi(e->d_name);
-        struct timespec t;
-        /* MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED): what glibc's pthread_getcpuclockid gives */
-        if (tid > 0 && clock_gettime(pp_thread_cpu_clock(tid), &t) == 0) {
-            S.base[S.nbase].tid = tid;
-            S.base[S.nbase++].cpu_ns = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-        }
-    }
-    if (d)
-        closedir(d);
 }
 
 int pp_sampler_start(pp_sampling *p)
@@ -887,7 +866,7 @@ int pp_sampler_start(pp_sampling *p)
         return -1;
     }
     have_prev_sigprof = 1;
-    read_start_clocks();
+    new_run();
     S.started_ns = pp_mono_ns();
     S.cpu0_ns = process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
@@ -1021,6 +1000,14 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->parked = atomic_load(&S.parked);
     out->woken = atomic_load(&S.woken);
     out->idle_ticks = atomic_load(&S.idle_ticks);
+}
+
+int64_t pp_sampler_cpu_interval(void)
+{
+    uint64_t n = atomic_load(&S.signals);
+    int64_t cpu = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+    int64_t per = n > 0 && cpu > 0 ? cpu / (int64_t)n : 0;
+    return per > S.interval_ns ? per : S.interval_ns;
 }
 
 /* Signals per CPU second in cpu mode (the requested rate's unit); in wall mode, per

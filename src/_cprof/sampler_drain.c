@@ -316,6 +316,19 @@ uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t o
     return frame_line(s, fid, code, offset);
 }
 
+/* CPU mode: a thread's first sample of a run weighs one interval of the
+ * process's signals (its CPU per signal so far), not the thread's CPU since
+ * the run began; later ones weigh the thread's CPU since its previous one.
+ * The CPU after a thread's last sample is seen by no sample: the process's
+ * timer ticks every interval of its CPU, so a thread running alone is
+ * sampled first at a uniform point of its first interval and stops at a
+ * uniform point of its last, and one interval for the first gap makes up for
+ * both; a thread shorter than one interval (a thread per request) is
+ * sampled with a chance of its CPU / the interval, and weighs one interval
+ * when it is. By the thread's own CPU since the run began, a thread lost
+ * half an interval on average, and a short one nearly all its time. */
+static int64_t first_weight;
+
 static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
 {
     pp_samples *s = &p->samples;
@@ -363,14 +376,20 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
     n = kept;
     uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
     uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
+    int64_t weight = r->weight_ns;
+    if ((r->pad & REC_FIRST) && st != PP_NONE) {
+        weight = first_weight;
+        atomic_fetch_add_explicit(&S.weight_ns, first_weight - r->weight_ns,
+                                  memory_order_relaxed);
+    }
     if (st != PP_NONE)
-        add_sample(s, thread, st, r->state, r->weight_ns, 1);
+        add_sample(s, thread, st, r->state, weight, 1);
     if (thread != PP_NONE) {
         set_last_stack(thread, st);
         int worker = r->coro == 0;      /* to_thread work: the task awaits it meanwhile */
         set_last_task(thread, st != PP_NONE && !worker ? row : PP_NONE);
         if (st != PP_NONE && row != PP_NONE && !worker)
-            pp_async_ran(p, row, thread, r->t_ns, r->weight_ns);
+            pp_async_ran(p, row, thread, r->t_ns, weight);
     }
     else if (runner_only) {
         uint32_t ix = pp_index_get(&p->threads->native, (uint64_t)r->tid + 1);
@@ -453,6 +472,7 @@ static void drain_locked(pp_sampling *p)
     uint64_t fr[MAX_FRAMES + 1];
     int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
     p->threads->sample_pass++;
+    first_weight = S.mode == PP_SAMPLE_CPU ? pp_sampler_cpu_interval() : 0;
     pthread_mutex_lock(&ring_mu);
     for (size_t off = 0; off < spill_used;) {
         const rawrec *r = (const rawrec *)(spill + off);

@@ -27,6 +27,7 @@
 #define NAME_NS (30 * 1000 * 1000)
 #define REC_ALIGN 8
 #define REC_REPEAT 1            /* rawrec.pad: no frames; the thread's last stack, idle */
+#define REC_FIRST 2             /* rawrec.pad: CPU mode, the thread's first sample of the run */
 
 /* One raw sample, as the handler writes it. */
 typedef struct {
@@ -44,7 +45,6 @@ typedef struct {
     /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
 } rawrec;
 
-#define MAX_BASE 512           /* threads whose CPU clock start reads at start */
 
 
 struct wslot;
@@ -106,8 +106,6 @@ typedef struct {
     /* CPU mode: the CPU clocks of the threads alive at start (read-only while
      * active: the handler scans it for a thread's first sample of the run) */
     uint64_t run;                   /* bumped per start: tells a TLS reading of an older run */
-    uint32_t nbase;
-    struct { pid_t tid; int64_t cpu_ns; } base[MAX_BASE];
     _Atomic int64_t weight_ns;      /* total weight recorded (the achieved rate's time) */
 } pp_sampler_global;
 
@@ -150,7 +148,10 @@ static inline clockid_t pp_thread_cpu_clock(pid_t tid)
 int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight);
 int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
                          const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight, uintptr_t coro);
+                         int nnative, int64_t weight, uintptr_t coro, uint16_t flags);
+/* CPU mode: the process's CPU time per signal so far (at least the interval
+ * asked; more where the kernel coalesces ticks). */
+int64_t pp_sampler_cpu_interval(void);
 
 /* ---- wall mode's thread slots (sampler_wall.c; see sampler.c on parking) */
 

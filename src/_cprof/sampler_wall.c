@@ -144,7 +144,7 @@ static void charge_ended(wslot *sl, int64_t end)
     if (left > prev && left < end) {
         pp_ring_write_repeat(sl->tid, sl->ident, left, left - prev);
         pp_ring_write_sample((uint32_t)sl->tid, sl->ident, end, PP_STATE_IDLE, 0, no_frames, 0,
-                             no_native, 0, end - left, 0);
+                             no_native, 0, end - left, 0, 0);
     }
     else
         pp_ring_write_repeat(sl->tid, sl->ident, end, end - prev);
@@ -255,7 +255,7 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     if (nframes <= 0
         || !pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
                                  frames, nframes, no_native, 0, now > from ? now - from : 0,
-                                 S.async ? coro : 0))
+                                 S.async ? coro : 0, 0))
         return 0;
     atomic_store(&sl->accounted, now);
     atomic_store(&sl->sampled, 1);
@@ -423,7 +423,7 @@ void pp_wall_resolve_suspects(void)
                 pp_ring_write_repeat(sl->tid, sl->ident, from, from - prev);
             if (pp_ring_write_sample((uint32_t)sl->tid, sl->ident, now, PP_STATE_IDLE, truncated,
                                      frames, nframes, no_native, 0, now - from,
-                                     S.async ? coro : 0)) {
+                                     S.async ? coro : 0, 0)) {
                 atomic_store(&sl->accounted, now);
                 sl->where = where;
                 /* the ticks it stands for, as a parked thread's repeat counts them */

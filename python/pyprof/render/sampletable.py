@@ -21,8 +21,9 @@ def header(session) -> str:
     weight = sum(c.weight for c in session.samples.values())
     mean = weight / n / 1e6 if n else 0.0
     clock = "CPU" if si.get("mode") == "cpu" else "wall-clock"
+    first = "; a thread's first, one interval" if si.get("mode") == "cpu" else ""
     return head + (f"each sample stands for the {clock} time its thread used since its "
-                   f"previous sample (on average {mean:.3g} ms)\n")
+                   f"previous sample{first} (on average {mean:.3g} ms)\n")
 
 
 def write_functions(session, out, limit=40):
