@@ -899,11 +899,101 @@ def test_short_lived_threads_keep_their_cpu(tmp_path, n, work, together, rate):
     s = Session.load(tmp_path / "s.cprof")
     got = sum(c.weight for (_, sid, _), c in s.samples.items()
               if any(s.functions[fid].name == "worker" for fid, _ in s.stacks[sid].frames)) / 1e9
-    # a statistical estimate: 2-3 % spread in runs here; a chance of a
-    # thread's CPU / interval of a sample for the short ones
-    assert 0.88 * truth < got < 1.15 * truth, (got, truth)
+    # a statistical estimate: 0.95-1.04x in runs here, 0.76-1.19x with two
+    # other test runs beside it on two CPUs (the stop 26 build: 0.27x, 0.27x,
+    # 0.75-0.83x)
+    lo = 0.85 if work > 0.01 else 0.7
+    assert lo * truth < got < 1.25 * truth, (got, truth)
     si = s.info["sampling"]
-    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=0.1), si
+    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=0.2), si
+
+
+SHORT_THREADS_WALL = textwrap.dedent("""
+    import json, sys, threading, time
+
+    n, work, together = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+    took = []
+
+    def spin(sec):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < sec:
+            pass
+
+    def worker():
+        t0 = time.perf_counter()
+        spin(work)
+        took.append(time.perf_counter() - t0)
+
+    spin(0.2)
+    for i in range(0, n, together):
+        ts = [threading.Thread(target=worker) for _ in range(together)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    with open("truth.json", "w") as f:
+        json.dump(sum(took), f)
+""")
+
+
+@pytest.mark.parametrize("n,work,together,rate", [
+    (1000, 0.002, 1, 200),      # a thread per request, each shorter than an interval
+    (200, 0.002, 8, 1000),      # eight at a time
+    (40, 0.02, 1, 100),         # a few intervals each
+])
+def test_short_lived_threads_keep_their_wall_time(tmp_path, n, work, together, rate):
+    """Wall mode: a thread threading starts makes its slot as it starts, its
+    first tick at a random point of its first interval weighing one interval
+    (docs/sampling.md). Before, a thread that ended before the helper's next
+    look (every 10 ms, once it has the GIL) got no sample at all: 0.0x the
+    truth for 2 ms threads, 0.70-0.84x for 20 ms ones at 100 Hz."""
+    (tmp_path / "short.py").write_text(SHORT_THREADS_WALL)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--wall", "--rate", str(rate),
+                        "-o", "s.cprof", "short.py", str(n), str(work), str(together)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    s = Session.load(tmp_path / "s.cprof")
+    got = sum(c.weight for (_, sid, _), c in s.samples.items()
+              if any(s.functions[fid].name == "worker" for fid, _ in s.stacks[sid].frames)) / 1e9
+    # 0.91-1.04x in runs here (a short thread gets a sample with a chance of
+    # its time / the interval: 2 s of them at 200 Hz, 5 % spread)
+    assert 0.8 * truth < got < 1.25 * truth, (got, truth)
+
+
+def test_wall_sampling_wraps_thread_start_only_while_it_runs():
+    """The wrapper of threading's start function is there while wall sampling
+    runs and put back after; one the program set meanwhile is left alone."""
+    name = "_start_joinable_thread" if sys.version_info >= (3, 13) else "_start_new_thread"
+    orig = getattr(threading, name)
+    p = pyprof.Profile(mode="sample", wall=True)
+    p.enable()
+    try:
+        wrapped = getattr(threading, name)
+        assert wrapped is not orig
+        out = []
+        t = threading.Thread(target=out.append, args=(threading.get_native_id,))
+        t.start()
+        t.join()
+        assert out == [threading.get_native_id]            # arguments passed through
+    finally:
+        p.disable()
+    assert getattr(threading, name) is orig
+    theirs = lambda *a, **k: orig(*a, **k)                  # noqa: E731
+    p = pyprof.Profile(mode="sample", wall=True)
+    p.enable()
+    setattr(threading, name, theirs)
+    try:
+        p.disable()
+        assert getattr(threading, name) is theirs
+    finally:
+        setattr(threading, name, orig)
+    p = pyprof.Profile(mode="sample")                       # CPU mode: not wrapped
+    p.enable()
+    try:
+        assert getattr(threading, name) is orig
+    finally:
+        p.disable()
 
 
 def sampletable_header(session):
@@ -1018,9 +1108,10 @@ def test_idle_threads_are_charged_without_being_interrupted(tmp_path, n, rate, e
     assert sum(1 for e, _ in off if e > 0.05) <= len(off) // 100, off[:15]
 
 
-# Threads started under wall sampling start parked: the helper reads the new
-# thread's stack (it holds the GIL: the thread cannot be running Python) and
-# the thread gets no signal (one with --native, to unwind its native stack).
+# Threads started under wall sampling and blocked at once are parked after
+# one signal each: their first tick, at a random point of their first
+# interval (so that a thread shorter than an interval is sampled in
+# proportion to its time, docs/sampling.md), finds them blocked.
 QUIET_START = textwrap.dedent("""
     import json, sys, threading, time
     import pyprof
@@ -1081,9 +1172,9 @@ def test_new_threads_start_parked_without_signals(tmp_path, native):
         late = out["late"][name] * 1e9
         assert c["blocked"] >= 0.95e9 and c["other"] <= late + 0.02e9, (name, c, late)
     # the main thread's ticks while it starts them (1 kHz) and until it parks in
-    # sleep(); one signal per thread with --native
+    # sleep(); one signal per thread (its first tick)
     main = out["starting"] * 1000 + 100
-    assert out["signals"] <= (n + main if native else main), out
+    assert out["signals"] <= n + main, out
 
 
 SUBINTERPRETERS = textwrap.dedent('''

@@ -20,6 +20,13 @@
  * hooks: 3.13 (gh-137109 moved it before them again; its 3.13 backport is not
  * relied on). */
 #define PP_FORK_COUNTS_AFTER_HOOKS (PY_VERSION_HEX >= 0x030D0000)
+/* The function in `threading` that Thread.start calls with the new thread's
+ * function first (sampler_wall.c wraps it while wall sampling runs). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define PP_THREADING_START "_start_joinable_thread"
+#else
+#define PP_THREADING_START "_start_new_thread"
+#endif
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */

@@ -64,8 +64,10 @@ static int have_prev_sigprof;
  * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
  * samples its wall timer stops (it is "parked") and the time it stays so is
  * charged to its last stack, in the idle state, without interrupting it
- * (REPEAT records). A new thread starts parked, its first stack read by the
- * helper. A parked thread is woken (SIG_WAKE) by a CPU-clock timer on itself
+ * (REPEAT records). A new thread that threading starts makes its slot as it
+ * starts (sampler_wall.c): its first tick falls in its first interval, and
+ * the first time a tick finds it blocked it parks at once. One the helper finds starts parked,
+ * its first stack read by the helper. A parked thread is woken (SIG_WAKE) by a CPU-clock timer on itself
  * (it used WAKE_CPU_NS of CPU) or by the ticker, which sees its CPU clock move
  * or it hold the GIL. Woken, it is sampled; if it runs (holds the GIL, or
  * uses CPU) its tick starts again, else (waiting for the GIL, blocked again)
@@ -424,6 +426,8 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
         /* no frames: a thread starting or ending, which will soon run */
         if (state != PP_STATE_IDLE || nframes == 0)
             s_tls.idle_since = 0;
+        else if (atomic_load(&sl->young))   /* a new thread blocked: as if it started parked */
+            park(sl, 1, pp_stack_key(frames, nframes));
         else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run || s_tls.cpu_out == 0) {
             s_tls.idle_since = now;
             s_tls.idle_cpu = 0;
@@ -891,6 +895,8 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
+    if (S.mode == PP_SAMPLE_WALL)
+        pp_wall_hook_threads(1);
     return 0;
 }
 
@@ -901,6 +907,8 @@ int pp_sampler_stop(pp_sampling *p)
     int own_process = S.pid == getpid();
     if (own_process)
         check_takeover();
+    if (S.mode == PP_SAMPLE_WALL && PyGILState_Check())
+        pp_wall_hook_threads(0);
     /* stop first: the helper must not read our own disarming as a takeover */
     if (own_process && S.have_thread)
         wake_helper();

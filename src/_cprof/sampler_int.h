@@ -192,6 +192,7 @@ typedef struct wslot {
     timer_t tick, wake;         /* CLOCK_MONOTONIC; the thread's CPU clock */
     int have_wake;
     int native_looked;          /* --native: woken where it waits once since it parked running */
+    _Atomic int young;          /* never parked yet: parks at its first idle sample */
     int alive;                  /* seen by the current refresh */
     _Atomic int parked;
     _Atomic int64_t accounted;  /* the thread's time up to here is in the ring */
@@ -267,6 +268,9 @@ void pp_wall_refresh(void);
 void pp_wall_resolve_suspects(void);
 void pp_wall_flush(void);
 void pp_wall_delete(int own_process);
+/* GIL held: threading's start function wrapped while wall sampling runs (on),
+ * put back (off): each new thread makes its own slot as it starts. */
+void pp_wall_hook_threads(int on);
 /* The ticker (pp_wall_mu held, never the GIL): wakes the parked threads
  * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
 uint32_t pp_wall_look(int64_t since_ns);

@@ -52,6 +52,7 @@ int pp_wall_set_parked(wslot *sl, int64_t cpu, int fresh)
         atomic_store(&sl->duty_cpu, cpu);
     }
     atomic_store(&sl->left_ns, 0);
+    atomic_store(&sl->young, 0);
     atomic_store(&sl->parked, 1);
     atomic_fetch_add_explicit(&S.nparked, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&S.parked, 1, memory_order_relaxed);
@@ -263,6 +264,46 @@ static int start_parked(wslot *sl, PyThreadState *ts, pid_t self)
     return pp_wall_set_parked(sl, pp_ts_ns(c), 1);
 }
 
+/* GIL and pp_wall_mu held: a slot with its timers (not armed) for thread
+ * `tid`, charged from `accounted`. 1 made; 0 not (the thread just exited,
+ * or out of timers); -1 out of memory. The caller arms it and lists it. */
+static int make_slot(PyThreadState *ts, pid_t tid, int64_t accounted, wslot **out)
+{
+    if (S.prof)             /* its record, in the order threads appear */
+        (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
+    if (S.nslots == S.cap_slots
+        && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
+        return -1;
+    wslot *sl = new_slot();
+    if (sl == NULL)
+        return -1;
+    sl->tid = tid;
+    sl->ts_id = pp_tstate_serial(ts);
+    sl->ident = (uint64_t)pp_tstate_ident(ts);
+    sl->tstate = (uintptr_t)ts;
+    sl->run = S.run;
+    sl->alive = 1;
+    atomic_store(&sl->parked, 0);
+    atomic_store(&sl->sampled, 0);
+    atomic_store(&sl->moved_ns, MOVED_CPU_NS);
+    atomic_store(&sl->suspect_ns, 0);
+    sl->native_looked = 0;
+    atomic_store(&sl->young, 1);
+    sl->where = 0;
+    sl->doubt_ns = 0;
+    atomic_store(&sl->accounted, accounted);
+    if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
+        sl->next_free = free_slots;
+        free_slots = sl;
+        return 0;
+    }
+    sl->have_wake = make_timer(pp_thread_cpu_clock(tid), tid,
+                               (char *)sl + SIG_WAKE, &sl->wake) == 0;
+    atomic_store_explicit(&sl->magic, SLOT_MAGIC, memory_order_release);
+    *out = sl;
+    return 1;
+}
+
 /* GIL held: a slot with its timers for every Python thread with a kernel
  * thread; the slots of threads that are gone are dropped. */
 void pp_wall_refresh(void)
@@ -316,38 +357,14 @@ void pp_wall_refresh(void)
             unbound = 1;
             continue;
         }
-        if (S.prof)             /* its record, in the order threads appear */
-            (void)pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts));
-        if (S.nslots == S.cap_slots
-            && pp_sampler_grow_array((void **)&S.slots, &S.cap_slots, S.nslots + 1, sizeof *S.slots) < 0)
-            break;
-        wslot *sl = new_slot();
-        if (sl == NULL)
-            break;
-        sl->tid = tid;
-        sl->ts_id = pp_tstate_serial(ts);
-        sl->ident = (uint64_t)pp_tstate_ident(ts);
-        sl->tstate = (uintptr_t)ts;
-        sl->run = S.run;
-        sl->alive = 1;
-        atomic_store(&sl->parked, 0);
-        atomic_store(&sl->sampled, 0);
-        atomic_store(&sl->moved_ns, MOVED_CPU_NS);
-        atomic_store(&sl->suspect_ns, 0);
-        sl->native_looked = 0;
-        sl->where = 0;
-        sl->doubt_ns = 0;
+        wslot *sl;
         /* threads alive at start count from the start, later ones from theirs */
-        atomic_store(&sl->accounted, born <= 0 || born > now ? now
-                                     : born < S.started_ns ? S.started_ns : born);
-        if (make_timer(CLOCK_MONOTONIC, tid, sl, &sl->tick) != 0) {
-            sl->next_free = free_slots;     /* the thread just exited, or out of timers */
-            free_slots = sl;
+        int made = make_slot(ts, tid, born <= 0 || born > now ? now
+                                      : born < S.started_ns ? S.started_ns : born, &sl);
+        if (made < 0)
+            break;
+        if (made == 0)
             continue;
-        }
-        sl->have_wake = make_timer(pp_thread_cpu_clock(tid), tid,
-                                   (char *)sl + SIG_WAKE, &sl->wake) == 0;
-        atomic_store_explicit(&sl->magic, SLOT_MAGIC, memory_order_release);
         if (!start_parked(sl, ts, self)) {
             struct itimerspec its = pp_itimer(S.interval_ns, S.interval_ns);
             if (timer_settime(sl->tick, 0, &its, NULL) != 0) {
@@ -366,6 +383,131 @@ void pp_wall_refresh(void)
     }
     S.nslots = k;
     atomic_store(&S.unbound, unbound);
+}
+
+/* ------------------------------------- new threads: a slot from their start */
+
+/* A thread the refresh finds is charged from its start, but one that ends
+ * between two refreshes (every SCAN_NS, once the helper has the GIL) was
+ * never seen: 200 threads of 2 ms, one after the other, got no sample. So
+ * while wall sampling runs, threading's start function is wrapped, and each
+ * new thread makes its own slot before it runs its target. Its first tick
+ * comes at a uniform point of its first interval and weighs one interval
+ * (the thread's charge starts one interval before that tick): a thread
+ * shorter than an interval is sampled with a chance of its time over the
+ * interval, and the time after a thread's last tick, which no tick sees, is
+ * made up for (as for CPU mode's first samples, sampler_drain.c). */
+static void thread_begins(void)
+{
+    if (!atomic_load(&S.active) || S.mode != PP_SAMPLE_WALL || S.pid != getpid() || !S.prof)
+        return;
+    PyThreadState *ts = PyThreadState_Get();
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int64_t now = pp_mono_ns();
+    uint64_t x = ((uint64_t)tid << 32 ^ (uint64_t)now) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    int64_t phase = 1 + (int64_t)(x % (uint64_t)S.interval_ns);
+    pthread_mutex_lock(&pp_wall_mu);
+    uint32_t i = 0;
+    while (i < S.nslots && S.slots[i]->tid != tid)
+        i++;
+    wslot *sl;
+    if (i == S.nslots && atomic_load(&S.active)
+        && make_slot(ts, tid, now + phase - S.interval_ns, &sl) > 0) {
+        struct itimerspec its = pp_itimer(phase, S.interval_ns);
+        if (timer_settime(sl->tick, 0, &its, NULL) != 0)
+            drop_slot(sl, 1);
+        else
+            S.slots[S.nslots++] = sl;
+    }
+    pthread_mutex_unlock(&pp_wall_mu);
+}
+
+/* The new thread's function behind thread_begins: a C call, so no frame of
+ * pyprof's is in the thread's stack. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn;
+} begin_obj;
+
+static PyObject *begin_call(PyObject *self, PyObject *args, PyObject *kw)
+{
+    thread_begins();
+    return PyObject_Call(((begin_obj *)self)->fn, args, kw);
+}
+
+static void begin_dealloc(PyObject *self)
+{
+    Py_XDECREF(((begin_obj *)self)->fn);
+    PyObject_Free(self);
+}
+
+static PyTypeObject begin_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyprof._cprof.ThreadBegins",
+    .tp_basicsize = sizeof(begin_obj),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_call = begin_call,
+    .tp_dealloc = begin_dealloc,
+};
+
+/* threading's start function, wrapped (self: the original): the new
+ * thread's function, its first argument, goes behind thread_begins. */
+static PyObject *start_wrapped(PyObject *orig, PyObject *args, PyObject *kw)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    if (n < 1)
+        return PyObject_Call(orig, args, kw);
+    begin_obj *b = PyObject_New(begin_obj, &begin_type);
+    PyObject *nargs = b ? PyTuple_New(n) : NULL;
+    if (nargs == NULL) {
+        Py_XDECREF(b);
+        return NULL;
+    }
+    b->fn = Py_NewRef(PyTuple_GET_ITEM(args, 0));
+    PyTuple_SET_ITEM(nargs, 0, (PyObject *)b);
+    for (Py_ssize_t i = 1; i < n; i++)
+        PyTuple_SET_ITEM(nargs, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    PyObject *r = PyObject_Call(orig, nargs, kw);
+    Py_DECREF(nargs);
+    return r;
+}
+
+static PyMethodDef start_def = {
+    PP_THREADING_START, (PyCFunction)(void (*)(void))start_wrapped,
+    METH_VARARGS | METH_KEYWORDS,
+    "threading's thread start, wrapped by pyprof's wall sampler (docs/sampling.md)"};
+
+static PyObject *hooked_module, *hook;
+
+/* GIL held: wrap threading's start function (on) or put it back, if it is
+ * still ours (off). Never leaves an exception set. */
+void pp_wall_hook_threads(int on)
+{
+    if (PyErr_Occurred())
+        return;                         /* not while an exception passes */
+    if (on && hook == NULL && PyType_Ready(&begin_type) == 0) {
+        PyObject *mod = PyImport_ImportModule("threading");
+        PyObject *orig = mod ? PyObject_GetAttrString(mod, PP_THREADING_START) : NULL;
+        PyObject *wrapped = orig ? PyCFunction_NewEx(&start_def, orig, NULL) : NULL;
+        if (wrapped && PyObject_SetAttrString(mod, PP_THREADING_START, wrapped) == 0) {
+            hooked_module = Py_NewRef(mod);
+            hook = Py_NewRef(wrapped);
+        }
+        Py_XDECREF(wrapped);
+        Py_XDECREF(orig);
+        Py_XDECREF(mod);
+    }
+    else if (!on && hook != NULL) {
+        PyObject *now = PyObject_GetAttrString(hooked_module, PP_THREADING_START);
+        if (now == hook)
+            (void)PyObject_SetAttrString(hooked_module, PP_THREADING_START,
+                                         PyCFunction_GET_SELF(hook));
+        Py_XDECREF(now);
+        Py_CLEAR(hook);
+        Py_CLEAR(hooked_module);
+    }
+    PyErr_Clear();
 }
 
 void pp_wall_delete(int own_process)
