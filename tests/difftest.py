@@ -31,7 +31,7 @@ memory  net bytes per line of the program's file at the end = tracemalloc's
 sample  every Python frame of every stack sampled by ``Profile(mode="sample",
         wall=True, rate=2000)`` is a function that started in the same
         program (``sys.monitoring`` PY_START on 3.12+; the profile hook,
-        ``sys.setprofile`` + ``threading.setprofile``, on 3.11), or a frame that was already running (the harness,
+        ``sys.setprofile``, from each thread's first frame, on 3.11), or a frame that was already running (the harness,
         pyprof's own ``enable``/``disable``, threading's bootstrap frames).
 
 Command line (the harness and ``make fuzz``):
@@ -275,13 +275,24 @@ def run_sample(path):
             mon.free_tool_id(tool)
             mon.restart_events()
     else:
-        threading.setprofile(hook)
+        # threading.setprofile's hook starts after a new thread's bootstrap has
+        # run functions of its own (Event.set...), which the sampler sees: the
+        # hook is set in the thread's first frame instead.
+        start = threading._start_new_thread
+
+        def start_seen(fn, args, kwargs=None):
+            def first():
+                sys.setprofile(hook)
+                return fn(*args, **(kwargs or {}))
+            return start(first, ())
+
+        threading._start_new_thread = start_seen
         sys.setprofile(hook)
         try:
             mod.main()
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)
+            threading._start_new_thread = start
     running = set()
     f = sys._getframe()
     while f is not None:
