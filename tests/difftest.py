@@ -243,6 +243,7 @@ def run_memory(path, tool):
 
 
 def run_sample(path):
+    import gc
     import threading
 
     import pyprof
@@ -269,6 +270,7 @@ def run_sample(path):
         mon.set_events(tool, mon.events.PY_START)
         try:
             mod.main()
+            gc.collect()            # finalizers of main's garbage (a loop's __del__) ran
         finally:
             mon.set_events(tool, 0)
             mon.register_callback(tool, mon.events.PY_START, None)
@@ -290,6 +292,7 @@ def run_sample(path):
         sys.setprofile(hook)
         try:
             mod.main()
+            gc.collect()
         finally:
             sys.setprofile(None)
             threading._start_new_thread = start
