@@ -856,73 +856,18 @@ SHORT_THREADS = textwrap.dedent("""
     import json, sys, threading, time
 
     n, work, together = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-    used = []
-
-    def spin(sec):
-        t0 = time.thread_time()
-        while time.thread_time() - t0 < sec:
-            pass
-
-    def worker():
-        spin(work)
-        used.append(time.thread_time())     # the thread's CPU, start to here
-
-    spin(0.2)
-    for i in range(0, n, together):
-        ts = [threading.Thread(target=worker) for _ in range(together)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    with open("truth.json", "w") as f:
-        json.dump(sum(used), f)
-""")
-
-
-@pytest.mark.parametrize("n,work,together,rate", [
-    (200, 0.002, 1, 1000),      # a thread per request, each shorter than an interval
-    (200, 0.002, 8, 1000),      # eight at a time
-    (40, 0.02, 1, 100),         # a few intervals each
-])
-def test_short_lived_threads_keep_their_cpu(tmp_path, n, work, together, rate):
-    """CPU mode: a thread's first sample weighs one interval of the process's
-    signals, not its CPU since it started (docs/sampling.md): the CPU after a
-    thread's last sample, which no sample sees, cost a thread a few intervals
-    long about a fifth of its time, and threads shorter than one interval about
-    three quarters at 1 kHz (0.26x the truth) and nine tenths at 100 Hz."""
-    (tmp_path / "short.py").write_text(SHORT_THREADS)
-    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--rate", str(rate),
-                        "-o", "s.cprof", "short.py", str(n), str(work), str(together)],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    truth = json.loads((tmp_path / "truth.json").read_text())
-    s = Session.load(tmp_path / "s.cprof")
-    got = sum(c.weight for (_, sid, _), c in s.samples.items()
-              if any(s.functions[fid].name == "worker" for fid, _ in s.stacks[sid].frames)) / 1e9
-    # a statistical estimate: 0.95-1.04x in runs here, 0.76-1.19x with two
-    # other test runs beside it on two CPUs (the stop 26 build: 0.27x, 0.27x,
-    # 0.75-0.83x)
-    lo = 0.85 if work > 0.01 else 0.7
-    assert lo * truth < got < 1.25 * truth, (got, truth)
-    si = s.info["sampling"]
-    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=0.2), si
-
-
-SHORT_THREADS_WALL = textwrap.dedent("""
-    import json, sys, threading, time
-
-    n, work, together = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+    clock = getattr(time, sys.argv[4])      # thread_time (CPU) or perf_counter (wall)
     took = []
 
     def spin(sec):
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < sec:
+        t0 = clock()
+        while clock() - t0 < sec:
             pass
 
     def worker():
-        t0 = time.perf_counter()
+        t0 = clock()
         spin(work)
-        took.append(time.perf_counter() - t0)
+        took.append(clock() - t0)
 
     spin(0.2)
     for i in range(0, n, together):
@@ -936,6 +881,40 @@ SHORT_THREADS_WALL = textwrap.dedent("""
 """)
 
 
+def short_threads(tmp_path, wall, n, work, together, rate):
+    """(seconds the samples in `worker` weigh, the workers' own sum, sampling info)."""
+    (tmp_path / "short.py").write_text(SHORT_THREADS)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", *(["--wall"] if wall else []),
+                        "--rate", str(rate), "-o", "s.cprof", "short.py", str(n), str(work),
+                        str(together), "perf_counter" if wall else "thread_time"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    s = Session.load(tmp_path / "s.cprof")
+    got = sum(c.weight for (_, sid, _), c in s.samples.items()
+              if any(s.functions[fid].name == "worker" for fid, _ in s.stacks[sid].frames)) / 1e9
+    return got, json.loads((tmp_path / "truth.json").read_text()), s.info["sampling"]
+
+
+@pytest.mark.parametrize("n,work,together,rate", [
+    (200, 0.002, 1, 1000),      # a thread per request, each shorter than an interval
+    (200, 0.002, 8, 1000),      # eight at a time
+    (40, 0.02, 1, 100),         # a few intervals each
+])
+def test_short_lived_threads_keep_their_cpu(tmp_path, n, work, together, rate):
+    """CPU mode: a thread's first sample weighs one interval of the process's
+    signals, not its CPU since it started (docs/sampling.md): the CPU after a
+    thread's last sample, which no sample sees, cost a thread a few intervals
+    long about a fifth of its time, and threads shorter than one interval about
+    three quarters at 1 kHz (0.26x the truth) and nine tenths at 100 Hz."""
+    got, truth, si = short_threads(tmp_path, False, n, work, together, rate)
+    # a statistical estimate: 0.95-1.04x in runs here, 0.76-1.19x with two
+    # other test runs beside it on two CPUs (the stop 26 build: 0.27x, 0.27x,
+    # 0.75-0.83x)
+    lo = 0.85 if work > 0.01 else 0.7
+    assert lo * truth < got < 1.25 * truth, (got, truth)
+    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=0.2), si
+
+
 @pytest.mark.parametrize("n,work,together,rate", [
     (1000, 0.002, 1, 200),      # a thread per request, each shorter than an interval
     (200, 0.002, 8, 1000),      # eight at a time
@@ -947,16 +926,8 @@ def test_short_lived_threads_keep_their_wall_time(tmp_path, n, work, together, r
     (docs/sampling.md). Before, a thread that ended before the helper's next
     look (every 10 ms, once it has the GIL) got no sample at all: 0.0x the
     truth for 2 ms threads, 0.70-0.84x for 20 ms ones at 100 Hz."""
-    (tmp_path / "short.py").write_text(SHORT_THREADS_WALL)
-    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--wall", "--rate", str(rate),
-                        "-o", "s.cprof", "short.py", str(n), str(work), str(together)],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    truth = json.loads((tmp_path / "truth.json").read_text())
-    s = Session.load(tmp_path / "s.cprof")
-    got = sum(c.weight for (_, sid, _), c in s.samples.items()
-              if any(s.functions[fid].name == "worker" for fid, _ in s.stacks[sid].frames)) / 1e9
-    # 0.91-1.04x in runs here (a short thread gets a sample with a chance of
+    got, truth, _ = short_threads(tmp_path, True, n, work, together, rate)
+    # 0.91-1.07x in runs here (a short thread gets a sample with a chance of
     # its time / the interval: 2 s of them at 200 Hz, 5 % spread)
     assert 0.8 * truth < got < 1.25 * truth, (got, truth)
 
