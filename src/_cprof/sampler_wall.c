@@ -412,7 +412,9 @@ static void thread_begins(void)
     while (i < S.nslots && S.slots[i]->tid != tid)
         i++;
     wslot *sl;
-    if (i == S.nslots && atomic_load(&S.active)
+    /* stopping sets S.stop before it deletes the slots under pp_wall_mu: none
+     * is made after (the stop joins its helpers without the GIL) */
+    if (i == S.nslots && atomic_load(&S.active) && !atomic_load(&S.stop)
         && make_slot(ts, tid, now + phase - S.interval_ns, &sl) > 0) {
         struct itimerspec its = pp_itimer(phase, S.interval_ns);
         if (timer_settime(sl->tick, 0, &its, NULL) != 0)
