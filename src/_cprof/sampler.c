@@ -56,6 +56,12 @@
 
 pp_sampler_global pp_sampler_g;
 
+/* CPU mode's earlier runs at the same rate (pp_sampler_cpu_interval): a
+ * short run (a decorated function's call) has too few signals of its own to
+ * tell the kernel's interval. */
+static int64_t past_cpu_ns, past_interval_ns;
+static uint64_t past_signals;
+
 /* SIGPROF's disposition before pyprof's first start (GIL held to change). */
 static struct sigaction prev_sigprof;
 static int have_prev_sigprof;
@@ -66,10 +72,11 @@ static int have_prev_sigprof;
  * charged to its last stack, in the idle state, without interrupting it
  * (REPEAT records). A new thread that threading starts makes its slot as it
  * starts (sampler_wall.c): its first tick falls in its first interval, and
- * the first time a tick finds it blocked it parks at once. One the helper finds starts parked,
- * its first stack read by the helper. A parked thread is woken (SIG_WAKE) by a CPU-clock timer on itself
- * (it used WAKE_CPU_NS of CPU) or by the ticker, which sees its CPU clock move
- * or it hold the GIL. Woken, it is sampled; if it runs (holds the GIL, or
+ * the first time a tick finds it blocked it parks at once. One the helper
+ * finds starts parked, its first stack read by the helper. A parked thread
+ * is woken (SIG_WAKE) by a CPU-clock timer on itself (it used WAKE_CPU_NS
+ * of CPU) or by the ticker, which sees its CPU clock move or it hold the
+ * GIL. Woken, it is sampled; if it runs (holds the GIL, or
  * uses CPU) its tick starts again, else (waiting for the GIL, blocked again)
  * it stays parked on the new stack. A tick then costs a signal per running
  * thread, nothing per parked one; a thread's wake-up costs one sample.
@@ -929,6 +936,15 @@ int pp_sampler_stop(pp_sampling *p)
     if (S.async)
         pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
+    if (S.mode == PP_SAMPLE_CPU) {
+        if (past_interval_ns != S.interval_ns) {
+            past_cpu_ns = 0;
+            past_signals = 0;
+            past_interval_ns = S.interval_ns;
+        }
+        past_cpu_ns += S.cpu1_ns - S.cpu0_ns;
+        past_signals += atomic_load(&S.signals);
+    }
     if (S.async)
         pp_async_stop(p, S.stopped_ns);
     pp_frames_watch_code(pp_sampler_drain_for_dying, 0);
@@ -1012,8 +1028,10 @@ void pp_sampler_get_info(pp_sampler_info *out)
 
 int64_t pp_sampler_cpu_interval(void)
 {
-    uint64_t n = atomic_load(&S.signals);
-    int64_t cpu = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+    int same = past_interval_ns == S.interval_ns;
+    uint64_t n = atomic_load(&S.signals) + (same ? past_signals : 0);
+    int64_t cpu = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns
+                  + (same ? past_cpu_ns : 0);
     int64_t per = n > 0 && cpu > 0 ? cpu / (int64_t)n : 0;
     return per > S.interval_ns ? per : S.interval_ns;
 }
