@@ -585,3 +585,138 @@ uintptr_t pp_interp_threads_head(void)
     PyInterpreterState *interp = PyInterpreterState_Main();
     return (uintptr_t)__atomic_load_n(&interp->threads.head, __ATOMIC_RELAXED);
 }
+
+/* ---------------------------------------------------------- other processes */
+
+static const pp_remote_layout remote_layouts[] = {
+    {.minor = 11,
+     .rt_interp_main = 48, .rt_main_thread = 80, .rt_gil = 360, .rt_tstate_current = 576,
+     .in_threads_head = 16, .in_gil_ptr = 0, .in_eval_breaker = 100,
+     .pc_lock = 112, .pc_count = 120, .pc_max = 0, .pc_calls = 128, .pc_first = 640,
+     .pc_last = 644, .pc_ncalls = 32, .pc_call_size = 16,
+     .gil_last_holder = 8, .gil_locked = 16,
+     .ts_next = 8, .ts_interp = 16, .ts_thread_id = 152, .ts_native_id = 160,
+     .ts_cframe = 56, .cf_current_frame = 8, .ts_eval_breaker = 0, .calls_to_do_bit = 0,
+     .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69,
+     .fr_owned_by_cstack = -1, .instr_is_next = 0,
+     .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_firstlineno = 72,
+     .co_linetable = 136, .co_code = 184,
+     .str_state = 32, .str_length = 16, .str_ascii_size = 48, .str_compact_size = 72,
+     .bytes_size = 16, .bytes_data = 32, .ob_type = 8},
+    {.minor = 12,
+     .rt_interp_main = 48, .rt_main_thread = 64, .rt_gil = 0, .rt_tstate_current = 0,
+     .in_threads_head = 72, .in_gil_ptr = 384, .in_eval_breaker = 368,
+     .pc_lock = 408, .pc_count = 416, .pc_max = 0, .pc_calls = 424, .pc_first = 936,
+     .pc_last = 940, .pc_ncalls = 32, .pc_call_size = 16,
+     .gil_last_holder = 8, .gil_locked = 16,
+     .ts_next = 8, .ts_interp = 16, .ts_thread_id = 136, .ts_native_id = 144,
+     .ts_cframe = 56, .cf_current_frame = 0, .ts_eval_breaker = 0, .calls_to_do_bit = 0,
+     .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70,
+     .fr_owned_by_cstack = 3, .instr_is_next = 0,
+     .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_firstlineno = 68,
+     .co_linetable = 136, .co_code = 192,
+     .str_state = 32, .str_length = 16, .str_ascii_size = 40, .str_compact_size = 56,
+     .bytes_size = 16, .bytes_data = 32, .ob_type = 8},
+    {.minor = 13,
+     .rt_interp_main = 640, .rt_main_thread = 656, .rt_gil = 0, .rt_tstate_current = 0,
+     .in_threads_head = 7344, .in_gil_ptr = 16, .in_eval_breaker = 0,
+     .pc_lock = 40, .pc_count = 44, .pc_max = 48, .pc_calls = 56, .pc_first = 7256,
+     .pc_last = 7260, .pc_ncalls = 300, .pc_call_size = 24,
+     .gil_last_holder = 8, .gil_locked = 16,
+     .ts_next = 8, .ts_interp = 16, .ts_thread_id = 152, .ts_native_id = 160,
+     .ts_cframe = 0, .cf_current_frame = 72, .ts_eval_breaker = 24, .calls_to_do_bit = 4,
+     .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70,
+     .fr_owned_by_cstack = 3, .instr_is_next = 1,
+     .co_filename = 112, .co_name = 120, .co_qualname = 128, .co_firstlineno = 68,
+     .co_linetable = 136, .co_code = 200,
+     .str_state = 32, .str_length = 16, .str_ascii_size = 40, .str_compact_size = 56,
+     .bytes_size = 16, .bytes_data = 32, .ob_type = 8},
+};
+
+const pp_remote_layout *pp_remote_layout_for(int minor)
+{
+    for (size_t i = 0; i < sizeof remote_layouts / sizeof remote_layouts[0]; i++)
+        if (remote_layouts[i].minor == minor)
+            return &remote_layouts[i];
+    return NULL;
+}
+
+/* This build's own row against the structures it is compiled with: the first
+ * field that differs, or NULL (tests/test_remote.py asks on every version). */
+#include "internal/pycore_runtime.h"
+#if PY_VERSION_HEX < 0x030C0000
+#include "internal/pycore_interp.h"
+#endif
+#if PY_VERSION_HEX >= 0x030D0000
+#include "internal/pycore_ceval.h"
+#endif
+#include "internal/pycore_code.h"
+
+const char *pp_remote_layout_check(void)
+{
+    const pp_remote_layout *L = pp_remote_layout_for(PY_MINOR_VERSION);
+    if (L == NULL)
+        return "no row for this version";
+#define EQ(field, value) if ((size_t)L->field != (size_t)(value)) return #field
+    EQ(rt_interp_main, offsetof(_PyRuntimeState, interpreters.main));
+    EQ(rt_main_thread, offsetof(_PyRuntimeState, main_thread));
+    EQ(in_threads_head, offsetof(PyInterpreterState, threads.head));
+    EQ(ts_next, offsetof(PyThreadState, next));
+    EQ(ts_interp, offsetof(PyThreadState, interp));
+    EQ(ts_thread_id, offsetof(PyThreadState, thread_id));
+    EQ(ts_native_id, offsetof(PyThreadState, native_thread_id));
+    EQ(fr_previous, offsetof(_PyInterpreterFrame, previous));
+    EQ(fr_owner, offsetof(_PyInterpreterFrame, owner));
+    EQ(co_filename, offsetof(PyCodeObject, co_filename));
+    EQ(co_name, offsetof(PyCodeObject, co_name));
+    EQ(co_qualname, offsetof(PyCodeObject, co_qualname));
+    EQ(co_firstlineno, offsetof(PyCodeObject, co_firstlineno));
+    EQ(co_linetable, offsetof(PyCodeObject, co_linetable));
+    EQ(co_code, offsetof(PyCodeObject, co_code_adaptive));
+    EQ(str_state, offsetof(PyASCIIObject, state));
+    EQ(str_length, offsetof(PyASCIIObject, length));
+    EQ(str_ascii_size, sizeof(PyASCIIObject));
+    EQ(str_compact_size, sizeof(PyCompactUnicodeObject));
+    EQ(bytes_data, offsetof(PyBytesObject, ob_sval));
+    EQ(bytes_size, offsetof(PyVarObject, ob_size));
+    EQ(ob_type, offsetof(PyObject, ob_type));
+    EQ(gil_last_holder, offsetof(struct _gil_runtime_state, last_holder));
+    EQ(gil_locked, offsetof(struct _gil_runtime_state, locked));
+#if PY_VERSION_HEX < 0x030D0000
+    EQ(in_eval_breaker, offsetof(PyInterpreterState, ceval.eval_breaker));
+    EQ(pc_lock, offsetof(PyInterpreterState, ceval.pending.lock));
+    EQ(pc_count, offsetof(PyInterpreterState, ceval.pending.calls_to_do));
+    EQ(pc_calls, offsetof(PyInterpreterState, ceval.pending.calls));
+    EQ(pc_first, offsetof(PyInterpreterState, ceval.pending.first));
+    EQ(pc_last, offsetof(PyInterpreterState, ceval.pending.last));
+    EQ(pc_ncalls, NPENDINGCALLS);
+    EQ(pc_call_size, sizeof(PyInterpreterState *) * 2);
+    EQ(ts_cframe, offsetof(PyThreadState, cframe));
+    EQ(cf_current_frame, offsetof(_PyCFrame, current_frame));
+    EQ(fr_code, offsetof(_PyInterpreterFrame, f_code));
+    EQ(fr_instr, offsetof(_PyInterpreterFrame, prev_instr));
+#else
+    EQ(pc_lock, offsetof(PyInterpreterState, ceval.pending.mutex));
+    EQ(pc_count, offsetof(PyInterpreterState, ceval.pending.npending));
+    EQ(pc_max, offsetof(PyInterpreterState, ceval.pending.max));
+    EQ(pc_calls, offsetof(PyInterpreterState, ceval.pending.calls));
+    EQ(pc_first, offsetof(PyInterpreterState, ceval.pending.first));
+    EQ(pc_last, offsetof(PyInterpreterState, ceval.pending.next));
+    EQ(pc_ncalls, PENDINGCALLSARRAYSIZE);
+    EQ(pc_call_size, sizeof(struct _pending_call));
+    EQ(ts_eval_breaker, offsetof(PyThreadState, eval_breaker));
+    EQ(calls_to_do_bit, _PY_CALLS_TO_DO_BIT);
+    EQ(cf_current_frame, offsetof(PyThreadState, current_frame));
+    EQ(fr_code, offsetof(_PyInterpreterFrame, f_executable));
+    EQ(fr_instr, offsetof(_PyInterpreterFrame, instr_ptr));
+#endif
+#if PY_VERSION_HEX < 0x030C0000
+    EQ(rt_gil, offsetof(_PyRuntimeState, ceval.gil));
+    EQ(rt_tstate_current, offsetof(_PyRuntimeState, gilstate.tstate_current));
+#else
+    EQ(in_gil_ptr, offsetof(PyInterpreterState, ceval.gil));
+    EQ(fr_owned_by_cstack, FRAME_OWNED_BY_CSTACK);
+#endif
+#undef EQ
+    return NULL;
+}

@@ -229,4 +229,50 @@ static inline void pp_frame_stop_line_events(PyFrameObject *frame)
 }
 #endif
 
+/* ---------------------------------------------------------- other processes
+ *
+ * Where CPython 3.11-3.13 keep what pyprof reads and writes in *another*
+ * process (remote.c: attach, the read-only dump, top --remote): offsets in
+ * bytes, per minor version, whatever version this build is for. The build's
+ * own version's row is checked against the real structures at compile time
+ * (frames.c), so each row is checked by the build of its version. */
+typedef struct {
+    int minor;                          /* 11, 12, 13 */
+    /* _PyRuntime */
+    uint16_t rt_interp_main, rt_main_thread;
+    uint16_t rt_gil;                    /* 3.11: the GIL lives in _PyRuntime.ceval */
+    uint16_t rt_tstate_current;         /* 3.11: the GIL holder's state; 0 after */
+    /* PyInterpreterState */
+    uint16_t in_threads_head, in_gil_ptr;   /* in_gil_ptr: 3.12+, 0 before */
+    uint16_t in_eval_breaker;           /* 3.11/3.12 (per interpreter); 0 on 3.13 */
+    /* the interpreter's pending calls, the queue any thread runs (3.11: the main thread) */
+    uint16_t pc_lock;                   /* 3.11/3.12: PyThread_type_lock; 3.13: PyMutex */
+    uint16_t pc_count;                  /* 3.11/3.12: calls_to_do; 3.13: npending */
+    uint16_t pc_max;                    /* 3.13: max; 0 before */
+    uint16_t pc_calls, pc_first, pc_last;
+    uint16_t pc_ncalls, pc_call_size;
+    /* _gil_runtime_state */
+    uint16_t gil_last_holder, gil_locked;
+    /* PyThreadState */
+    uint16_t ts_next, ts_interp, ts_thread_id, ts_native_id;
+    uint16_t ts_cframe;                 /* 3.11/3.12: _PyCFrame *; 0 on 3.13 */
+    uint16_t cf_current_frame;          /* in _PyCFrame (3.11/3.12); in the state (3.13) */
+    uint16_t ts_eval_breaker;           /* 3.13: per thread; 0 before */
+    uint32_t calls_to_do_bit;           /* 3.13: _PY_CALLS_TO_DO_BIT */
+    /* _PyInterpreterFrame */
+    uint16_t fr_code, fr_previous, fr_instr, fr_owner;
+    int fr_owned_by_cstack;             /* -1 (3.11: none) */
+    int instr_is_next;                  /* 3.13's instr_ptr; 3.11/3.12's prev_instr: 0 */
+    /* PyCodeObject, str, bytes */
+    uint16_t co_filename, co_name, co_qualname, co_firstlineno, co_linetable, co_code;
+    uint16_t str_state, str_length, str_ascii_size, str_compact_size;
+    uint16_t bytes_size, bytes_data, ob_type;
+} pp_remote_layout;
+
+/* The layout of CPython 3.minor, or NULL if pyprof does not know it. */
+const pp_remote_layout *pp_remote_layout_for(int minor);
+/* This build's own row against its structures: the first field that differs,
+ * or NULL. */
+const char *pp_remote_layout_check(void);
+
 #endif

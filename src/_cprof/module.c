@@ -8,6 +8,7 @@
  * Never touches interpreter internals (frames.h does).
  */
 #include "profiler.h"
+#include "remote_py.h"
 #include "symbols.h"
 
 #include "clock.h"
@@ -810,6 +811,9 @@ static PyMethodDef module_methods[] = {
     {"_code_alive", mod_code_alive, METH_O,
      "_code_alive(address) -> bool\nWhether a live code object is at this address, as the "
      "sampler decides it (checked reads)."},
+    {"_remote_layout_check", pp_remote_layout_check_py, METH_NOARGS,
+     "_remote_layout_check() -> None or str\nThe first field of this build's row of the "
+     "other-process layouts that its own structures contradict (frames.c)."},
     {"native_stack_depth", mod_native_depth, METH_NOARGS,
      "Frames on this thread's native stack via libunwind, -1 when built without it."},
     {NULL},
@@ -828,14 +832,15 @@ PyMODINIT_FUNC PyInit__cprof(void)
         PyErr_SetString(PyExc_ImportError, "pyprof: big-endian hosts are not supported yet");
         return NULL;
     }
-    if (PyType_Ready(&pp_profiler_type) < 0)
+    if (PyType_Ready(&pp_profiler_type) < 0 || PyType_Ready(&pp_remote_type) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
     if (pp_profiler_module_init() < 0)
         goto fail;
-    if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0)
+    if (PyModule_AddObjectRef(m, "Profiler", (PyObject *)&pp_profiler_type) < 0
+        || PyModule_AddObjectRef(m, "RemoteProcess", (PyObject *)&pp_remote_type) < 0)
         goto fail;
     const char *have[3] = {"zlib", NULL, NULL};
     int nhave = 1;

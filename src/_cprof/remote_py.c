@@ -1,0 +1,227 @@
+/* remote_py.c — the Python face of remote.c: the RemoteProcess type.
+ *
+ * Owns: turning remote.c's results and errors into Python objects and
+ * exceptions (OSError with the errno and remote.c's sentence).
+ * Never: keeps the target stopped between two method calls; each method that
+ * stops the target resumes it before returning. Runs in the client.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <structmember.h>
+
+#include "remote.h"
+#include "remote_py.h"
+
+typedef struct {
+    PyObject_HEAD
+    pp_remote r;
+} remote_object;
+
+static PyObject *remote_error(const char *err)
+{
+    int e = errno ? errno : EIO;
+    PyObject *args = Py_BuildValue("(is)", e, err[0] ? err : strerror(e));
+    if (args != NULL) {
+        PyErr_SetObject(PyExc_OSError, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+static int remote_init(remote_object *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"pid", NULL};
+    int pid;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i", kwlist, &pid))
+        return -1;
+    char err[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_open(&self->r, (pid_t)pid, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        remote_error(err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *remote_queue_call(remote_object *self, PyObject *arg)
+{
+    char *text;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &text, &len) < 0)
+        return NULL;
+    char err[256] = "";
+    int slot = -1, rc;
+    uintptr_t where = 0;
+    int64_t paused = 0;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_queue_call(&self->r, text, (size_t)len, &slot, &where, &paused, err,
+                              sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return remote_error(err);
+    if (rc == 1)
+        return Py_BuildValue("(OOL)", Py_None, Py_None, (long long)paused);
+    return Py_BuildValue("(iKL)", slot, (unsigned long long)where, (long long)paused);
+}
+
+static PyObject *remote_call_queued(remote_object *self, PyObject *args)
+{
+    int slot;
+    unsigned long long where;
+    if (!PyArg_ParseTuple(args, "iK", &slot, &where))
+        return NULL;
+    return PyBool_FromLong(pp_remote_call_queued(&self->r, slot, (uintptr_t)where));
+}
+
+static PyObject *remote_cancel_call(remote_object *self, PyObject *args)
+{
+    int slot, rc;
+    unsigned long long where;
+    if (!PyArg_ParseTuple(args, "iK", &slot, &where))
+        return NULL;
+    char err[256] = "";
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_cancel_call(&self->r, slot, (uintptr_t)where, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return remote_error(err);
+    return PyBool_FromLong(rc);
+}
+
+static PyObject *remote_clear(remote_object *self, PyObject *args)
+{
+    unsigned long long where;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "Kn", &where, &len))
+        return NULL;
+    if (len < 0 || (size_t)len > self->r.scratch_size || where != self->r.scratch) {
+        PyErr_SetString(PyExc_ValueError, "not the bytes the call's text was written to");
+        return NULL;
+    }
+    char zeros[512] = {0};
+    if ((size_t)len > sizeof zeros)
+        len = sizeof zeros;
+    if (pp_remote_write(self->r.pid, (uintptr_t)where, zeros, (size_t)len) < 0)
+        return remote_error("");
+    Py_RETURN_NONE;
+}
+
+static PyObject *remote_nudge(remote_object *self, PyObject *unused)
+{
+    (void)unused;
+    char err[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_nudge(&self->r, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return remote_error(err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *remote_swap_main_thread(remote_object *self, PyObject *arg)
+{
+    unsigned long ident = PyLong_AsUnsignedLong(arg), old = 0;
+    if (ident == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    char err[256] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_swap_main_thread(&self->r, ident, &old, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return remote_error(err);
+    return PyLong_FromUnsignedLong(old);
+}
+
+static PyObject *remote_gil(remote_object *self, PyObject *unused)
+{
+    (void)unused;
+    unsigned long main_ident = 0, holder_ident = 0;
+    uintptr_t holder = 0;
+    errno = 0;
+    if (pp_remote_gil(&self->r, &main_ident, &holder, &holder_ident) < 0)
+        return remote_error("cannot read the interpreter's GIL");
+    return Py_BuildValue("(kKk)", main_ident, (unsigned long long)holder, holder_ident);
+}
+
+static PyObject *remote_get_version(remote_object *self, void *unused)
+{
+    (void)unused;
+    uint32_t v = self->r.version_hex;
+    return Py_BuildValue("(iii)", (int)(v >> 24), (int)(v >> 16 & 0xff), (int)(v >> 8 & 0xff));
+}
+
+static PyObject *remote_get_known(remote_object *self, void *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->r.L != NULL);
+}
+
+static PyMethodDef remote_methods[] = {
+    {"queue_call", (PyCFunction)remote_queue_call, METH_O,
+     "queue_call(text: bytes) -> (slot, address, paused_ns); (None, None, paused_ns) if the "
+     "queue was busy or full\nQueue PyRun_SimpleString(text) on the main interpreter's "
+     "pending calls, the target's threads stopped meanwhile."},
+    {"call_queued", (PyCFunction)remote_call_queued, METH_VARARGS,
+     "call_queued(slot, address) -> bool\nWhether the call is still waiting (read only)."},
+    {"cancel_call", (PyCFunction)remote_cancel_call, METH_VARARGS,
+     "cancel_call(slot, address) -> bool\nEmpty the call's text if it is still queued."},
+    {"clear", (PyCFunction)remote_clear, METH_VARARGS,
+     "clear(address, length)\nZero the call's text again (after it ran or was cancelled)."},
+    {"nudge", (PyCFunction)remote_nudge, METH_NOARGS,
+     "nudge()\nSet the interpreter's request to run pending calls again."},
+    {"swap_main_thread", (PyCFunction)remote_swap_main_thread, METH_O,
+     "swap_main_thread(ident) -> old ident\n3.11: the thread the interpreter takes for its "
+     "main thread (which alone runs pending calls there)."},
+    {"gil", (PyCFunction)remote_gil, METH_NOARGS,
+     "gil() -> (main thread ident, GIL holder's thread state or 0, its ident or 0)"},
+    {NULL},
+};
+
+static PyMemberDef remote_members[] = {
+    {"pid", T_INT, offsetof(remote_object, r.pid), READONLY, "the target"},
+    {"runtime", T_ULONGLONG, offsetof(remote_object, r.runtime), READONLY, "&_PyRuntime"},
+    {"scratch_size", T_PYSSIZET, offsetof(remote_object, r.scratch_size), READONLY,
+     "unused writable bytes found for a call's text (0: none)"},
+    {NULL},
+};
+
+static PyGetSetDef remote_getset[] = {
+    {"version", (getter)remote_get_version, NULL, "(major, minor, micro) of the target", NULL},
+    {"known", (getter)remote_get_known, NULL, "whether pyprof knows this version's layout",
+     NULL},
+    {NULL},
+};
+
+PyTypeObject pp_remote_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyprof._cprof.RemoteProcess",
+    .tp_basicsize = sizeof(remote_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "RemoteProcess(pid)\nAnother CPython process seen from outside (remote.c): "
+              "its interpreter found, nothing changed in it.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)remote_init,
+    .tp_methods = remote_methods,
+    .tp_members = remote_members,
+    .tp_getset = remote_getset,
+};
+
+PyObject *pp_remote_layout_check_py(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    const char *why = pp_remote_layout_check();
+    if (why == NULL)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(why);
+}
