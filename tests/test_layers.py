@@ -176,7 +176,7 @@ C_LEVELS = [
      "memory_native": 3, "memory_blocks": 3},
     {"capture": 4, "capture_int": 4, "capture_async": 4, "gcwatch": 4},
     {"profiler": 5},
-    {"module": 6},
+    {"module": 6, "remote_py": 6},
 ]
 C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
           "tracer_coro": "tracer", "capture_int": "capture", "capture_async": "capture",
