@@ -1,19 +1,13 @@
 """Reaching a running process (docs/attach.md): the checks that turn every
 reason it cannot be reached into one line, the injection of pyprof's bootstrap
-through gdb, and the client side of the control channel (channel.py).
+(through remote.c: a pending call written into the interpreter's memory, run
+by the interpreter itself at its next safe point; no debugger), and the client
+side of the control channel (channel.py).
 
-Injection, when the process has no channel open: gdb attaches (ptrace; every
-thread stops), maps one page in the target (``mmap``: a system call, no lock),
-writes the bootstrap's text into it and queues ``PyRun_SimpleString`` on it as
-a pending call (``_PyEval_AddPendingCall`` for any thread on 3.12+,
-``Py_AddPendingCall`` for the main thread on 3.11; neither needs the GIL), then
-detaches: the target is stopped only for that. The interpreter runs the pending
-call between two bytecodes with the GIL held, where a signal handler would
-run: the
-bootstrap imports ``pyprof.channel`` (with pyprof's path handed over if the
-target cannot import it) and opens a one-client channel, reporting how it
-went in a status file. Nothing else runs in the target: no code from the
-client, only pyprof's own module and this fixed bootstrap.
+The target is stopped only while the call is written (well under a
+millisecond), never has a register changed, and runs nothing but pyprof's own
+fixed bootstrap: no code from the client. A call that has not run by the
+deadline is withdrawn (its text emptied).
 """
 from __future__ import annotations
 
@@ -136,7 +130,7 @@ def _proc_name(pid) -> str:
 
 def check_ptrace(pid, info, denied=False):
     """Why ptrace would be refused, as one line; None if nothing says it would.
-    `denied`: gdb was refused already (then a reason is always given)."""
+    `denied`: ptrace was refused already (then a reason is always given)."""
     tracer = info["tracer"]
     if tracer:
         return (f"process {pid} is already being traced by process {tracer} "
