@@ -559,6 +559,31 @@ def drop_own_threads(session) -> None:
 
 
 # ------------------------------------------------------------------ native stacks
+def _gdb_env():
+    env = dict(os.environ)
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "LD_PRELOAD"):
+        env.pop(k, None)                # for pyprof's Python (a sanitizer's runtime), not gdb
+    env["DEBUGINFOD_URLS"] = ""
+    return env
+
+
+def gdb_command(gdb, pid, *commands) -> list:
+    """gdb attached to `pid` (reading only: no call into the process), no
+    debuginfod, no init files."""
+    cmd = [gdb, "-q", "-nx", "-batch",
+           "-iex", "set debuginfod enabled off", "-iex", "set auto-solib-add off",
+           "-iex", "set pagination off", "-iex", "set confirm off",
+           "-p", str(pid),
+           "-ex", r"sharedlibrary libc\.so", "-ex", r"sharedlibrary libpython"]
+    for c in commands:
+        cmd += ["-ex", c]
+    return cmd
+
+
+def _ptrace_denied(text) -> bool:
+    return "ptrace: Operation not permitted" in text or "Could not attach" in text
+
+
 def native_stacks(pid) -> dict:
     """Every thread's native stack through gdb (the target stops meanwhile):
     {kernel thread id: [frame text, ...] leaf first}."""
