@@ -443,6 +443,32 @@ time.sleep(30)
 """
 
 
+def other_venv_python():
+    """Another supported version's python from the repository's .venv (make
+    test builds them in turn), pyprof installed there."""
+    venvs = os.path.join(HERE, "..", ".venv")
+    for minor in (11, 12, 13):
+        path = os.path.join(venvs, f"3.{minor}", "bin", "python")
+        if minor != sys.version_info[1] and os.path.exists(path):
+            return path
+    return None
+
+
+@pytest.mark.skipif(other_venv_python() is None,
+                    reason="no other CPython version's .venv built yet (make test builds "
+                           "3.11 first, so its run has none; 3.12's and 3.13's have)")
+def test_client_reaches_a_target_of_another_version(sleeper, tmp_path):
+    p = sleeper(ticking=True, python=other_venv_python())
+    out = tmp_path / "other.cprof"
+    r = pyprof("attach", p.pid, "--duration", "0.5", "--sample", "--wall", "-o", out)
+    assert r.returncode == 0, r.stderr
+    session = Session.load(str(out))
+    assert session.meta["pid"] == p.pid
+    assert session.meta["python"].split(".")[:2] != [str(sys.version_info[0]),
+                                                       str(sys.version_info[1])]
+    assert p.poll() is None
+
+
 def test_already_traced(sleeper):
     p = sleeper()
     tracer = subprocess.Popen([sys.executable, "-c", TRACER, str(p.pid)], stdout=subprocess.PIPE,

@@ -80,6 +80,22 @@ def python_version_hint(pid):
     return None
 
 
+def _free_threaded(pid) -> bool:
+    """Whether the program or its libpython is a free-threaded build
+    (python3.13t), whose structures differ from the default build's."""
+    names = []
+    try:
+        names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            names.extend(line.rsplit("/", 1)[-1] for line in f if "libpython" in line)
+    except OSError:
+        pass
+    return any(re.match(r"(?:lib)?python3\.\d+t\b", n) for n in names)
+
+
 def _version_text(v) -> str:
     return f"{v[0]}.{v[1]}"
 
@@ -257,9 +273,15 @@ def _open_remote(pid, info):
                               f"pyprof can attach to: {e.strerror}") from None
         raise PyprofError(f"cannot read process {pid}: {e.strerror or e}") from None
     check_version(pid, remote.version[:2])
+    if _free_threaded(pid):
+        raise PyprofError(f"process {pid} runs the free-threaded build of CPython "
+                          f"{_version_text(remote.version)}, which pyprof does not support")
     if not remote.known:
-        raise PyprofError(f"process {pid} runs CPython {_version_text(remote.version)}, whose "
-                          f"interpreter layout pyprof does not know")
+        raise PyprofError(f"process {pid} runs CPython "
+                          f"{'.'.join(map(str, remote.version))}, whose interpreter layout "
+                          f"does not match the one pyprof knows for {_version_text(remote.version)} "
+                          f"(a build with other structures): nothing was written; "
+                          f"{REACH_OTHERWISE.format(pid=pid)}")
     return remote
 
 
@@ -274,6 +296,8 @@ def _write_private(path, data, uid) -> None:
         os.close(fd)
 
 
+REACH_OTHERWISE = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen), or "
+                   "read its stacks without entering it: pyprof dump {pid}")
 QUEUE_TRIES = 200               # 1 ms apart: the queue's lock held, or the queue full
 NUDGE_EVERY = 0.25              # seconds between requests to run the call again
 MAIN_SWAP_AFTER = 0.2           # 3.11: seconds the main thread may take before another runs it

@@ -283,17 +283,23 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     enum { N = sizeof names / sizeof names[0] };
     uintptr_t found[N] = {0};
     const char *seen_last = "";
-    for (int i = 0; i < count && found[0] == 0; i++) {
-        if (rows[i].offset != 0 || rows[i].path[0] != '/' || strcmp(rows[i].path, seen_last) == 0)
+    /* the program or a libpython by name first, then any object (an embedding
+     * program: uwsgi, a game engine) */
+    for (int i = 0; i < 2 * count && found[0] == 0; i++) {
+        const map_row *row = &rows[i % count];
+        if (i == count)
+            seen_last = "";
+        if (row->offset != 0 || row->path[0] != '/' || strcmp(row->path, seen_last) == 0)
             continue;
-        seen_last = rows[i].path;
-        const char *base = strrchr(rows[i].path, '/') + 1;
-        if (strncmp(base, "python", 6) != 0 && strncmp(base, "libpython", 9) != 0)
+        seen_last = row->path;
+        const char *base = strrchr(row->path, '/') + 1;
+        int named = strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
+        if (named != (i < count))
             continue;
         elf_file e;
-        if (elf_open(pid, rows[i].path, &e) < 0)
+        if (elf_open(pid, row->path, &e) < 0)
             continue;
-        uintptr_t bias = rows[i].start - elf_first_load(&e);
+        uintptr_t bias = row->start - elf_first_load(&e);
         uintptr_t addrs[N] = {0};
         elf_lookup(&e, names, addrs, N, bias);
         if (addrs[0] && addrs[1]) {
@@ -346,6 +352,14 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
         errno = e;
         return -1;
     }
+    /* the layout must describe this build: the main interpreter's first
+     * thread state points back to it (a patch release or build whose
+     * structures moved reads something else) */
+    uintptr_t ts = 0, back = 0;
+    if (r->L != NULL && (r->interp == 0 || RD(r, r->interp + r->L->in_threads_head, ts) < 0
+                         || ts == 0 || RD(r, ts + r->L->ts_interp, back) < 0
+                         || back != r->interp))
+        r->L = NULL;
     return 0;
 }
 
