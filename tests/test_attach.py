@@ -839,3 +839,36 @@ def test_live_runs_the_program_under_top(tmp_path):
         assert not os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{pid}.sock")
     finally:
         term.close()
+
+
+FIRST_THREAD_ENDS = """
+import ctypes, threading, time
+def worker():
+    end = time.monotonic() + {seconds}
+    while time.monotonic() < end:
+        sum(range(1000))
+    print("worker done", flush=True)
+threading.Thread(target=worker).start()
+print("up", flush=True)
+ctypes.CDLL(None).pthread_exit(None)    # the first thread ends alone: a zombie leader
+"""
+
+
+def test_attach_when_the_first_thread_ended(tmp_path):
+    """The process lives on in its other threads; its first thread's /proc
+    entries (maps, memory) are gone: pyprof reaches it through a live thread
+    (on 3.11 the worker stands in for the main thread that ended)."""
+    p = subprocess.Popen([sys.executable, "-c", FIRST_THREAD_ENDS.format(seconds=6)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        wait_for(lambda: "Z" in open(f"/proc/{p.pid}/status").read().split("State:")[1][:4],
+                 10, "the first thread to end")
+        out = tmp_path / "z.cprof"
+        r = pyprof("attach", p.pid, "--duration", "0.5", "--sample", "--wall", "-o", out)
+        assert r.returncode == 0, r.stderr
+        assert Session.load(str(out)).meta["pid"] == p.pid
+        stdout, stderr = p.communicate(timeout=30)
+        assert (p.returncode, stdout, stderr) == (0, "worker done\n", "")
+    finally:
+        killed(p)

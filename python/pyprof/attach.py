@@ -11,6 +11,7 @@ deadline is withdrawn (its text emptied).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -44,6 +45,23 @@ def _user(uid) -> str:
         return f"uid {uid}"
 
 
+def _threads_alive(pid) -> bool:
+    """Whether a thread of the process still runs (its first thread may have
+    ended alone, pthread_exit, and wait as a zombie for the others)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
 def check_process(pid) -> dict:
     """The target exists, is alive and belongs to us (or we are root)."""
     if pid <= 0:
@@ -51,7 +69,7 @@ def check_process(pid) -> dict:
     if pid == os.getpid():
         raise PyprofError("pyprof cannot attach to itself")
     st = _status_fields(pid)
-    if st.get("State", "").startswith("Z"):
+    if st.get("State", "").startswith("Z") and not _threads_alive(pid):
         raise PyprofError(f"process {pid} has exited (a zombie waiting for its parent)")
     uid = int(st.get("Uid", "0").split()[1])            # effective uid
     me = os.geteuid()
@@ -256,7 +274,6 @@ def kill_at_step(step) -> None:
 
 def _open_remote(pid, info):
     """The target's interpreter found from outside (remote.c), or one line."""
-    import errno
     from . import _cprof
     try:
         remote = _cprof.RemoteProcess(pid)
@@ -342,6 +359,11 @@ def inject(pid, info, timeout, verbose=None):
                 raise PyprofError(f"process {pid}'s queue of pending calls stayed busy or full "
                                   f"for {QUEUE_TRIES} ms: try again")
         except OSError as e:
+            if e.errno in (errno.EPERM, errno.EACCES):
+                raise PyprofError(check_ptrace(pid, check_process(pid), denied=True)) from None
+            if not os.path.exists(f"/proc/{pid}"):
+                raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)") \
+                    from None
             raise PyprofError(f"could not queue pyprof's bootstrap in process {pid}: "
                               f"{e.strerror or e}") from None
         if verbose:
