@@ -79,8 +79,8 @@ def check_process(pid) -> dict:
     return {"uid": uid, "name": st.get("Name", "?"), "tracer": int(st.get("TracerPid", "0"))}
 
 
-def python_version_hint(pid):
-    """(3, X) from the executable's or libpython's file name, or None."""
+def _program_names(pid) -> list:
+    """The file names of the process's executable and of the libpython it maps."""
     names = []
     try:
         names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
@@ -88,10 +88,15 @@ def python_version_hint(pid):
         pass
     try:
         with open(f"/proc/{pid}/maps") as f:
-            names.extend(line.rsplit("/", 1)[-1] for line in f if "libpython" in line)
+            names.extend(line.rsplit("/", 1)[-1].strip() for line in f if "libpython" in line)
     except OSError:
         pass
-    for name in names:
+    return names
+
+
+def python_version_hint(pid):
+    """(3, X) from the executable's or libpython's file name, or None."""
+    for name in _program_names(pid):
         m = re.match(r"(?:lib)?python(\d)\.(\d+)", name)
         if m:
             return int(m.group(1)), int(m.group(2))
@@ -101,17 +106,7 @@ def python_version_hint(pid):
 def _free_threaded(pid) -> bool:
     """Whether the program or its libpython is a free-threaded build
     (python3.13t), whose structures differ from the default build's."""
-    names = []
-    try:
-        names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
-    except OSError:
-        pass
-    try:
-        with open(f"/proc/{pid}/maps") as f:
-            names.extend(line.rsplit("/", 1)[-1] for line in f if "libpython" in line)
-    except OSError:
-        pass
-    return any(re.match(r"(?:lib)?python3\.\d+t\b", n) for n in names)
+    return any(re.match(r"(?:lib)?python3\.\d+t\b", n) for n in _program_names(pid))
 
 
 def _version_text(v) -> str:
