@@ -872,3 +872,43 @@ def test_attach_when_the_first_thread_ended(tmp_path):
         assert (p.returncode, stdout, stderr) == (0, "worker done\n", "")
     finally:
         killed(p)
+
+
+MAIN_JOINS = """
+import os, signal, threading, time
+stop = threading.Event()
+def worker():
+    while not stop.is_set():
+        sum(range(1000))
+t = threading.Thread(target=worker)
+t.start()
+print("up", flush=True)
+threading.Timer({seconds}, stop.set).start()
+t.join()                            # the main thread waits in C all along
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append(threading.current_thread().name))
+os.kill(os.getpid(), signal.SIGUSR1)
+time.sleep(0.05)
+print("main thread still main:", got == ["MainThread"], flush=True)
+"""
+
+
+def test_attach_while_the_main_thread_joins(tmp_path):
+    """Every version: a worker runs Python while the main thread joins it (on
+    3.11 the worker stands in for the main thread, which alone runs pending
+    calls there). Afterwards the main thread is the interpreter's main thread
+    again: signal.signal works there and its handler runs there."""
+    p = subprocess.Popen([sys.executable, "-c", MAIN_JOINS.format(seconds=5)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        out = tmp_path / "j.cprof"
+        r = pyprof("attach", p.pid, "--duration", "0.5", "--sample", "-v", "-o", out)
+        assert r.returncode == 0, r.stderr
+        if sys.version_info < (3, 12):
+            assert "runs the bootstrap in its place" in r.stderr, r.stderr
+        assert sampled_weight(Session.load(str(out)), "worker") > 0
+        stdout, stderr = p.communicate(timeout=30)
+        assert (p.returncode, stdout, stderr) == (0, "main thread still main: True\n", "")
+    finally:
+        killed(p)

@@ -298,14 +298,18 @@ def _open_remote(pid, info):
 
 
 def _write_private(path, data, uid) -> None:
-    """A file the target (uid) can read, in its private directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+    """A file the target (uid) can read, in its private directory, replaced
+    whole (the target may read it at any moment)."""
+    tmp = f"{path}.tmp"
+    _unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, data)
         if os.geteuid() != uid:
             os.fchown(fd, uid, -1)
     finally:
         os.close(fd)
+    os.replace(tmp, path)
 
 
 REACH_OTHERWISE = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen), or "
@@ -335,10 +339,14 @@ def inject(pid, info, timeout, verbose=None):
             pass
     deadline = time.time() + timeout
     minor = remote.version[1]
-    main_addr = remote.main_thread_at if minor == 11 else 0
     main_ident = remote.gil()[0]
-    _write_private(boot, bootstrap_code(status, deadline, os.getpid(),
-                                        (main_addr, main_ident) if main_addr else None), uid)
+
+    def write_boot(swapped=False):
+        # 3.11: once another thread stands in for the main one, the bootstrap
+        # puts the main thread back first thing (should this client die meanwhile)
+        main = (remote.main_thread_at, main_ident) if swapped else None
+        _write_private(boot, bootstrap_code(status, deadline, os.getpid(), main), uid)
+    write_boot()
     text = loader_text(boot)
     t0 = time.monotonic()
     slot = where = None
@@ -366,7 +374,8 @@ def inject(pid, info, timeout, verbose=None):
                     f"{_version_text(remote.version)}); the process was stopped "
                     f"{paused / 1e6:.2f} ms")
         kill_at_step("queued")
-        ran = _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, verbose)
+        ran = _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write_boot,
+                                  verbose)
     except BaseException:
         if slot is not None and _withdraw(remote, slot, where, len(text)):
             _unlink(boot)
@@ -419,7 +428,8 @@ def _withdraw(remote, slot, where, length) -> bool:
     return False
 
 
-def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, verbose) -> bool:
+def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write_boot,
+                        verbose) -> bool:
     """Until the bootstrap reported (True) or the deadline (False). While the
     call waits, ask for it again now and then (a thread that recomputed its
     eval breaker may have dropped the request); on 3.11, where only the main
@@ -444,6 +454,7 @@ def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, verbo
                     and now - queued_at > MAIN_SWAP_AFTER:
                 holder = remote.gil()[2]
                 if holder and holder != main_ident:
+                    write_boot(swapped=True)
                     remote.swap_main_thread(holder)
                     swapped_at = now
                     if verbose:
