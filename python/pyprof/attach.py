@@ -203,6 +203,9 @@ def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
     `status`. Does nothing once the deadline has passed or the client is gone.
     Binds no name in __main__ and never lets an exception reach the program
     (a Ctrl-C that lands meanwhile is handed back to the main thread).
+    client: (pid, start time in /proc's clock ticks) of the client: it is gone
+    when no process has that pid and start time, or that process has ended
+    (a zombie its parent has not reaped yet).
     main_thread: (address, ident) of the interpreter's main thread's ident,
     put back first (3.11: the client made another thread the main one to run
     the call)."""
@@ -216,14 +219,14 @@ def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
         "  p = S + '.tmp'\n"
         "  with open(p, 'w') as f: f.write(t)\n"
         "  os.replace(p, S)\n"
-        "def alive(pid):\n"
-        "  try: os.kill(pid, 0)\n"
-        "  except ProcessLookupError: return False\n"
-        "  except OSError: pass\n"
-        "  return True\n"
+        "def alive(pid, start):\n"
+        "  try:\n"
+        "    with open('/proc/%d/stat' % pid) as f: st = f.read().rsplit(')', 1)[1].split()\n"
+        "  except (OSError, IndexError): return False\n"
+        "  return st[0] not in 'ZX' and st[19] == start\n"
         "m = set(sys.modules)\n"
         "try:\n"
-        "  if time.time() < D and (not C or alive(C)):\n"
+        "  if time.time() < D and (not C or alive(*C)):\n"
         "    try:\n"
         "      import pyprof.channel as c, pyprof._cprof\n"
         "    except ImportError:\n"
@@ -345,7 +348,7 @@ def inject(pid, info, timeout, verbose=None):
         # 3.11: once another thread stands in for the main one, the bootstrap
         # puts the main thread back first thing (should this client die meanwhile)
         main = (remote.main_thread_at, main_ident) if swapped else None
-        _write_private(boot, bootstrap_code(status, deadline, os.getpid(), main), uid)
+        _write_private(boot, bootstrap_code(status, deadline, _self_identity(), main), uid)
     write_boot()
     text = loader_text(boot)
     t0 = time.monotonic()
@@ -384,8 +387,9 @@ def inject(pid, info, timeout, verbose=None):
         withdrawn = _withdraw(remote, slot, where, len(text))
         if withdrawn:
             _unlink(boot)
-        who = ("its main thread ran" if minor < 12 else "none of its threads ran") \
-            + " Python code meanwhile"
+        who = ("its main thread ran no Python code meanwhile, nor did another thread to "
+               "stand in for it" if minor < 12 else "none of its threads ran Python code "
+               "meanwhile")
         raise PyprofError(f"process {pid} did not run pyprof's bootstrap within {timeout:g} s: "
                           f"{who} (blocked in a system call or in C code); try again with a "
                           f"longer --timeout, or start it with PYPROF_LISTEN=1, or read its "
@@ -406,6 +410,13 @@ def inject(pid, info, timeout, verbose=None):
         raise PyprofError(f"pyprof's channel did not open in process {pid}: "
                           f"{result.removeprefix('error: ')}")
     kill_at_step("bootstrapped")
+
+
+def _self_identity():
+    """This process as the bootstrap recognises it: (pid, start time), the
+    start time as /proc/PID/stat's 22nd field gives it (a reused pid differs)."""
+    with open("/proc/self/stat") as f:
+        return os.getpid(), f.read().rsplit(")", 1)[1].split()[19]
 
 
 def _unlink(path) -> None:
@@ -439,6 +450,7 @@ def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write
     pid = remote.pid
     queued_at = last_nudge = time.monotonic()
     swapped_at = None
+    stood_in = False
     try:
         while time.time() < deadline:
             if os.path.exists(status):
@@ -452,16 +464,18 @@ def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write
                 swapped_at = None
             if queued and remote.version[1] == 11 and swapped_at is None \
                     and now - queued_at > MAIN_SWAP_AFTER:
-                holder = remote.gil()[2]
+                # the thread that held the GIL last runs Python again soonest
+                holder = remote.gil_last_holder()
                 if holder and holder != main_ident:
                     write_boot(swapped=True)
                     remote.swap_main_thread(holder)
                     swapped_at = now
-                    if verbose:
-                        verbose(f"the main thread waits: thread {holder:#x} (holding the GIL) "
-                                f"runs the bootstrap in its place")
+                    if verbose and not stood_in:
+                        verbose(f"the main thread waits: thread {holder:#x} (which held the GIL "
+                                f"last) runs the bootstrap in its place")
+                    stood_in = True
                     kill_at_step("swapped")
-            elif queued and now - last_nudge > NUDGE_EVERY:
+            if queued and swapped_at is None and now - last_nudge > NUDGE_EVERY:
                 remote.nudge()
                 last_nudge = now
             time.sleep(0.001 if swapped_at is not None else 0.005)

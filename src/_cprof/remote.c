@@ -778,3 +778,16 @@ int pp_remote_gil(pp_remote *r, unsigned long *main_ident, uintptr_t *holder,
     }
     return 0;
 }
+
+int pp_remote_gil_last(pp_remote *r, unsigned long *last_ident)
+{
+    const pp_remote_layout *L = r->L;
+    *last_ident = 0;
+    uintptr_t gil = L == NULL || L->in_gil_ptr ? 0 : r->runtime + L->rt_gil, last = 0;
+    if (L == NULL || (L->in_gil_ptr && RD(r, r->interp + L->in_gil_ptr, gil) < 0) || gil == 0
+        || RD(r, gil + L->gil_last_holder, last) < 0)
+        return -1;
+    if (last != 0 && RD(r, last + L->ts_thread_id, *last_ident) < 0)
+        *last_ident = 0;
+    return 0;
+}

@@ -76,4 +76,8 @@ int pp_remote_swap_main_thread(pp_remote *r, unsigned long ident, unsigned long 
 int pp_remote_gil(pp_remote *r, unsigned long *main_ident, uintptr_t *holder,
                   unsigned long *holder_ident);
 
+/* Read-only: the ident of the thread that held the GIL last (it may have
+ * released it since; 0 if unknown). */
+int pp_remote_gil_last(pp_remote *r, unsigned long *last_ident);
+
 #endif

@@ -154,6 +154,16 @@ static PyObject *remote_gil(remote_object *self, PyObject *unused)
     return Py_BuildValue("(kKk)", main_ident, (unsigned long long)holder, holder_ident);
 }
 
+static PyObject *remote_gil_last(remote_object *self, PyObject *unused)
+{
+    (void)unused;
+    unsigned long last = 0;
+    errno = 0;
+    if (pp_remote_gil_last(&self->r, &last) < 0)
+        return remote_error("cannot read the interpreter's GIL");
+    return PyLong_FromUnsignedLong(last);
+}
+
 static PyObject *remote_get_version(remote_object *self, void *unused)
 {
     (void)unused;
@@ -193,6 +203,8 @@ static PyMethodDef remote_methods[] = {
      "main thread (which alone runs pending calls there)."},
     {"gil", (PyCFunction)remote_gil, METH_NOARGS,
      "gil() -> (main thread ident, GIL holder's thread state or 0, its ident or 0)"},
+    {"gil_last_holder", (PyCFunction)remote_gil_last, METH_NOARGS,
+     "gil_last_holder() -> ident of the thread that held the GIL last (0: unknown)"},
     {NULL},
 };
 
