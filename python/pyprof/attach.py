@@ -173,21 +173,34 @@ def find_gdb() -> str:
 
 
 # ------------------------------------------------------------------ injection
-def bootstrap_code(status, deadline) -> bytes:
-    """The text the target runs: import pyprof's channel (from the target's
-    own path, else from the path of the pyprof running here) and open a
-    one-client channel; or say why not in `status`. Binds no name in
-    __main__ and never lets an exception reach the program."""
+def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
+    """The text the target runs (from a file: the queued call only reads and
+    runs it): import pyprof (from the target's own path, else from the path of
+    the pyprof running here) and open a one-client channel; or say why not in
+    `status`. Does nothing once the deadline has passed or the client is gone.
+    Binds no name in __main__ and never lets an exception reach the program
+    (a Ctrl-C that lands meanwhile is handed back to the main thread).
+    main_thread: (address, ident) of the interpreter's main thread's ident,
+    put back first (3.11: the client made another thread the main one to run
+    the call)."""
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     src = (
         "import sys, os, time\n"
+        "if M:\n"
+        "  import ctypes\n"
+        "  ctypes.c_ulong.from_address(M[0]).value = M[1]\n"
         "def w(t):\n"
         "  p = S + '.tmp'\n"
         "  with open(p, 'w') as f: f.write(t)\n"
         "  os.replace(p, S)\n"
+        "def alive(pid):\n"
+        "  try: os.kill(pid, 0)\n"
+        "  except ProcessLookupError: return False\n"
+        "  except OSError: pass\n"
+        "  return True\n"
         "m = set(sys.modules)\n"
         "try:\n"
-        "  if time.time() < D:\n"
+        "  if time.time() < D and (not C or alive(C)):\n"
         "    try:\n"
         "      import pyprof.channel as c, pyprof._cprof\n"
         "    except ImportError:\n"
@@ -202,188 +215,217 @@ def bootstrap_code(status, deadline) -> bytes:
         "except BaseException as e:\n"
         "  for k in set(sys.modules) - m:\n"
         "    if k.startswith('pyprof'): del sys.modules[k]\n"
-        "  try: w('import: %s: %s\\n' % (type(e).__name__, e))\n"
-        "  except BaseException: pass\n")
-    env = {"S": status, "D": deadline, "P": pkg_parent}
-    return f"exec({src!r}, {env!r})".encode()
+        "  if isinstance(e, KeyboardInterrupt):\n"
+        "    import _thread\n"
+        "    _thread.interrupt_main()\n"
+        "  else:\n"
+        "    try: w('import: %s: %s\\n' % (type(e).__name__, e))\n"
+        "    except BaseException: pass\n")
+    env = {"S": status, "D": deadline, "P": pkg_parent, "C": client, "M": main_thread}
+    return f"exec({src!r}, {env!r})\n".encode()
 
 
-_GDB_SCRIPT = r'''
-import gdb, time
-def out(*a):
-    print("PYPROF", *a, flush=True)
-def run():
+def loader_text(path) -> bytes:
+    """The call queued in the target: read the bootstrap's file and run it in
+    a namespace of its own; a missing file (the client gave up and removed
+    it) or anything raised is silent."""
+    inner = (f"try:\n with open({path!r}) as f: s = f.read()\n"
+             "except BaseException: s = ''\n"
+             "try: exec(s, {})\n"
+             "except BaseException: pass\n")
+    return f"__import__('builtins').exec({inner!r}, {{}})".encode()
+
+
+def kill_at_step(step) -> None:
+    """Fault injection for tests (PYPROF_ATTACH_KILL_AT=step): the client dies
+    by SIGKILL at that step, as a user's `kill -9` would."""
+    if os.environ.get("PYPROF_ATTACH_KILL_AT") == step:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _open_remote(pid, info):
+    """The target's interpreter found from outside (remote.c), or one line."""
+    import errno
+    from . import _cprof
     try:
-        v = int(gdb.parse_and_eval("*(unsigned long *)&Py_Version"))
-    except gdb.error as e:
-        out("NOPY", str(e).replace("\n", " "))
-        return
-    out("VERSION", v >> 24 & 0xff, v >> 16 & 0xff)
-    if not LO <= (v >> 24 & 0xff, v >> 16 & 0xff) <= HI:
-        return
-    # the thread gdb calls on must not be inside CPython's pending-call queue:
-    # the call would wait for a lock that thread holds
-    names, f = [], gdb.newest_frame()
-    while f is not None and len(names) < 16:
-        names.append(f.name() or "")
-        f = f.older()
-    busy = [n for n in names if n in BUSY]
-    if busy:
-        out("BUSY", ",".join(busy))
-        return
-    code = open(CODE, "rb").read() + b"\0"
-    size = (len(code) + 4095) // 4096 * 4096
-    t0 = time.monotonic()
-    addr = int(gdb.parse_and_eval("(long)mmap((void *)0, %d, 3, 34, -1, (long)0)" % size))
-    if addr in (0, -1):
-        out("ERR", "mmap failed in the target")
-        return
-    gdb.selected_inferior().write_memory(addr, code)
-    if (v >> 24 & 0xff, v >> 16 & 0xff) >= (3, 12):
-        # any thread running Python runs it, not only the main thread
-        interp = int(gdb.parse_and_eval("(long)PyInterpreterState_Main()"))
-        rc = int(gdb.parse_and_eval(
-            "(int)_PyEval_AddPendingCall((void *)%d, (void *)&PyRun_SimpleString, (void *)%d, 0)"
-            % (interp, addr)))
-    else:
-        rc = int(gdb.parse_and_eval(
-            "(int)Py_AddPendingCall((void *)&PyRun_SimpleString, (void *)%d)" % addr))
-    out("QUEUED", rc, "%.6f" % (time.monotonic() - t0))
-try:
-    run()
-except gdb.error as e:
-    out("ERR", str(e).replace("\n", " "))
-'''
+        remote = _cprof.RemoteProcess(pid)
+    except OSError as e:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)") from None
+        if e.errno in (errno.EPERM, errno.EACCES):
+            raise PyprofError(check_ptrace(pid, check_process(pid), denied=True)) from None
+        if e.errno == errno.ENOENT:
+            hint = python_version_hint(pid)
+            if hint is not None:
+                check_version(pid, hint)
+            raise PyprofError(f"process {pid} ({info['name']}) is not a CPython interpreter "
+                              f"pyprof can attach to: {e.strerror}") from None
+        raise PyprofError(f"cannot read process {pid}: {e.strerror or e}") from None
+    check_version(pid, remote.version[:2])
+    if not remote.known:
+        raise PyprofError(f"process {pid} runs CPython {_version_text(remote.version)}, whose "
+                          f"interpreter layout pyprof does not know")
+    return remote
 
 
-# CPython's functions that hold its pending-call lock (or may, inlined).
-_BUSY = ("Py_AddPendingCall", "_PyEval_AddPendingCall", "_push_pending_call",
-         "_pop_pending_call", "make_pending_calls", "_PyEval_MakePendingCalls",
-         "Py_MakePendingCalls", "_Py_HandlePending", "handle_eval_breaker")
+def _write_private(path, data, uid) -> None:
+    """A file the target (uid) can read, in its private directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        if os.geteuid() != uid:
+            os.fchown(fd, uid, -1)
+    finally:
+        os.close(fd)
 
 
-def _gdb_env():
-    env = dict(os.environ)
-    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "LD_PRELOAD"):
-        env.pop(k, None)                # for pyprof's Python (a sanitizer's runtime), not gdb
-    env["DEBUGINFOD_URLS"] = ""
-    return env
-
-
-def gdb_command(gdb, pid, *commands) -> list:
-    """gdb attached to `pid`, reading only the symbols it needs (the program,
-    libc, libpython), no debuginfod, no init files."""
-    cmd = [gdb, "-q", "-nx", "-batch",
-           "-iex", "set debuginfod enabled off", "-iex", "set auto-solib-add off",
-           "-iex", "set pagination off", "-iex", "set confirm off",
-           "-p", str(pid),
-           "-ex", r"sharedlibrary libc\.so", "-ex", r"sharedlibrary libpython"]
-    for c in commands:
-        cmd += ["-ex", c]
-    return cmd
-
-
-def _ptrace_denied(text) -> bool:
-    return "ptrace: Operation not permitted" in text or "Could not attach" in text
+QUEUE_TRIES = 200               # 1 ms apart: the queue's lock held, or the queue full
+NUDGE_EVERY = 0.25              # seconds between requests to run the call again
+MAIN_SWAP_AFTER = 0.2           # 3.11: seconds the main thread may take before another runs it
+MAIN_SWAP_FOR = 0.1             # 3.11: seconds one swap is given
 
 
 def inject(pid, info, timeout, verbose=None):
-    """Queue the bootstrap in `pid` and wait for it to open its channel."""
-    import subprocess
-    import tempfile
+    """Queue the bootstrap in `pid` and wait for it to open its channel
+    (docs/attach.md, "How pyprof gets in"). Whatever fails, the call is
+    withdrawn if it has not run, and the target is left as it was."""
     reason = check_ptrace(pid, info)
     if reason:
         raise PyprofError(reason)
-    gdb = find_gdb()
+    remote = _open_remote(pid, info)
     uid = info["uid"]
     private_dir(uid)
     status = status_path(pid, uid)
-    for stale in (status, status + ".tmp"):
+    boot = os.path.join(run_dir(uid), f"{pid}-{os.getpid()}.boot.py")
+    for stale in (status, status + ".tmp", boot):
         try:
             os.unlink(stale)
         except OSError:
             pass
     deadline = time.time() + timeout
-    lo, hi = SUPPORTED
-    with tempfile.TemporaryDirectory(prefix="pyprof-gdb-") as tmp:
-        code_path = os.path.join(tmp, "boot.py")
-        with open(code_path, "wb") as f:
-            f.write(bootstrap_code(status, deadline))
-        script = os.path.join(tmp, "inject.py")
-        with open(script, "w") as f:
-            f.write(f"LO, HI, CODE, BUSY = {lo!r}, {hi!r}, {code_path!r}, {_BUSY!r}\n"
-                    + _GDB_SCRIPT)
-        for attempt in range(5):
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(gdb_command(gdb, pid, f"source {script}", "detach"),
-                                      stdin=subprocess.DEVNULL, capture_output=True,
-                                      text=True, env=_gdb_env(),
-                                      timeout=max(timeout, 5.0) + 20.0)
-            except subprocess.TimeoutExpired:
-                raise PyprofError(f"gdb did not finish attaching to process {pid} within "
-                                  f"{max(timeout, 5.0) + 20.0:.0f} s") from None
-            gdb_s = time.monotonic() - t0
-            text = proc.stdout + proc.stderr
-            marks = {}
-            for line in text.splitlines():
-                if line.startswith("PYPROF "):
-                    key, _, rest = line[7:].partition(" ")
-                    marks[key] = rest
-            if "BUSY" not in marks:
-                break
-            time.sleep(0.05)            # stopped in the pending-call queue: again, later
-        else:
-            raise PyprofError(f"process {pid} was in CPython's pending-call queue at each of "
-                              f"5 attempts ({marks['BUSY']}): try again")
-    if "VERSION" not in marks:
-        if _ptrace_denied(text):
-            raise PyprofError(check_ptrace(pid, check_process(pid), denied=True))
-        if "No such process" in text or not os.path.exists(f"/proc/{pid}"):
-            raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)")
-        if "NOPY" in marks:
-            hint = python_version_hint(pid)
-            if hint is not None:
-                check_version(pid, hint)
-            raise PyprofError(f"process {pid} ({info['name']}) is not a CPython interpreter "
-                              f"pyprof can attach to: it has no Py_Version symbol (CPython "
-                              f"3.11 or later)")
-        last = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "no output")
-        raise PyprofError(f"gdb could not attach to process {pid}: {last}")
-    major, minor = (int(x) for x in marks["VERSION"].split())
-    check_version(pid, (major, minor))
-    if "QUEUED" not in marks:
-        raise PyprofError(f"could not inject pyprof's bootstrap into process {pid}: "
-                          f"{marks.get('ERR', 'gdb stopped early')}")
-    rc = int(marks["QUEUED"].split()[0])
-    if rc != 0:
-        raise PyprofError(f"process {pid} refused the bootstrap (Py_AddPendingCall: {rc}; "
-                          f"its queue of pending calls is full): try again")
-    if verbose:
-        verbose(f"gdb attached, queued the bootstrap and detached in {gdb_s:.2f} s")
-    while time.time() < deadline:
-        if os.path.exists(status):
-            break
-        if not os.path.exists(f"/proc/{pid}"):
-            raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)")
-        time.sleep(0.01)
-    else:
-        who = ("its main thread ran" if (major, minor) < (3, 12) else "none of its threads "
-               "ran") + " Python code meanwhile"
+    minor = remote.version[1]
+    main_addr = remote.main_thread_at if minor == 11 else 0
+    main_ident = remote.gil()[0]
+    _write_private(boot, bootstrap_code(status, deadline, os.getpid(),
+                                        (main_addr, main_ident) if main_addr else None), uid)
+    text = loader_text(boot)
+    t0 = time.monotonic()
+    slot = where = None
+    paused = 0
+    try:
+        try:
+            for _ in range(QUEUE_TRIES):
+                slot, where, paused = remote.queue_call(text)
+                if slot is not None:
+                    break
+                time.sleep(0.001)
+            else:
+                raise PyprofError(f"process {pid}'s queue of pending calls stayed busy or full "
+                                  f"for {QUEUE_TRIES} ms: try again")
+        except OSError as e:
+            raise PyprofError(f"could not queue pyprof's bootstrap in process {pid}: "
+                              f"{e.strerror or e}") from None
+        if verbose:
+            verbose(f"queued the bootstrap as a pending call (CPython "
+                    f"{_version_text(remote.version)}); the process was stopped "
+                    f"{paused / 1e6:.2f} ms")
+        kill_at_step("queued")
+        ran = _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, verbose)
+    except BaseException:
+        if slot is not None and _withdraw(remote, slot, where, len(text)):
+            _unlink(boot)
+        raise
+    if not ran:
+        withdrawn = _withdraw(remote, slot, where, len(text))
+        if withdrawn:
+            _unlink(boot)
+        who = ("its main thread ran" if minor < 12 else "none of its threads ran") \
+            + " Python code meanwhile"
         raise PyprofError(f"process {pid} did not run pyprof's bootstrap within {timeout:g} s: "
                           f"{who} (blocked in a system call or in C code); try again with a "
-                          f"longer --timeout, or start it with PYPROF_LISTEN=1")
+                          f"longer --timeout, or start it with PYPROF_LISTEN=1, or read its "
+                          f"stacks without entering it: pyprof dump {pid}")
+    remote.clear(where, len(text) + 1)
+    _unlink(boot)
+    if verbose:
+        verbose(f"the bootstrap ran {time.monotonic() - t0:.3f} s after it was queued")
     with open(status) as f:
         result = f.read().strip()
     os.unlink(status)
     if result.startswith("import: "):
         raise PyprofError(f"pyprof is not importable by process {pid} (CPython "
-                          f"{major}.{minor}): {result[8:]}; install pyprof for that "
-                          f"interpreter (this one is CPython {sys.version_info[0]}."
-                          f"{sys.version_info[1]})")
+                          f"{minor and _version_text(remote.version)}): {result[8:]}; install "
+                          f"pyprof for that interpreter (this one is CPython "
+                          f"{sys.version_info[0]}.{sys.version_info[1]})")
     if result != "ok":
         raise PyprofError(f"pyprof's channel did not open in process {pid}: "
                           f"{result.removeprefix('error: ')}")
+    kill_at_step("bootstrapped")
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _withdraw(remote, slot, where, length) -> bool:
+    """Empty the call if it has not run (it then runs nothing): whether it was
+    withdrawn. Taken already: the bootstrap sees its deadline or its client
+    gone and does nothing."""
+    try:
+        if remote.cancel_call(slot, where):
+            remote.clear(where, length + 1)
+            return True
+    except OSError:
+        pass
+    return False
+
+
+def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, verbose) -> bool:
+    """Until the bootstrap reported (True) or the deadline (False). While the
+    call waits, ask for it again now and then (a thread that recomputed its
+    eval breaker may have dropped the request); on 3.11, where only the main
+    thread runs pending calls, a main thread that does not take it (waiting in
+    C: join, a serve loop) has the GIL's holder stand in for it, for as long as
+    it takes that thread to reach the call."""
+    pid = remote.pid
+    queued_at = last_nudge = time.monotonic()
+    swapped_at = None
+    try:
+        while time.time() < deadline:
+            if os.path.exists(status):
+                return True
+            if not os.path.exists(f"/proc/{pid}"):
+                raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)")
+            now = time.monotonic()
+            queued = remote.call_queued(slot, where)
+            if swapped_at is not None and (not queued or now - swapped_at > MAIN_SWAP_FOR):
+                remote.swap_main_thread(main_ident)
+                swapped_at = None
+            if queued and remote.version[1] == 11 and swapped_at is None \
+                    and now - queued_at > MAIN_SWAP_AFTER:
+                holder = remote.gil()[2]
+                if holder and holder != main_ident:
+                    remote.swap_main_thread(holder)
+                    swapped_at = now
+                    if verbose:
+                        verbose(f"the main thread waits: thread {holder:#x} (holding the GIL) "
+                                f"runs the bootstrap in its place")
+                    kill_at_step("swapped")
+            elif queued and now - last_nudge > NUDGE_EVERY:
+                remote.nudge()
+                last_nudge = now
+            time.sleep(0.001 if swapped_at is not None else 0.005)
+        return os.path.exists(status)
+    finally:
+        if swapped_at is not None:
+            try:
+                remote.swap_main_thread(main_ident)
+            except OSError:
+                pass
 
 
 # ------------------------------------------------------------------ client

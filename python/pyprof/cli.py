@@ -523,6 +523,7 @@ def _attach_run(client, opts, ns) -> int:
         r = client.request("start", options=opts.profile_kwargs(), output=tmp, flush=flush,
                            client_pid=os.getpid(), timeout=ns.timeout + 30)
         started = time.monotonic()
+        attach.kill_at_step("started")
         how = f"for {ns.duration:g} s" if ns.duration else "until Ctrl-C"
         _say(f"attached to process {pid} (CPython {client.hello['python']}), {r['mode']} "
              f"mode, {how}")

@@ -564,6 +564,10 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
     int64_t t0 = now_ns();
     if (pp_remote_stop_all(r->pid, &s, err, n) < 0)
         return -1;
+    /* fault injection for tests: the client dies while the threads are stopped */
+    const char *kill_at = getenv("PYPROF_ATTACH_KILL_AT");
+    if (kill_at != NULL && strcmp(kill_at, "stopped") == 0)
+        raise(SIGKILL);
     int rc = -1;
     int32_t first, last, count = 0, max = 0;
     int free_ = queue_lock_free(r);

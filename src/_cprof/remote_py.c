@@ -161,6 +161,14 @@ static PyObject *remote_get_version(remote_object *self, void *unused)
     return Py_BuildValue("(iii)", (int)(v >> 24), (int)(v >> 16 & 0xff), (int)(v >> 8 & 0xff));
 }
 
+static PyObject *remote_get_main_thread_at(remote_object *self, void *unused)
+{
+    (void)unused;
+    if (self->r.L == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(self->r.runtime + self->r.L->rt_main_thread);
+}
+
 static PyObject *remote_get_known(remote_object *self, void *unused)
 {
     (void)unused;
@@ -198,6 +206,8 @@ static PyMemberDef remote_members[] = {
 
 static PyGetSetDef remote_getset[] = {
     {"version", (getter)remote_get_version, NULL, "(major, minor, micro) of the target", NULL},
+    {"main_thread_at", (getter)remote_get_main_thread_at, NULL,
+     "the address of _PyRuntime's main thread ident (None: unknown layout)", NULL},
     {"known", (getter)remote_get_known, NULL, "whether pyprof knows this version's layout",
      NULL},
     {NULL},
