@@ -222,6 +222,7 @@ def main():
     say("ok main-thread", WHERE)
     names = sorted(t.name for t in threading.enumerate())
     say("threads", len(names), ",".join(names))
+    say("pyprof-modules", len([m for m in sys.modules if m.split(".")[0] == "pyprof"]))
     now = {s: signal.getsignal(s) for s in handlers}
     changed = [signal.Signals(s).name for s in handlers if now[s] != handlers[s]]
     assert not changed, f"signal handlers changed: {changed}"

@@ -31,7 +31,7 @@ KINDS = ("sleep", "select", "epoll", "accept", "recv", "lock", "queue", "subproc
          "waitpid")
 FIFO_KINDS = ("select", "epoll", "lock", "queue", "subprocess", "waitpid")
 STEPS = ("stopped", "queued", "swapped", "bootstrapped", "started")
-SLEEP = 4.0             # the sleep kind's call: long enough to outlast a client's steps
+SLEEP = 3.0             # the sleep kind's call: long enough to outlast a client's steps
 PY311 = sys.version_info[:2] == (3, 11)
 
 
@@ -168,6 +168,40 @@ class Target:
             problems.append(f"blocked thread {self.tid} now {now[self.tid][0]} (was S)")
         return problems
 
+    def channel_gone(self, within):
+        """pyprof's channel (its socket file, its thread) gone within `within` s."""
+        end = time.monotonic() + within
+        while True:
+            if self.proc.poll() is not None:
+                return []               # exited: finish() checks its socket file
+            sock = os.path.exists(socket_file(self.pid))
+            try:
+                extra = sorted(set(thread_states(self.pid)) - set(self.before))
+            except OSError:
+                return []
+            if not sock and not extra:
+                return []
+            if time.monotonic() > end:
+                return [f"pyprof's channel still there after {within:g} s: socket file "
+                        f"{'present' if sock else 'gone'}, threads not the program's {extra}"]
+            time.sleep(0.05)
+
+    def nothing_of_pyprof(self):
+        """At its end, the program has no pyprof module or thread: the
+        bootstrap did nothing (or was never queued, or was withdrawn)."""
+        ps = []
+        if "pyprof" in self.threads_line():
+            ps.append(f"a pyprof thread at its end: {self.threads_line()}")
+        mods = next((ln for ln in self.lines() if ln.startswith("pyprof-modules ")), "")
+        if mods != "pyprof-modules 0":
+            ps.append(f"pyprof was imported: {mods!r}")
+        return ps
+
+    def no_pyprof_thread(self):
+        if "pyprof" in self.threads_line():
+            return [f"a pyprof thread at its end: {self.threads_line()}"]
+        return []
+
     def release(self):
         if self.kind in FIFO_KINDS:
             fd = os.open(str(self.dir / "fifo"), os.O_WRONLY | os.O_NONBLOCK)
@@ -252,8 +286,13 @@ def report(problems):
     return "\n".join(f"{t}: {p}" for t, ps in problems.items() for p in ps)
 
 
-def release_and_check(targets, problems, post_release=None):
-    """Check every thread now (before the release), release all, read the verdicts."""
+def release_and_check(targets, problems, post_release=None, channel_within=None):
+    """Check every thread now (before the release) and, with channel_within,
+    that pyprof's channel is gone within that many seconds; release all; read
+    the verdicts."""
+    if channel_within is not None:
+        for t, ps in run_all(lambda t: t.channel_gone(channel_within), targets).items():
+            problems.setdefault(t, []).extend([repr(ps)] if isinstance(ps, Exception) else ps)
     for t in targets:
         problems.setdefault(t, []).extend(t.check_threads())
     for t in targets:
@@ -293,7 +332,8 @@ def test_successful_attach_leaves_blocked_calls_alone(where, mode, tmp_path):
             return ps
         for t, ps in run_all(attach, targets).items():
             problems[t] = [f"client: {ps!r}"] if isinstance(ps, Exception) else ps
-        bad = release_and_check(targets, problems)
+        # an injected channel serves one client, then closes: its thread ends
+        bad = release_and_check(targets, problems, Target.no_pyprof_thread, channel_within=5)
     finally:
         for t in targets:
             t.kill()
@@ -310,7 +350,7 @@ def test_successful_attach_venv_python(tmp_path):
         r = pyprof("attach", t.pid, "--duration", "1", "-o", out)
         assert r.returncode == 0, r.stderr
         assert Session.load(str(out)).meta["pid"] == t.pid
-        bad = release_and_check([t], {})
+        bad = release_and_check([t], {}, Target.no_pyprof_thread, channel_within=5)
     finally:
         t.kill()
     assert not bad, "\n" + report(bad)
@@ -337,13 +377,8 @@ def test_timeout_refusal_leaves_target_alone(where, tmp_path):
             return ps
         for t, ps in run_all(attach, targets).items():
             problems[t] = [f"client: {ps!r}"] if isinstance(ps, Exception) else ps
-
-        def no_channel(t):
-            # the bootstrap, run after its deadline, opened nothing
-            if "pyprof" in t.threads_line():
-                return [f"a pyprof thread is running: {t.threads_line()}"]
-            return []
-        bad = release_and_check(targets, problems, no_channel)
+        # the call was withdrawn, or runs after its deadline: nothing opened
+        bad = release_and_check(targets, problems, Target.nothing_of_pyprof)
     finally:
         for t in targets:
             t.kill()
@@ -386,7 +421,7 @@ def test_version_refusal_leaves_target_alone(where, tmp_path):
             return ps
         for t, ps in run_all(attach, targets).items():
             problems[t] = [f"client: {ps!r}"] if isinstance(ps, Exception) else ps
-        bad = release_and_check(targets, problems)
+        bad = release_and_check(targets, problems, Target.nothing_of_pyprof)
     finally:
         for t in targets:
             t.kill()
@@ -399,7 +434,13 @@ def test_version_refusal_leaves_target_alone(where, tmp_path):
 def test_client_killed_at_each_step(step, where, tmp_path):
     """PYPROF_ATTACH_KILL_AT=step: the client SIGKILLs itself at that step.
     Its ptrace stop ends with it (no thread left stopped or traced); released,
-    each program completes every check with exit 0 and nothing on stderr."""
+    each program completes every check with exit 0 and nothing on stderr.
+    What stays of pyprof (docs/attach.md; attach.bootstrap_code): killed before
+    the bootstrap ran (stopped, queued, swapped), nothing — the bootstrap does
+    nothing once its client is gone; after it opened the channel
+    (bootstrapped), the channel waits 30 s for its client, then closes
+    (checked for the worker case: 30 s more); killed while profiling
+    (started), the channel sees its client gone and closes at once."""
     if step == "swapped" and not (PY311 and where == "main"):
         pytest.skip("the main-thread swap happens on 3.11 only, when the main thread "
                     "is blocked in C")
@@ -417,7 +458,13 @@ def test_client_killed_at_each_step(step, where, tmp_path):
         for t, ps in run_all(attach, targets).items():
             problems[t] = [f"client: {ps!r}"] if isinstance(ps, Exception) else ps
         time.sleep(0.1)                 # the kernel's detach of the dead tracer
-        bad = release_and_check(targets, problems)
+        within = {"started": 10, "bootstrapped": 35 if where == "worker" else None}
+        post = Target.no_pyprof_thread if step in within else Target.nothing_of_pyprof
+        if step == "bootstrapped" and where == "main":
+            post = None                 # still waiting for its client: a daemon thread
+        elif step == "bootstrapped":    # the sleep ends (3 s) before the channel's 30 s
+            post = lambda t: [] if t.kind == "sleep" else t.no_pyprof_thread()  # noqa: E731
+        bad = release_and_check(targets, problems, post, channel_within=within.get(step))
     finally:
         for t in targets:
             t.kill()
