@@ -1,22 +1,17 @@
 """Reaching a running process (docs/attach.md): the checks that turn every
 reason it cannot be reached into one line, the injection of pyprof's bootstrap
-through gdb, and the client side of the control channel (channel.py).
+(through remote.c: a pending call written into the interpreter's memory, run
+by the interpreter itself at its next safe point; no debugger), and the client
+side of the control channel (channel.py).
 
-Injection, when the process has no channel open: gdb attaches (ptrace; every
-thread stops), maps one page in the target (``mmap``: a system call, no lock),
-writes the bootstrap's text into it and queues ``PyRun_SimpleString`` on it as
-a pending call (``_PyEval_AddPendingCall`` for any thread on 3.12+,
-``Py_AddPendingCall`` for the main thread on 3.11; neither needs the GIL), then
-detaches: the target is stopped only for that. The interpreter runs the pending
-call between two bytecodes with the GIL held, where a signal handler would
-run: the
-bootstrap imports ``pyprof.channel`` (with pyprof's path handed over if the
-target cannot import it) and opens a one-client channel, reporting how it
-went in a status file. Nothing else runs in the target: no code from the
-client, only pyprof's own module and this fixed bootstrap.
+The target is stopped only while the call is written (well under a
+millisecond), never has a register changed, and runs nothing but pyprof's own
+fixed bootstrap: no code from the client. A call that has not run by the
+deadline is withdrawn (its text emptied).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -50,6 +45,23 @@ def _user(uid) -> str:
         return f"uid {uid}"
 
 
+def _threads_alive(pid) -> bool:
+    """Whether a thread of the process still runs (its first thread may have
+    ended alone, pthread_exit, and wait as a zombie for the others)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            pass
+    return False
+
+
 def check_process(pid) -> dict:
     """The target exists, is alive and belongs to us (or we are root)."""
     if pid <= 0:
@@ -57,7 +69,7 @@ def check_process(pid) -> dict:
     if pid == os.getpid():
         raise PyprofError("pyprof cannot attach to itself")
     st = _status_fields(pid)
-    if st.get("State", "").startswith("Z"):
+    if st.get("State", "").startswith("Z") and not _threads_alive(pid):
         raise PyprofError(f"process {pid} has exited (a zombie waiting for its parent)")
     uid = int(st.get("Uid", "0").split()[1])            # effective uid
     me = os.geteuid()
@@ -67,8 +79,8 @@ def check_process(pid) -> dict:
     return {"uid": uid, "name": st.get("Name", "?"), "tracer": int(st.get("TracerPid", "0"))}
 
 
-def python_version_hint(pid):
-    """(3, X) from the executable's or libpython's file name, or None."""
+def _program_names(pid) -> list:
+    """The file names of the process's executable and of the libpython it maps."""
     names = []
     try:
         names.append(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
@@ -76,14 +88,25 @@ def python_version_hint(pid):
         pass
     try:
         with open(f"/proc/{pid}/maps") as f:
-            names.extend(line.rsplit("/", 1)[-1] for line in f if "libpython" in line)
+            names.extend(line.rsplit("/", 1)[-1].strip() for line in f if "libpython" in line)
     except OSError:
         pass
-    for name in names:
+    return names
+
+
+def python_version_hint(pid):
+    """(3, X) from the executable's or libpython's file name, or None."""
+    for name in _program_names(pid):
         m = re.match(r"(?:lib)?python(\d)\.(\d+)", name)
         if m:
             return int(m.group(1)), int(m.group(2))
     return None
+
+
+def _free_threaded(pid) -> bool:
+    """Whether the program or its libpython is a free-threaded build
+    (python3.13t), whose structures differ from the default build's."""
+    return any(re.match(r"(?:lib)?python3\.\d+t\b", n) for n in _program_names(pid))
 
 
 def _version_text(v) -> str:
@@ -136,7 +159,7 @@ def _proc_name(pid) -> str:
 
 def check_ptrace(pid, info, denied=False):
     """Why ptrace would be refused, as one line; None if nothing says it would.
-    `denied`: gdb was refused already (then a reason is always given)."""
+    `denied`: ptrace was refused already (then a reason is always given)."""
     tracer = info["tracer"]
     if tracer:
         return (f"process {pid} is already being traced by process {tracer} "
@@ -246,7 +269,6 @@ def kill_at_step(step) -> None:
 
 def _open_remote(pid, info):
     """The target's interpreter found from outside (remote.c), or one line."""
-    import errno
     from . import _cprof
     try:
         remote = _cprof.RemoteProcess(pid)
@@ -263,9 +285,15 @@ def _open_remote(pid, info):
                               f"pyprof can attach to: {e.strerror}") from None
         raise PyprofError(f"cannot read process {pid}: {e.strerror or e}") from None
     check_version(pid, remote.version[:2])
+    if _free_threaded(pid):
+        raise PyprofError(f"process {pid} runs the free-threaded build of CPython "
+                          f"{_version_text(remote.version)}, which pyprof does not support")
     if not remote.known:
-        raise PyprofError(f"process {pid} runs CPython {_version_text(remote.version)}, whose "
-                          f"interpreter layout pyprof does not know")
+        raise PyprofError(f"process {pid} runs CPython "
+                          f"{'.'.join(map(str, remote.version))}, whose interpreter layout "
+                          f"does not match the one pyprof knows for {_version_text(remote.version)} "
+                          f"(a build with other structures): nothing was written; "
+                          f"{REACH_OTHERWISE.format(pid=pid)}")
     return remote
 
 
@@ -280,6 +308,8 @@ def _write_private(path, data, uid) -> None:
         os.close(fd)
 
 
+REACH_OTHERWISE = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen), or "
+                   "read its stacks without entering it: pyprof dump {pid}")
 QUEUE_TRIES = 200               # 1 ms apart: the queue's lock held, or the queue full
 NUDGE_EVERY = 0.25              # seconds between requests to run the call again
 MAIN_SWAP_AFTER = 0.2           # 3.11: seconds the main thread may take before another runs it
@@ -324,6 +354,11 @@ def inject(pid, info, timeout, verbose=None):
                 raise PyprofError(f"process {pid}'s queue of pending calls stayed busy or full "
                                   f"for {QUEUE_TRIES} ms: try again")
         except OSError as e:
+            if e.errno in (errno.EPERM, errno.EACCES):
+                raise PyprofError(check_ptrace(pid, check_process(pid), denied=True)) from None
+            if not os.path.exists(f"/proc/{pid}"):
+                raise PyprofError(f"no such process: {pid} (it ended while pyprof attached)") \
+                    from None
             raise PyprofError(f"could not queue pyprof's bootstrap in process {pid}: "
                               f"{e.strerror or e}") from None
         if verbose:
@@ -565,6 +600,31 @@ def drop_own_threads(session) -> None:
 
 
 # ------------------------------------------------------------------ native stacks
+def _gdb_env():
+    env = dict(os.environ)
+    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "LD_PRELOAD"):
+        env.pop(k, None)                # for pyprof's Python (a sanitizer's runtime), not gdb
+    env["DEBUGINFOD_URLS"] = ""
+    return env
+
+
+def gdb_command(gdb, pid, *commands) -> list:
+    """gdb attached to `pid` (reading only: no call into the process), no
+    debuginfod, no init files."""
+    cmd = [gdb, "-q", "-nx", "-batch",
+           "-iex", "set debuginfod enabled off", "-iex", "set auto-solib-add off",
+           "-iex", "set pagination off", "-iex", "set confirm off",
+           "-p", str(pid),
+           "-ex", r"sharedlibrary libc\.so", "-ex", r"sharedlibrary libpython"]
+    for c in commands:
+        cmd += ["-ex", c]
+    return cmd
+
+
+def _ptrace_denied(text) -> bool:
+    return "ptrace: Operation not permitted" in text or "Could not attach" in text
+
+
 def native_stacks(pid) -> dict:
     """Every thread's native stack through gdb (the target stops meanwhile):
     {kernel thread id: [frame text, ...] leaf first}."""

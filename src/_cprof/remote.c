@@ -266,9 +266,51 @@ static void elf_scratch(const elf_file *e, uintptr_t bias, const map_row *rows, 
     }
 }
 
+/* Whether a thread has exited (a zombie leader: its thread group runs on). */
+static int thread_exited(pid_t pid, pid_t tid)
+{
+    char name[64], buf[512];
+    snprintf(name, sizeof name, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    ssize_t got = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (got <= 0)
+        return 1;
+    buf[got] = 0;
+    const char *end = strrchr(buf, ')');
+    return end != NULL && (end[2] == 'Z' || end[2] == 'X');
+}
+
+/* A thread of the process that has not exited: the process's memory and maps
+ * are reached through it when the first thread ended alone (a zombie leader). */
+static pid_t live_thread(pid_t pid)
+{
+    if (!thread_exited(pid, pid))
+        return pid;
+    char name[64];
+    snprintf(name, sizeof name, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(name);
+    if (d == NULL)
+        return pid;
+    pid_t found = pid;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        pid_t tid = (pid_t)atoi(de->d_name);
+        if (tid > 0 && !thread_exited(pid, tid)) {
+            found = tid;
+            break;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
 {
     memset(r, 0, sizeof *r);
+    pid = live_thread(pid);
     r->pid = pid;
     int count = 0;
     map_row *rows = read_maps(pid, &count);
@@ -283,17 +325,23 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     enum { N = sizeof names / sizeof names[0] };
     uintptr_t found[N] = {0};
     const char *seen_last = "";
-    for (int i = 0; i < count && found[0] == 0; i++) {
-        if (rows[i].offset != 0 || rows[i].path[0] != '/' || strcmp(rows[i].path, seen_last) == 0)
+    /* the program or a libpython by name first, then any object (an embedding
+     * program: uwsgi, a game engine) */
+    for (int i = 0; i < 2 * count && found[0] == 0; i++) {
+        const map_row *row = &rows[i % count];
+        if (i == count)
+            seen_last = "";
+        if (row->offset != 0 || row->path[0] != '/' || strcmp(row->path, seen_last) == 0)
             continue;
-        seen_last = rows[i].path;
-        const char *base = strrchr(rows[i].path, '/') + 1;
-        if (strncmp(base, "python", 6) != 0 && strncmp(base, "libpython", 9) != 0)
+        seen_last = row->path;
+        const char *base = strrchr(row->path, '/') + 1;
+        int named = strncmp(base, "python", 6) == 0 || strncmp(base, "libpython", 9) == 0;
+        if (named != (i < count))
             continue;
         elf_file e;
-        if (elf_open(pid, rows[i].path, &e) < 0)
+        if (elf_open(pid, row->path, &e) < 0)
             continue;
-        uintptr_t bias = rows[i].start - elf_first_load(&e);
+        uintptr_t bias = row->start - elf_first_load(&e);
         uintptr_t addrs[N] = {0};
         elf_lookup(&e, names, addrs, N, bias);
         if (addrs[0] && addrs[1]) {
@@ -346,6 +394,14 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
         errno = e;
         return -1;
     }
+    /* the layout must describe this build: the main interpreter's first
+     * thread state points back to it (a patch release or build whose
+     * structures moved reads something else) */
+    uintptr_t ts = 0, back = 0;
+    if (r->L != NULL && (r->interp == 0 || RD(r, r->interp + r->L->in_threads_head, ts) < 0
+                         || ts == 0 || RD(r, ts + r->L->ts_interp, back) < 0
+                         || back != r->interp))
+        r->L = NULL;
     return 0;
 }
 
@@ -382,8 +438,11 @@ static int stop_has(const pp_remote_stop *s, pid_t tid)
 /* Seize, interrupt and wait for one thread: 0 stopped, 1 gone, -1 error. */
 static int stop_one(pp_remote_stop *s, pid_t tid)
 {
-    if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0)
-        return errno == ESRCH ? 1 : -1;
+    if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
+        if (errno == ESRCH || (errno == EPERM && thread_exited(s->pid, tid)))
+            return 1;
+        return -1;
+    }
     if (stop_add(s, tid) < 0) {
         ptrace(PTRACE_DETACH, tid, NULL, NULL);     /* not stopped yet: ESRCH, harmless */
         errno = ENOMEM;
