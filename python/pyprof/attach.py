@@ -90,12 +90,16 @@ def _version_text(v) -> str:
     return f"{v[0]}.{v[1]}"
 
 
+class VersionRefused(PyprofError):
+    """The target's CPython is one pyprof does not run in: no way in helps."""
+
+
 def check_version(pid, version):
     lo, hi = SUPPORTED
     if version is not None and not lo <= version[:2] <= hi:
-        raise PyprofError(f"process {pid} runs CPython {_version_text(version)}, which pyprof "
-                          f"does not support (it attaches to CPython {_version_text(lo)} to "
-                          f"{_version_text(hi)})")
+        raise VersionRefused(f"process {pid} runs CPython {_version_text(version)}, which "
+                             f"pyprof does not support (it attaches to CPython "
+                             f"{_version_text(lo)} to {_version_text(hi)})")
 
 
 def _has_cap_ptrace() -> bool:
@@ -134,6 +138,25 @@ def _proc_name(pid) -> str:
         return "?"
 
 
+def reach_anyway(pid) -> str:
+    """What reaches a process that cannot be injected into: its own channel,
+    opened at its start, or reading it from outside."""
+    return (f"to reach it anyway, start the program with PYPROF_LISTEN=1 in its environment "
+            f"(or as 'python -m pyprof --listen script.py'), or read its stacks with the "
+            f"read-only 'pyprof dump {pid}'")
+
+
+def with_reach_anyway(pid, error) -> PyprofError:
+    """An injection's error, saying what reaches the process instead; as it
+    is when nothing would (the process is gone, its version is not
+    supported) or when it says so already."""
+    text = str(error)
+    if (isinstance(error, VersionRefused) or "PYPROF_LISTEN" in text
+            or not os.path.exists(f"/proc/{pid}")):
+        return error
+    return PyprofError(f"{text}; {reach_anyway(pid)}")
+
+
 def check_ptrace(pid, info, denied=False):
     """Why ptrace would be refused, as one line; None if nothing says it would.
     `denied`: gdb was refused already (then a reason is always given)."""
@@ -143,23 +166,23 @@ def check_ptrace(pid, info, denied=False):
                 f"({_proc_name(tracer)}): a debugger or another profiler; detach it first "
                 f"(only one tracer at a time)")
     scope, cap = _ptrace_scope(), _has_cap_ptrace()
-    fix = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen) so that "
-           "pyprof reaches it without ptrace")
     if scope == 3:
-        return ("ptrace is disabled on this system (kernel.yama.ptrace_scope = 3, until the "
-                f"next reboot): {fix}")
-    if scope == 2 and not cap:
-        return ("kernel.yama.ptrace_scope = 2 lets only processes with CAP_SYS_PTRACE attach: "
-                f"run pyprof as root (sudo), or {fix}")
-    if scope == 1 and not cap and not _is_descendant(pid) and denied:
-        return ("kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
-                "descendants: run pyprof as root (sudo), or 'sudo sysctl "
-                f"kernel.yama.ptrace_scope=0', or {fix}")
-    if denied:
-        return (f"ptrace of process {pid} was not permitted (no CAP_SYS_PTRACE"
-                f"{'' if scope is None else f', kernel.yama.ptrace_scope = {scope}'}; in a "
-                f"container, add --cap-add=SYS_PTRACE): run pyprof as root, or {fix}")
-    return None
+        why = ("ptrace is disabled on this system (kernel.yama.ptrace_scope = 3, until the "
+               "next reboot)")
+    elif scope == 2 and not cap:
+        why = ("kernel.yama.ptrace_scope = 2 lets only processes with CAP_SYS_PTRACE attach: "
+               "run pyprof as root (sudo)")
+    elif scope == 1 and not cap and not _is_descendant(pid) and denied:
+        why = ("kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
+               "descendants: run pyprof as root (sudo), or 'sudo sysctl "
+               "kernel.yama.ptrace_scope=0'")
+    elif denied:
+        why = (f"ptrace of process {pid} was not permitted (no CAP_SYS_PTRACE"
+               f"{'' if scope is None else f', kernel.yama.ptrace_scope = {scope}'}; in a "
+               f"container, add --cap-add=SYS_PTRACE): run pyprof as root")
+    else:
+        return None
+    return f"{why}; {reach_anyway(pid)}"
 
 
 def find_gdb() -> str:
@@ -501,7 +524,10 @@ def connect(pid, timeout=CONNECT_TIMEOUT, verbose=None) -> Client:
             verbose(f"process {pid} listens already: no injection")
         return client
     check_version(pid, python_version_hint(pid))
-    inject(pid, info, timeout, verbose)
+    try:
+        inject(pid, info, timeout, verbose)
+    except PyprofError as e:
+        raise with_reach_anyway(pid, e) from None
     client = _connect(pid, info["uid"], timeout)
     if client is None:
         raise PyprofError(f"process {pid} opened no channel at {socket_path(pid, info['uid'])}")
