@@ -122,6 +122,46 @@ def sampled_weight(session, qualname):
                if any(f in fids for f, _ in session.stacks[sid].frames))
 
 
+# ------------------------------------------------------------------ one client at a time
+def test_second_client_is_refused_at_once(listener, tmp_path):
+    p = listener()
+    first = pyprof_in_background("attach", p.pid, "--sample", "--duration", "6",
+                                 "-o", tmp_path / "first.cprof")
+    try:
+        attached(first)
+        for args in (("dump", p.pid), ("attach", p.pid, "-o", tmp_path / "second.cprof"),
+                     ("attach", p.pid, "-v", "-o", tmp_path / "second.cprof")):
+            t0 = time.monotonic()
+            line = one_error_line(pyprof(*args, "--timeout", "20"))
+            assert line == (f"pyprof: error: another pyprof client is attached to process "
+                            f"{p.pid} (pyprof process {first.pid}): wait for it to detach"), line
+            assert time.monotonic() - t0 < 5            # not after --timeout
+        assert not (tmp_path / "second.cprof").exists()
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert sampled_weight(Session.load(str(tmp_path / "first.cprof")), "busy_work") > 0
+    finally:
+        ended(first)
+    # the first one gone, the next is served
+    r = pyprof("dump", p.pid)
+    assert r.returncode == 0 and "busy_work" in r.stdout or "<module>" in r.stdout, r.stderr
+
+
+def test_a_killed_client_does_not_block_the_next(listener, tmp_path):
+    p = listener()
+    first = pyprof_in_background("attach", p.pid, "--sample", "-o", tmp_path / "first.cprof")
+    try:
+        attached(first)
+        first.kill()
+        first.wait()
+    finally:
+        ended(first)
+    r = pyprof("attach", p.pid, "--sample", "--duration", "1", "-o", tmp_path / "next.cprof")
+    assert r.returncode == 0, r.stderr
+    assert sampled_weight(Session.load(str(tmp_path / "next.cprof")), "busy_work") > 0
+    assert p.poll() is None
+
+
 # ------------------------------------------------------------------ cannot inject
 def reach_anyway(pid):
     return (f"to reach it anyway, start the program with PYPROF_LISTEN=1 in its environment "

@@ -421,6 +421,7 @@ class Client:
         self.buf = b""
         self.events = []
         self.closed = False
+        self.lock = None                # the target's lock (hold_target), while connected
 
     def _read_line(self, timeout=None):
         import select
@@ -483,6 +484,9 @@ class Client:
             self.sock.close()
         except OSError:
             pass
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
 
 def _connect(pid, uid, timeout):
@@ -514,10 +518,70 @@ def _connect(pid, uid, timeout):
     return client
 
 
+def lock_path(pid, uid) -> str:
+    return os.path.join(run_dir(uid), f"{pid}.lock")
+
+
+def _try_lock(path):
+    """An fd holding an exclusive flock on `path` (made if missing), or None
+    if another process holds it. The file must still be the one at `path`
+    once locked: a cleanup may have removed it meanwhile."""
+    import fcntl
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def hold_target(pid, uid) -> int:
+    """The client's lock on `pid` (one client per target), an fd held while
+    attached: the kernel drops it when the client ends, however it ends."""
+    path = lock_path(pid, uid)
+    fd = _try_lock(path)
+    if fd is None:
+        try:
+            with open(path) as f:
+                holder = f" (pyprof process {int(f.read().strip())})"
+        except (OSError, ValueError):
+            holder = ""
+        raise PyprofError(f"another pyprof client is attached to process {pid}{holder}: "
+                          f"wait for it to detach")
+    if os.geteuid() != uid:
+        os.fchown(fd, uid, -1)          # root's client: the target's user may lock it later
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 def connect(pid, timeout=CONNECT_TIMEOUT, verbose=None) -> Client:
     """A channel to `pid`: its own if it listens (no injection), else one
-    opened by injecting the bootstrap. One clear PyprofError otherwise."""
+    opened by injecting the bootstrap. One clear PyprofError otherwise. The
+    client holds the target's lock until it closes: a second client is
+    refused at once."""
     info = check_process(pid)
+    uid = info["uid"]
+    private_dir(uid)
+    lock = hold_target(pid, uid)
+    try:
+        client = _attach(pid, info, timeout, verbose)
+    except BaseException:
+        os.close(lock)
+        raise
+    client.lock = lock
+    return client
+
+
+def _attach(pid, info, timeout, verbose) -> Client:
     client = _connect(pid, info["uid"], timeout)
     if client is not None:
         if verbose:
