@@ -162,6 +162,44 @@ def test_a_killed_client_does_not_block_the_next(listener, tmp_path):
     assert p.poll() is None
 
 
+# ------------------------------------------------------------------ stale files
+def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
+    import fcntl
+    p = listener()
+    gone, gone_client, me = dead_pid(), dead_pid(), os.getpid()
+    stale = [f"{gone}.sock", f"{gone}.boot", f"{gone}.lock",
+             f"{gone}-{gone_client}.cprof", f"{gone}-{gone_client}.flush.cprof",
+             f"{p.pid}-{gone_client}.cprof", f"{p.pid}-{gone_client}.flush.cprof.tmp.{gone}",
+             f"{gone}-{me}.cprof"]                  # its client lives but holds no lock
+    kept = [f"{p.pid}-{me}.cprof",                  # both alive
+            f"{p.pid}-{gone_client}.cprof.tmp.{p.pid}",     # its writer is writing it
+            "notes.txt", f"{gone}.sockx", f"x{gone}.sock"]   # not names pyprof gives
+    held = f"{dead_pid()}"                           # a client holds this one's lock
+    kept += [f"{held}.lock", f"{held}-{me}.flush.cprof"]
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(f"{RUN_DIR}/{gone}.sock")              # a socket whose process is dead
+    sock.close()
+    for name in stale + kept:
+        if not os.path.exists(f"{RUN_DIR}/{name}"):
+            open(f"{RUN_DIR}/{name}", "w").close()
+    lock = os.open(f"{RUN_DIR}/{held}.lock", os.O_RDWR)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        r = pyprof("dump", p.pid, "-v")
+        assert r.returncode == 0, r.stderr
+        left = set(os.listdir(RUN_DIR))
+        assert not left & set(stale), sorted(left & set(stale))
+        assert set(kept) <= left, sorted(set(kept) - left)
+        assert "removed what ended processes left" in r.stderr, r.stderr
+    finally:
+        os.close(lock)
+        for name in kept:
+            try:
+                os.unlink(f"{RUN_DIR}/{name}")
+            except OSError:
+                pass
+
+
 # ------------------------------------------------------------------ cannot inject
 def reach_anyway(pid):
     return (f"to reach it anyway, start the program with PYPROF_LISTEN=1 in its environment "

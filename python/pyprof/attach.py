@@ -518,6 +518,15 @@ def _connect(pid, uid, timeout):
     return client
 
 
+def _pid_alive(pid) -> bool:
+    """A process with this id runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def lock_path(pid, uid) -> str:
     return os.path.join(run_dir(uid), f"{pid}.lock")
 
@@ -563,6 +572,68 @@ def hold_target(pid, uid) -> int:
     return fd
 
 
+_CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:\.flush)?\.cprof(?:\.tmp\.(\d+))?")
+_TARGET_FILE = re.compile(r"(\d+)\.(?:sock|boot|boot\.tmp|boot\.\d+\.tmp)")
+
+
+def remove_stale(uid) -> list:
+    """Remove what dead processes left in the private directory: sockets and
+    bootstrap status files of ended targets, captures of ended clients (or
+    of ended targets whose client no longer holds their lock; not while their
+    writer writes them), locks of ended targets that nobody holds. Only the
+    names pyprof gives, only there.
+    Returns the names removed."""
+    d = run_dir(uid)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        path = os.path.join(d, name)
+        target_file, capture = _TARGET_FILE.fullmatch(name), _CAPTURE_NAME.fullmatch(name)
+        if target_file:
+            stale = not _pid_alive(int(target_file.group(1)))
+        elif capture:
+            target, client, writer = capture.groups()
+            target, client = int(target), int(client)
+            if writer and _pid_alive(int(writer)):
+                continue                # being written: its writer renames it
+            stale = not _pid_alive(client) or (not _pid_alive(target)
+                                               and _lock_free(lock_path(target, uid)))
+        elif name.endswith(".lock") and name[:-5].isdigit():
+            if _pid_alive(int(name[:-5])):
+                continue
+            fd = _try_lock(path)
+            if fd is None:
+                continue
+            try:                        # removed while held: no client locks it meanwhile
+                os.unlink(path)
+                removed.append(name)
+            finally:
+                os.close(fd)
+            continue
+        else:
+            continue
+        if stale:
+            try:
+                os.unlink(path)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def _lock_free(path) -> bool:
+    if not os.path.exists(path):
+        return True
+    fd = _try_lock(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def connect(pid, timeout=CONNECT_TIMEOUT, verbose=None) -> Client:
     """A channel to `pid`: its own if it listens (no injection), else one
     opened by injecting the bootstrap. One clear PyprofError otherwise. The
@@ -571,6 +642,9 @@ def connect(pid, timeout=CONNECT_TIMEOUT, verbose=None) -> Client:
     info = check_process(pid)
     uid = info["uid"]
     private_dir(uid)
+    removed = remove_stale(uid)
+    if removed and verbose:
+        verbose(f"removed what ended processes left in {run_dir(uid)}: {', '.join(removed)}")
     lock = hold_target(pid, uid)
     try:
         client = _attach(pid, info, timeout, verbose)
