@@ -162,6 +162,39 @@ def test_a_killed_client_does_not_block_the_next(listener, tmp_path):
     assert p.poll() is None
 
 
+# ------------------------------------------------------------------ ended by a signal
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_attach_ended_by_a_signal_writes_its_output(listener, tmp_path, signum):
+    p = listener()
+    out = tmp_path / "out.cprof"
+    client = pyprof_in_background("attach", p.pid, "--sample", "-o", out)
+    try:
+        attached(client)
+        time.sleep(1.5)
+        client.send_signal(signum)
+        _, err = client.communicate(timeout=60)
+    finally:
+        ended(client)
+    name = signal.Signals(signum).name
+    assert client.returncode == 0, err
+    assert f"pyprof: {name}: stopping" in err and f"pyprof: wrote {out}; detached" in err, err
+    assert sampled_weight(Session.load(str(out)), "busy_work") > 0
+    # the process's own capture was converted and removed, not left behind
+    assert own_files(p.pid) == [f"{p.pid}.lock", f"{p.pid}.sock"], own_files(p.pid)
+    assert p.poll() is None
+
+
+def test_timeout_command_ends_attach_with_its_output(listener, tmp_path):
+    """What a user types: timeout(1) sends SIGTERM."""
+    p = listener()
+    out = tmp_path / "out.txt"
+    r = subprocess.run(["timeout", "3", sys.executable, "-m", "pyprof", "attach", str(p.pid),
+                        "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 124, r.stderr            # timeout's status: it had to signal
+    assert "SIGTERM: stopping" in r.stderr and f"wrote {out}" in r.stderr, r.stderr
+    assert "busy_work" in out.read_text()
+
+
 # ------------------------------------------------------------------ stale files
 def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
     import fcntl
