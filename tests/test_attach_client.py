@@ -195,6 +195,63 @@ def test_timeout_command_ends_attach_with_its_output(listener, tmp_path):
     assert "busy_work" in out.read_text()
 
 
+# ------------------------------------------------------------------ forked children
+FORKING = """
+import os, sys, time
+import pyprof                           # PYPROF_LISTEN=1: the channel opens here
+def child_work():
+    s = 0
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        for i in range(10000):
+            s += i
+        time.sleep(0.001)
+pid = os.fork()
+if pid == 0:
+    print(os.getpid(), flush=True)
+    child_work()
+    os._exit(0)
+print("parent", flush=True)
+os.waitpid(pid, 0)
+time.sleep(60)
+"""
+
+
+def test_dump_of_a_forked_child_names_its_own_main_thread(tmp_path):
+    p = subprocess.Popen([sys.executable, "-c", FORKING], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=LISTEN_ENV)
+    child = None
+    try:
+        lines = {p.stdout.readline().strip() for _ in range(2)}
+        lines.discard("parent")
+        child = int(lines.pop())
+        # each listens on its own socket
+        wait_for(lambda: os.path.exists(f"{RUN_DIR}/{child}.sock"), 10, "the child's socket")
+        assert os.path.exists(f"{RUN_DIR}/{p.pid}.sock")
+        r = pyprof("dump", child)
+        assert r.returncode == 0, r.stderr
+        assert f"Process {child}:" in r.stdout
+        head = next(ln for ln in r.stdout.splitlines() if ln.startswith("Thread "))
+        assert head.startswith(f"Thread {child} (MainThread): "), r.stdout
+        assert head.split(": ", 1)[1] in ("running", "sleeping"), r.stdout
+        assert "child_work (<string>:" in r.stdout, r.stdout
+        # the child ending (no exit hooks: os._exit, then killed) leaves the parent's socket
+        os.kill(child, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{child}/stat")
+                 or open(f"/proc/{child}/stat").read().rpartition(")")[2].split()[0] == "Z",
+                 10, "the child to end")
+        r = pyprof("dump", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert f"Thread {p.pid} (MainThread): sleeping" in r.stdout, r.stdout
+    finally:
+        ended(p)
+        if child is not None:
+            try:
+                os.unlink(f"{RUN_DIR}/{child}.sock")
+            except OSError:
+                pass
+
+
 # ------------------------------------------------------------------ stale files
 def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
     import fcntl
