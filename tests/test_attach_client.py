@@ -290,6 +290,71 @@ def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
                 pass
 
 
+# ------------------------------------------------------------------ --async
+ASYNC_SERVER = """
+import asyncio, sys
+import pyprof                           # PYPROF_LISTEN=1: the channel opens here
+def crunch(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+async def handle(reader, writer):
+    n = int((await reader.readline()) or 0)
+    await asyncio.sleep(0.03)           # alive across the sampler's looks at the tasks
+    writer.write(b"%d\\n" % crunch(n))
+    await writer.drain()
+    writer.close()
+async def ticker_loop():
+    while True:
+        crunch(20000)
+        await asyncio.sleep(0.002)
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    asyncio.create_task(ticker_loop(), name="ticker")
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", [("--sample", "--wall"), ()])
+def test_attach_async_names_the_tasks_of_a_running_loop(tmp_path, mode):
+    p = subprocess.Popen([sys.executable, "-c", ASYNC_SERVER], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=LISTEN_ENV)
+    try:
+        port = int(p.stdout.readline())
+        out = tmp_path / "async.cprof"
+        client = pyprof_in_background("attach", p.pid, *mode, "--async", "--duration", "2",
+                                      "-o", out)
+        attached(client)
+        for _ in range(20):                         # requests: a task each
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+                c.sendall(b"30000\n")
+                assert c.makefile().readline().strip().isdigit()
+            time.sleep(0.02)
+        _, err = client.communicate(timeout=60)
+        assert client.returncode == 0, err
+        session = Session.load(str(out))
+        tasks = {(session.functions[t.fid].name,
+                  session.functions[t.coro_fid].qualname if t.coro_fid is not None else None)
+                 for t in session.tasks}
+        assert ("<task ticker>", "ticker_loop") in tasks, tasks
+        assert sum(coro == "handle" for _, coro in tasks) >= 10, tasks   # of 20 requests
+        assert p.poll() is None
+    finally:
+        ended(p)
+
+
+def test_attach_async_to_a_process_without_tasks_says_so(listener, tmp_path):
+    p = listener()
+    out = tmp_path / "plain.cprof"
+    r = pyprof("attach", p.pid, "--sample", "--async", "--duration", "1", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "note: --async saw no asyncio task" in r.stderr, r.stderr
+    assert sampled_weight(Session.load(str(out)), "busy_work") > 0
+
+
 # ------------------------------------------------------------------ cannot inject
 def reach_anyway(pid):
     return (f"to reach it anyway, start the program with PYPROF_LISTEN=1 in its environment "

@@ -455,7 +455,7 @@ def _run_live(opts, rest) -> int:
 
 
 # ------------------------------------------------------------------ attach, top, dump
-_ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--memory",
+_ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--async", "--memory",
                  "--memory-sample", "--memory-stacks", "--functions", "--lines-of",
                  "--include", "--exclude", "--timeline", "--min-duration",
                  "--timeline-max-events", "--no-builtins", "--exact-builtins")
@@ -563,6 +563,9 @@ def _attach_run(client, opts, ns) -> int:
         from .model.session import Session
         session = Session.load(source)
         attach.drop_own_threads(session)
+        if opts.asyncio and not session.tasks:
+            _say("note: --async saw no asyncio task (no event loop ran a task while "
+                 "attached): the profile is a plain one")
         fmt = format_for_path(outfile)
         if fmt == "cprof":
             session.save(outfile)
