@@ -113,12 +113,16 @@ def _version_text(v) -> str:
     return f"{v[0]}.{v[1]}"
 
 
+class VersionRefused(PyprofError):
+    """The target's CPython is one pyprof does not run in: no way in helps."""
+
+
 def check_version(pid, version):
     lo, hi = SUPPORTED
     if version is not None and not lo <= version[:2] <= hi:
-        raise PyprofError(f"process {pid} runs CPython {_version_text(version)}, which pyprof "
-                          f"does not support (it attaches to CPython {_version_text(lo)} to "
-                          f"{_version_text(hi)})")
+        raise VersionRefused(f"process {pid} runs CPython {_version_text(version)}, which "
+                             f"pyprof does not support (it attaches to CPython "
+                             f"{_version_text(lo)} to {_version_text(hi)})")
 
 
 def _has_cap_ptrace() -> bool:
@@ -157,6 +161,25 @@ def _proc_name(pid) -> str:
         return "?"
 
 
+def reach_anyway(pid) -> str:
+    """What reaches a process that cannot be injected into: its own channel,
+    opened at its start, or reading it from outside."""
+    return (f"to reach it anyway, start the program with PYPROF_LISTEN=1 in its environment "
+            f"(or as 'python -m pyprof --listen script.py'), or read its stacks with the "
+            f"read-only 'pyprof dump {pid}'")
+
+
+def with_reach_anyway(pid, error) -> PyprofError:
+    """An injection's error, saying what reaches the process instead; as it
+    is when nothing would (the process is gone, its version is not
+    supported) or when it says so already."""
+    text = str(error)
+    if (isinstance(error, VersionRefused) or "PYPROF_LISTEN" in text
+            or not os.path.exists(f"/proc/{pid}")):
+        return error
+    return PyprofError(f"{text}; {reach_anyway(pid)}")
+
+
 def check_ptrace(pid, info, denied=False):
     """Why ptrace would be refused, as one line; None if nothing says it would.
     `denied`: ptrace was refused already (then a reason is always given)."""
@@ -166,23 +189,23 @@ def check_ptrace(pid, info, denied=False):
                 f"({_proc_name(tracer)}): a debugger or another profiler; detach it first "
                 f"(only one tracer at a time)")
     scope, cap = _ptrace_scope(), _has_cap_ptrace()
-    fix = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen) so that "
-           "pyprof reaches it without ptrace")
     if scope == 3:
-        return ("ptrace is disabled on this system (kernel.yama.ptrace_scope = 3, until the "
-                f"next reboot): {fix}")
-    if scope == 2 and not cap:
-        return ("kernel.yama.ptrace_scope = 2 lets only processes with CAP_SYS_PTRACE attach: "
-                f"run pyprof as root (sudo), or {fix}")
-    if scope == 1 and not cap and not _is_descendant(pid) and denied:
-        return ("kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
-                "descendants: run pyprof as root (sudo), or 'sudo sysctl "
-                f"kernel.yama.ptrace_scope=0', or {fix}")
-    if denied:
-        return (f"ptrace of process {pid} was not permitted (no CAP_SYS_PTRACE"
-                f"{'' if scope is None else f', kernel.yama.ptrace_scope = {scope}'}; in a "
-                f"container, add --cap-add=SYS_PTRACE): run pyprof as root, or {fix}")
-    return None
+        why = ("ptrace is disabled on this system (kernel.yama.ptrace_scope = 3, until the "
+               "next reboot)")
+    elif scope == 2 and not cap:
+        why = ("kernel.yama.ptrace_scope = 2 lets only processes with CAP_SYS_PTRACE attach: "
+               "run pyprof as root (sudo)")
+    elif scope == 1 and not cap and not _is_descendant(pid) and denied:
+        why = ("kernel.yama.ptrace_scope = 1 lets a process attach only to its own "
+               "descendants: run pyprof as root (sudo), or 'sudo sysctl "
+               "kernel.yama.ptrace_scope=0'")
+    elif denied:
+        why = (f"ptrace of process {pid} was not permitted (no CAP_SYS_PTRACE"
+               f"{'' if scope is None else f', kernel.yama.ptrace_scope = {scope}'}; in a "
+               f"container, add --cap-add=SYS_PTRACE): run pyprof as root")
+    else:
+        return None
+    return f"{why}; {reach_anyway(pid)}"
 
 
 def find_gdb() -> str:
@@ -295,8 +318,7 @@ def _open_remote(pid, info):
         raise PyprofError(f"process {pid} runs CPython "
                           f"{'.'.join(map(str, remote.version))}, whose interpreter layout "
                           f"does not match the one pyprof knows for {_version_text(remote.version)} "
-                          f"(a build with other structures): nothing was written; "
-                          f"{REACH_OTHERWISE.format(pid=pid)}")
+                          f"(a build with other structures): nothing was written")
     return remote
 
 
@@ -315,8 +337,6 @@ def _write_private(path, data, uid) -> None:
     os.replace(tmp, path)
 
 
-REACH_OTHERWISE = ("start the program with PYPROF_LISTEN=1 (or python -m pyprof --listen), or "
-                   "read its stacks without entering it: pyprof dump {pid}")
 QUEUE_TRIES = 200               # 1 ms apart: the queue's lock held, or the queue full
 NUDGE_EVERY = 0.25              # seconds between requests to run the call again
 MAIN_SWAP_AFTER = 0.2           # 3.11: seconds the main thread may take before another runs it
@@ -392,8 +412,7 @@ def inject(pid, info, timeout, verbose=None):
                "meanwhile")
         raise PyprofError(f"process {pid} did not run pyprof's bootstrap within {timeout:g} s: "
                           f"{who} (blocked in a system call or in C code); try again with a "
-                          f"longer --timeout, or start it with PYPROF_LISTEN=1, or read its "
-                          f"stacks without entering it: pyprof dump {pid}")
+                          f"longer --timeout")
     remote.clear(where, len(text) + 1)
     _unlink(boot)
     if verbose:
@@ -500,6 +519,7 @@ class Client:
         self.buf = b""
         self.events = []
         self.closed = False
+        self.lock = None                # the target's lock (hold_target), while connected
 
     def _read_line(self, timeout=None):
         import select
@@ -562,6 +582,9 @@ class Client:
             self.sock.close()
         except OSError:
             pass
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
 
 def _connect(pid, uid, timeout):
@@ -593,17 +616,158 @@ def _connect(pid, uid, timeout):
     return client
 
 
+def _pid_alive(pid) -> bool:
+    """A process with this id runs (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def lock_path(pid, uid) -> str:
+    return os.path.join(run_dir(uid), f"{pid}.lock")
+
+
+def _try_lock(path):
+    """An fd holding an exclusive flock on `path` (made if missing), or None
+    if another process holds it. The file must still be the one at `path`
+    once locked: a cleanup may have removed it meanwhile."""
+    import fcntl
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def hold_target(pid, uid) -> int:
+    """The client's lock on `pid` (one client per target), an fd held while
+    attached: the kernel drops it when the client ends, however it ends."""
+    path = lock_path(pid, uid)
+    fd = _try_lock(path)
+    if fd is None:
+        try:
+            with open(path) as f:
+                holder = f" (pyprof process {int(f.read().strip())})"
+        except (OSError, ValueError):
+            holder = ""
+        raise PyprofError(f"another pyprof client is attached to process {pid}{holder}: "
+                          f"wait for it to detach")
+    if os.geteuid() != uid:
+        os.fchown(fd, uid, -1)          # root's client: the target's user may lock it later
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+_CAPTURE_NAME = re.compile(r"(\d+)-(\d+)(?:\.flush)?\.cprof(?:\.tmp\.(\d+))?")
+_TARGET_FILE = re.compile(r"(\d+)\.(?:sock|boot|boot\.tmp|boot\.\d+\.tmp)")
+_BOOT_FILE = re.compile(r"(\d+)-(\d+)\.boot\.py(?:\.tmp)?")      # the bootstrap's text (inject)
+
+
+def remove_stale(uid) -> list:
+    """Remove what dead processes left in the private directory: sockets and
+    bootstrap status files of ended targets, bootstrap texts and captures of
+    ended clients (captures also of ended targets whose client no longer holds
+    their lock; not while their writer writes them), locks of ended targets
+    that nobody holds. Only the names pyprof gives, only there.
+    Returns the names removed."""
+    d = run_dir(uid)
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        path = os.path.join(d, name)
+        target_file, capture = _TARGET_FILE.fullmatch(name), _CAPTURE_NAME.fullmatch(name)
+        if target_file:
+            stale = not _pid_alive(int(target_file.group(1)))
+        elif capture:
+            target, client, writer = capture.groups()
+            target, client = int(target), int(client)
+            if writer and _pid_alive(int(writer)):
+                continue                # being written: its writer renames it
+            stale = not _pid_alive(client) or (not _pid_alive(target)
+                                               and _lock_free(lock_path(target, uid)))
+        elif _BOOT_FILE.fullmatch(name):
+            # a queued call that runs later finds no file and runs nothing
+            stale = not _pid_alive(int(_BOOT_FILE.fullmatch(name).group(2)))
+        elif name.endswith(".lock") and name[:-5].isdigit():
+            if _pid_alive(int(name[:-5])):
+                continue
+            fd = _try_lock(path)
+            if fd is None:
+                continue
+            try:                        # removed while held: no client locks it meanwhile
+                os.unlink(path)
+                removed.append(name)
+            finally:
+                os.close(fd)
+            continue
+        else:
+            continue
+        if stale:
+            try:
+                os.unlink(path)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def _lock_free(path) -> bool:
+    if not os.path.exists(path):
+        return True
+    fd = _try_lock(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def connect(pid, timeout=CONNECT_TIMEOUT, verbose=None) -> Client:
     """A channel to `pid`: its own if it listens (no injection), else one
-    opened by injecting the bootstrap. One clear PyprofError otherwise."""
+    opened by injecting the bootstrap. One clear PyprofError otherwise. The
+    client holds the target's lock until it closes: a second client is
+    refused at once."""
     info = check_process(pid)
+    uid = info["uid"]
+    private_dir(uid)
+    removed = remove_stale(uid)
+    if removed and verbose:
+        verbose(f"removed what ended processes left in {run_dir(uid)}: {', '.join(removed)}")
+    lock = hold_target(pid, uid)
+    try:
+        client = _attach(pid, info, timeout, verbose)
+    except BaseException:
+        os.close(lock)
+        raise
+    client.lock = lock
+    return client
+
+
+def _attach(pid, info, timeout, verbose) -> Client:
     client = _connect(pid, info["uid"], timeout)
     if client is not None:
         if verbose:
             verbose(f"process {pid} listens already: no injection")
         return client
     check_version(pid, python_version_hint(pid))
-    inject(pid, info, timeout, verbose)
+    try:
+        inject(pid, info, timeout, verbose)
+    except PyprofError as e:
+        raise with_reach_anyway(pid, e) from None
     client = _connect(pid, info["uid"], timeout)
     if client is None:
         raise PyprofError(f"process {pid} opened no channel at {socket_path(pid, info['uid'])}")

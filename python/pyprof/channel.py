@@ -82,10 +82,41 @@ def listen(persistent=True):
     """Open the channel (idempotent). Returns the server."""
     if _servers:
         return _servers[0]
+    _watch_forks()
     server = _Server(persistent)
     _servers.append(server)
     server.start()
     return server
+
+
+_fork_watched: list = []
+
+
+def _watch_forks():
+    if not _fork_watched:
+        _fork_watched.append(True)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child():
+    """A forked child (a gunicorn worker) has its parent's server but not its
+    thread: forget it (its socket is the parent's: left in place), and open
+    the child's own if the parent's was a listening one."""
+    if not _servers:
+        return
+    import atexit
+    parent = _servers.pop()
+    atexit.unregister(parent._close)
+    atexit.unregister(parent._at_exit)
+    try:
+        parent.sock.close()
+    except OSError:
+        pass
+    if parent.persistent:
+        try:
+            listen(persistent=True)
+        except Exception as e:          # never break the program that forks
+            print(f"pyprof: cannot listen in the forked process: {e}", file=sys.stderr)
 
 
 def close():
@@ -112,6 +143,7 @@ def bootstrap(status, deadline):
         return                          # the client gave up: leave nothing
     try:
         if not _servers:
+            _watch_forks()
             server = _Server(persistent=False)
             _servers.append(server)
             server.start()
@@ -380,6 +412,11 @@ def thread_stacks(skip=None) -> list:
     """Every thread's Python stack now, root first, with its name and state."""
     import threading
     by_ident = {t.ident: t for t in threading.enumerate()}
+    main = threading.main_thread()
+    try:
+        tasks = {int(n) for n in os.listdir("/proc/self/task")}
+    except OSError:
+        tasks = None
     out = []
     for ident, frame in sys._current_frames().items():
         if ident == skip:
@@ -393,7 +430,10 @@ def thread_stacks(skip=None) -> list:
         frames.reverse()
         t = by_ident.get(ident)
         native_id = getattr(t, "native_id", None)
-        if native_id is None and ident == threading.main_thread().ident:
+        if ident == main.ident and (native_id is None or tasks is not None
+                                    and native_id not in tasks):
+            # a forked child's main thread (the one that forked) keeps the
+            # parent's native_id in threading (3.11-3.13): it leads this process
             native_id = os.getpid()
         out.append({"ident": ident, "native_id": native_id,
                     "name": t.name if t is not None else f"thread {ident}",

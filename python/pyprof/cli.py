@@ -455,7 +455,7 @@ def _run_live(opts, rest) -> int:
 
 
 # ------------------------------------------------------------------ attach, top, dump
-_ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--memory",
+_ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--async", "--memory",
                  "--memory-sample", "--memory-stacks", "--functions", "--lines-of",
                  "--include", "--exclude", "--timeline", "--min-duration",
                  "--timeline-max-events", "--no-builtins", "--exact-builtins")
@@ -480,7 +480,10 @@ def _add_common(p) -> None:
 
 
 def _say(text):
-    print(f"pyprof: {text}", file=sys.stderr)
+    try:
+        print(f"pyprof: {text}", file=sys.stderr)
+    except OSError:
+        pass                    # a terminal gone (SIGHUP): the work goes on without it
 
 
 def _require_terminal(what):
@@ -519,6 +522,7 @@ def _attach_run(client, opts, ns) -> int:
     tmp, flush = attach.capture_paths(pid, uid)
     outfile = os.path.abspath(opts.outfile)
     started = None
+    saved = {}
     try:
         r = client.request("start", options=opts.profile_kwargs(), output=tmp, flush=flush,
                            client_pid=os.getpid(), timeout=ns.timeout + 30)
@@ -528,6 +532,8 @@ def _attach_run(client, opts, ns) -> int:
         _say(f"attached to process {pid} (CPython {client.hello['python']}), {r['mode']} "
              f"mode, {how}")
         got = None
+        ended_by = []
+        saved = _end_wait_on_signals(ended_by)
         try:
             while got is None:
                 left = None if ns.duration is None else started + ns.duration - time.monotonic()
@@ -536,6 +542,10 @@ def _attach_run(client, opts, ns) -> int:
                 got = client.wait_event(1.0 if left is None else min(1.0, left))
         except KeyboardInterrupt:
             pass
+        for signum in saved:        # stopping and writing -o: not cut short by another
+            signal.signal(signum, lambda *_: None)
+        if ended_by:
+            _say(f"{ended_by[0]}: stopping")
         if got is None:
             r = client.request("stop", path=tmp, timeout=ns.timeout + 60)
             _report_release(r.get("released"))
@@ -554,6 +564,9 @@ def _attach_run(client, opts, ns) -> int:
         from .model.session import Session
         session = Session.load(source)
         attach.drop_own_threads(session)
+        if opts.asyncio and not session.tasks:
+            _say("note: --async saw no asyncio task (no event loop ran a task while "
+                 "attached): the profile is a plain one")
         fmt = format_for_path(outfile)
         if fmt == "cprof":
             session.save(outfile)
@@ -561,6 +574,8 @@ def _attach_run(client, opts, ns) -> int:
             export(session, fmt, outfile)
         _say(f"wrote {outfile}; detached")
     finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
         client.close()
         for path in (tmp, flush):
             try:
@@ -568,6 +583,18 @@ def _attach_run(client, opts, ns) -> int:
             except OSError:
                 pass
     return 0
+
+
+def _end_wait_on_signals(ended_by) -> dict:
+    """SIGTERM and SIGHUP end attach's wait as Ctrl-C does (the profile is
+    stopped and -o written); the signal's name goes to `ended_by`. Returns
+    the handlers replaced."""
+    names = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+
+    def stop(signum, frame):
+        ended_by.append(names[signum])
+        raise KeyboardInterrupt
+    return {signum: signal.signal(signum, stop) for signum in names}
 
 
 def _report_release(released):
