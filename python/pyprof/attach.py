@@ -260,7 +260,8 @@ def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
         "        import pyprof.channel as c, pyprof._cprof\n"
         "      finally:\n"
         "        sys.path.remove(P)\n"
-        "    c.bootstrap(S, D)\n"
+        "    b = c.bootstrap\n"
+        "    b(S, D, C) if b.__code__.co_argcount > 2 else b(S, D)\n"
         "except BaseException as e:\n"
         "  for k in set(sys.modules) - m:\n"
         "    if k.startswith('pyprof'): del sys.modules[k]\n"
@@ -287,7 +288,11 @@ def loader_text(path) -> bytes:
 
 def kill_at_step(step) -> None:
     """Fault injection for tests (PYPROF_ATTACH_KILL_AT=step): the client dies
-    by SIGKILL at that step, as a user's `kill -9` would."""
+    by SIGKILL at that step, as a user's `kill -9` would. In remote.c, with the
+    target's threads stopped: stopped (nothing written), queued (the call
+    written), swapped (3.11: another thread made to stand in for the main
+    one); here: bootstrapped (the channel opened, not yet connected), started
+    (the profile runs)."""
     if os.environ.get("PYPROF_ATTACH_KILL_AT") == step:
         import signal
         os.kill(os.getpid(), signal.SIGKILL)
@@ -396,7 +401,6 @@ def inject(pid, info, timeout, verbose=None):
             verbose(f"queued the bootstrap as a pending call (CPython "
                     f"{_version_text(remote.version)}); the process was stopped "
                     f"{paused / 1e6:.2f} ms")
-        kill_at_step("queued")
         ran = _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write_boot,
                                   verbose)
     except BaseException:
@@ -493,7 +497,6 @@ def _wait_for_bootstrap(remote, slot, where, status, deadline, main_ident, write
                         verbose(f"the main thread waits: thread {holder:#x} (which held the GIL "
                                 f"last) runs the bootstrap in its place")
                     stood_in = True
-                    kill_at_step("swapped")
             if queued and swapped_at is None and now - last_nudge > NUDGE_EVERY:
                 remote.nudge()
                 last_nudge = now

@@ -66,6 +66,17 @@ def private_dir(uid=None) -> str:
     return d
 
 
+def process_alive(pid, start) -> bool:
+    """Whether process `pid`, started at `start` (/proc/PID/stat's 22nd field,
+    as text), still runs: not ended, not a zombie, not a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and fields[19] == start
+
+
 def peer_uid(conn) -> int:
     import socket
     import struct
@@ -134,9 +145,10 @@ def install_from_environment():
             print(f"pyprof: PYPROF_LISTEN: cannot listen: {e}", file=sys.stderr)
 
 
-def bootstrap(status, deadline):
-    """Run by the code ``pyprof attach`` injects (in the main thread, between
-    bytecodes): open a one-client channel and say so in `status`. Never
+def bootstrap(status, deadline, client=None):
+    """Run by the code ``pyprof attach`` injects (between bytecodes, GIL held):
+    open a one-client channel and say so in `status`. client: (pid, start
+    time) of the client, whose end ends the channel's wait for it. Never
     raises: an exception here would reach the program."""
     import time
     if time.time() > deadline:
@@ -144,7 +156,7 @@ def bootstrap(status, deadline):
     try:
         if not _servers:
             _watch_forks()
-            server = _Server(persistent=False)
+            server = _Server(persistent=False, client=client)
             _servers.append(server)
             server.start()
         text = "ok\n"
@@ -161,11 +173,12 @@ def bootstrap(status, deadline):
 
 
 class _Server:
-    def __init__(self, persistent):
+    def __init__(self, persistent, client=None):
         import socket
         import threading
         from .errors import PyprofError
         self.persistent = persistent
+        self.client = client            # (pid, start time): an injected channel's client
         private_dir()
         self.path = socket_path(os.getpid())
         if os.path.exists(self.path):
@@ -203,9 +216,10 @@ class _Server:
         try:
             while True:
                 try:            # closed meanwhile (the process is exiting): done
-                    self.sock.settimeout(None if self.persistent else ACCEPT_TIMEOUT)
-                    conn, _ = self.sock.accept()
-                except (socket.timeout, OSError):
+                    conn = self._accept()
+                except OSError:
+                    break
+                if conn is None:
                     break
                 conn.settimeout(None)
                 try:
@@ -224,6 +238,24 @@ class _Server:
                     break
         finally:
             self._close()
+
+    def _accept(self):
+        """The next connection; None once an injected channel's client has
+        ended or ACCEPT_TIMEOUT passed without it."""
+        import socket
+        import time
+        if self.persistent:
+            self.sock.settimeout(None)
+            return self.sock.accept()[0]
+        end = time.monotonic() + ACCEPT_TIMEOUT
+        while time.monotonic() < end:
+            self.sock.settimeout(min(0.5, max(0.0, end - time.monotonic())))
+            try:
+                return self.sock.accept()[0]
+            except socket.timeout:
+                if self.client and not process_alive(*self.client):
+                    return None
+        return None
 
     def _serve(self, conn):
         import json

@@ -623,7 +623,8 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
     int64_t t0 = now_ns();
     if (pp_remote_stop_all(r->pid, &s, err, n) < 0)
         return -1;
-    /* fault injection for tests: the client dies while the threads are stopped */
+    /* fault injection for tests (PYPROF_ATTACH_KILL_AT, attach.py): the client
+     * dies while the threads are stopped */
     const char *kill_at = getenv("PYPROF_ATTACH_KILL_AT");
     if (kill_at != NULL && strcmp(kill_at, "stopped") == 0)
         raise(SIGKILL);
@@ -681,6 +682,10 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
     *slot = last;
     *arg = r->scratch;
     rc = 0;
+    /* fault injection: the client dies with the call written, before any
+     * thread could run it (the kernel resumes them as their tracer exits) */
+    if (kill_at != NULL && strcmp(kill_at, "queued") == 0)
+        raise(SIGKILL);
 out:;
     int saved = errno;
     int64_t paused = pp_remote_resume_all(&s, t0);
@@ -751,6 +756,11 @@ int pp_remote_swap_main_thread(pp_remote *r, unsigned long ident, unsigned long 
         say(err, n, "cannot write the target's main thread: %s", strerror(errno));
         rc = -1;
     }
+    /* fault injection (attach.py): the client dies with a thread standing in
+     * for the main one, before it could run the call */
+    const char *kill_at = getenv("PYPROF_ATTACH_KILL_AT");
+    if (rc == 0 && ident != *old && kill_at != NULL && strcmp(kill_at, "swapped") == 0)
+        raise(SIGKILL);
     pp_remote_resume_all(&s, 0);
     return rc;
 }
