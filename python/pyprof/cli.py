@@ -610,13 +610,34 @@ def cmd_top(argv) -> int:
 def cmd_dump(argv) -> int:
     p = _Parser(prog="pyprof dump",
                 description="Print every thread's current Python stack (and native with "
-                            "--native) of a running process, like py-spy dump.")
+                            "--native) of a running process, like py-spy dump: read from "
+                            "outside, nothing run in the process (docs/attach.md#dump).")
     _add_common(p)
     p.add_argument("--native", action="store_true",
-                   help="each thread's native (C) stack too, read by gdb (the process stops "
-                        "while gdb reads it)")
+                   help="each thread's native (C) stack too, read from outside while the "
+                        "threads are stopped (libunwind-ptrace; with --channel: gdb)")
+    p.add_argument("--channel", action="store_true",
+                   help="ask the process through pyprof's control channel instead (injected "
+                        "if it does not listen): Python thread names and daemon flags, but a "
+                        "thread must be able to run Python")
     ns = p.parse_args(argv)
     pid = _pid_arg(ns.pid)
+    if not ns.channel:
+        from . import remote_dump
+        try:
+            return remote_dump.dump(pid, ns.native)
+        except PyprofError as e:
+            # ptrace refused: a process that listens is still reachable by its socket
+            from . import attach, channel
+            if not ("ptrace" in str(e) and os.path.exists(channel.socket_path(
+                    pid, attach.check_process(pid)["uid"]))):
+                raise
+            if ns.verbose:
+                _say(f"{e}; process {pid} listens: asking it through its channel")
+    return _dump_channel(pid, ns)
+
+
+def _dump_channel(pid, ns) -> int:
     from . import attach
     client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
     try:

@@ -257,6 +257,16 @@ static PyObject *remote_threads(remote_object *self, PyObject *args, PyObject *k
     return out;
 }
 
+static PyObject *remote_gil_span(remote_object *self, PyObject *unused)
+{
+    (void)unused;
+    uintptr_t lo = 0, hi = 0;
+    errno = 0;
+    if (pp_remote_gil_span(&self->r, &lo, &hi) < 0)
+        return remote_error("cannot read where the interpreter's GIL is");
+    return Py_BuildValue("(KK)", (unsigned long long)lo, (unsigned long long)hi);
+}
+
 static void remote_dealloc(remote_object *self)
 {
     pp_remote_cache_free(&self->cache);
@@ -299,6 +309,9 @@ static PyMethodDef remote_methods[] = {
      "(filename, qualname, lineno)), native (with native=True: [\"name+0xoff\"], else None). "
      "stop: all threads stopped for the read only (last_pause_ns says how long); else read "
      "live. Nothing is written to the target."},
+    {"gil_span", (PyCFunction)remote_gil_span, METH_NOARGS,
+     "gil_span() -> (start, end)\nThe target's GIL structure's addresses: a thread waiting on "
+     "a futex in them waits for the GIL."},
     {"gil", (PyCFunction)remote_gil, METH_NOARGS,
      "gil() -> (main thread ident, GIL holder's thread state or 0, its ident or 0)"},
     {NULL},

@@ -296,6 +296,21 @@ static const pp_remote_code *code_for(pp_remote *r, pp_remote_cache *c, uintptr_
     return e;
 }
 
+int pp_remote_gil_span(pp_remote *r, uintptr_t *lo, uintptr_t *hi)
+{
+    const pp_remote_layout *L = r->L;
+    uintptr_t gil = 0;
+    if (L == NULL)
+        return -1;
+    if (L->in_gil_ptr == 0)
+        gil = r->runtime + L->rt_gil;
+    else if (pp_remote_read(r->pid, r->interp + L->in_gil_ptr, &gil, sizeof gil) < 0 || gil == 0)
+        return -1;
+    *lo = gil;
+    *hi = gil + L->gil_size;
+    return 0;
+}
+
 /* ---------------------------------------------------------- threads and frames */
 
 /* One thread's Python frames, innermost first: 0 read through, -1 a read

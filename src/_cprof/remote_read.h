@@ -69,6 +69,9 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
                       char *err, size_t n);
 void pp_remote_threads_free(pp_remote_thread *t, int count);
 
+/* Where the target's GIL lives: [*lo, *hi); -1 if it cannot be read. */
+int pp_remote_gil_span(pp_remote *r, uintptr_t *lo, uintptr_t *hi);
+
 /* The line of byte offset addrq in a 3.11+ location table (-1: none). */
 int pp_remote_addr2line(const unsigned char *table, size_t len, int firstlineno, int addrq);
 
