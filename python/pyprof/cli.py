@@ -593,12 +593,35 @@ def cmd_top(argv) -> int:
                         "512k): the traced heap")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                    help="refresh period (default 1)")
+    p.add_argument("--remote", action="store_true",
+                   help="sample from outside, nothing injected (py-spy's way): each sample "
+                        "reads the threads' stacks with process_vm_readv (--rate up to 1000)")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="with --remote: sample this long, no live view, and write -o")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="with --remote --duration: the capture (.cprof) or an export, by suffix")
     ns = p.parse_args(argv)
     pid = _pid_arg(ns.pid)
     if not 0 < ns.rate <= 100000:
         raise PyprofError(f"--rate must be in (0, 100000] Hz, not {ns.rate:g}")
     if ns.interval < 0.1:
         raise PyprofError("--interval must be at least 0.1 s")
+    if ns.remote:
+        from . import remote_top
+        if ns.rate > 1000:
+            raise PyprofError(f"--remote samples at up to 1000 Hz, not {ns.rate:g}")
+        if ns.native or ns.memory_sample:
+            raise PyprofError("--native and --memory-sample need the channel: not with --remote")
+        if (ns.duration is None) != (ns.output is None):
+            raise PyprofError("--duration and -o go together (a capture of that long)")
+        if ns.output:
+            if ns.duration <= 0:
+                raise PyprofError("--duration must be positive")
+            return remote_top.record(pid, ns.rate, ns.duration, ns.output, _say)
+        _require_terminal("pyprof top")
+        return remote_top.run_live(pid, ns.rate, ns.interval)
+    if ns.duration is not None or ns.output:
+        raise PyprofError("--duration and -o go with --remote")
     sample = byte_count(ns.memory_sample, "--memory-sample") if ns.memory_sample else None
     _require_terminal("pyprof top")
     from . import attach, top

@@ -18,7 +18,7 @@ typedef struct {
     PyObject_HEAD
     pp_remote r;
     pp_remote_cache cache;              /* code objects read from the target */
-    PyObject *names;                    /* cache entry id -> (filename, qualname) */
+    PyObject *names;                    /* cache entry id -> (filename, qualname, name, first line) */
     long long last_pause_ns;
 } remote_object;
 
@@ -174,7 +174,8 @@ static PyObject *code_names(remote_object *self, const pp_remote_code *e)
         return NULL;
     PyObject *v = PyDict_GetItemWithError(self->names, key);
     if (v == NULL && !PyErr_Occurred()) {
-        v = Py_BuildValue("(ss)", e->filename, e->qualname);
+        v = Py_BuildValue("(sssi)", e->filename, e->qualname, e->name ? e->name : e->qualname,
+                          e->firstlineno);
         if (v != NULL && PyDict_SetItem(self->names, key, v) < 0)
             Py_CLEAR(v);
         Py_XDECREF(v);                      /* the dict holds it */
@@ -183,14 +184,15 @@ static PyObject *code_names(remote_object *self, const pp_remote_code *e)
     return v;                               /* borrowed */
 }
 
-static PyObject *thread_dict(remote_object *self, const pp_remote_thread *t)
+static PyObject *thread_dict(remote_object *self, const pp_remote_thread *t, int ids)
 {
     PyObject *frames = PyList_New(t->nframes);
     if (frames == NULL)
         return NULL;
     for (int i = 0; i < t->nframes; i++) {
         PyObject *names = code_names(self, t->frames[i].code);
-        PyObject *f = names == NULL ? NULL : Py_BuildValue(
+        PyObject *f = names == NULL ? NULL : ids ? Py_BuildValue(
+            "(Ki)", (unsigned long long)t->frames[i].code->id, t->frames[i].lineno) : Py_BuildValue(
             "(OOi)", PyTuple_GET_ITEM(names, 0), PyTuple_GET_ITEM(names, 1),
             t->frames[i].lineno);
         if (f == NULL) {
@@ -225,9 +227,9 @@ static PyObject *thread_dict(remote_object *self, const pp_remote_thread *t)
 
 static PyObject *remote_threads(remote_object *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"stop", "native", NULL};
-    int stop = 1, native = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|pp", kwlist, &stop, &native))
+    static char *kwlist[] = {"stop", "native", "ids", NULL};
+    int stop = 1, native = 0, ids = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppp", kwlist, &stop, &native, &ids))
         return NULL;
     if (native && !stop) {
         PyErr_SetString(PyExc_ValueError, "native stacks are read with the threads stopped");
@@ -247,7 +249,7 @@ static PyObject *remote_threads(remote_object *self, PyObject *args, PyObject *k
         return remote_error(err);
     PyObject *out = PyList_New(count);
     for (int i = 0; out != NULL && i < count; i++) {
-        PyObject *d = thread_dict(self, &ths[i]);
+        PyObject *d = thread_dict(self, &ths[i], ids);
         if (d == NULL)
             Py_CLEAR(out);
         else
@@ -255,6 +257,15 @@ static PyObject *remote_threads(remote_object *self, PyObject *args, PyObject *k
     }
     pp_remote_threads_free(ths, count);
     return out;
+}
+
+static PyObject *remote_code(remote_object *self, PyObject *arg)
+{
+    PyObject *v = PyDict_GetItemWithError(self->names, arg);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, arg);
+    Py_XINCREF(v);
+    return v;
 }
 
 static PyObject *remote_gil_span(remote_object *self, PyObject *unused)
@@ -306,9 +317,11 @@ static PyMethodDef remote_methods[] = {
     {"threads", (PyCFunction)(void (*)(void))remote_threads, METH_VARARGS | METH_KEYWORDS,
      "threads(stop=True, native=False) -> [dict]\nEvery thread of the main interpreter read "
      "from outside: ident, native_id, holds_gil, is_main, complete, frames (innermost first, "
-     "(filename, qualname, lineno)), native (with native=True: [\"name+0xoff\"], else None). "
+     "(filename, qualname, lineno); with ids=True (code id, lineno), see code()), native (with native=True: [\"name+0xoff\"], else None). "
      "stop: all threads stopped for the read only (last_pause_ns says how long); else read "
      "live. Nothing is written to the target."},
+    {"code", (PyCFunction)remote_code, METH_O,
+     "code(id) -> (filename, qualname, name, first line)\nA code object seen by threads(ids=True)."},
     {"gil_span", (PyCFunction)remote_gil_span, METH_NOARGS,
      "gil_span() -> (start, end)\nThe target's GIL structure's addresses: a thread waiting on "
      "a futex in them waits for the GIL."},
