@@ -128,7 +128,8 @@ def open_process(pid):
         if e.errno == errno.ESRCH:
             raise PyprofError(f"no such process: {pid}") from None
         if e.errno == errno.ENOENT:
-            raise PyprofError(f"process {pid} ({_comm(pid) or '?'}): {e.strerror}") from None
+            raise PyprofError(f"process {pid} ({_comm(pid) or '?'}) is not a CPython interpreter "
+                              f"3.11 or later: {e.strerror.split(' (')[0]}") from None
         raise PyprofError(f"process {pid}: {e.strerror}") from None
     if not proc.known:
         attach.check_version(pid, proc.version)

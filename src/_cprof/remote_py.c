@@ -278,6 +278,18 @@ static PyObject *remote_gil_span(remote_object *self, PyObject *unused)
     return Py_BuildValue("(KK)", (unsigned long long)lo, (unsigned long long)hi);
 }
 
+static PyObject *remote_addr2line(PyObject *unused, PyObject *args)
+{
+    (void)unused;
+    Py_buffer table;
+    int first, addrq;
+    if (!PyArg_ParseTuple(args, "y*ii", &table, &first, &addrq))
+        return NULL;
+    int line = pp_remote_addr2line(table.buf, (size_t)table.len, first, addrq);
+    PyBuffer_Release(&table);
+    return PyLong_FromLong(line);
+}
+
 static void remote_dealloc(remote_object *self)
 {
     pp_remote_cache_free(&self->cache);
@@ -320,6 +332,9 @@ static PyMethodDef remote_methods[] = {
      "(filename, qualname, lineno); with ids=True (code id, lineno), see code()), native (with native=True: [\"name+0xoff\"], else None). "
      "stop: all threads stopped for the read only (last_pause_ns says how long); else read "
      "live. Nothing is written to the target."},
+    {"addr2line", (PyCFunction)remote_addr2line, METH_VARARGS | METH_STATIC,
+     "addr2line(co_linetable, co_firstlineno, byte_offset) -> line or -1\nThe decoder the "
+     "remote reads use (for tests against CPython's own co_lines)."},
     {"code", (PyCFunction)remote_code, METH_O,
      "code(id) -> (filename, qualname, name, first line)\nA code object seen by threads(ids=True)."},
     {"gil_span", (PyCFunction)remote_gil_span, METH_NOARGS,
