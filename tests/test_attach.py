@@ -442,7 +442,7 @@ def test_pyprof_not_importable_by_the_target(sleeper):
     if other is None:
         pytest.skip("no other CPython 3.11-3.13 installed beside this one")
     p = sleeper(python=other, ticking=True)
-    line = one_error_line(pyprof("dump", p.pid))
+    line = one_error_line(pyprof("dump", "--channel", p.pid))
     assert "pyprof is not importable by process" in line, line
     assert p.poll() is None
 
@@ -456,7 +456,7 @@ def test_already_traced(sleeper):
     try:
         wait_for(lambda: "TracerPid:\t0" not in open(f"/proc/{p.pid}/status").read(), 20,
                  "gdb to attach")
-        line = one_error_line(pyprof("dump", p.pid))
+        line = one_error_line(pyprof("dump", "--channel", p.pid))
         assert "is already being traced by process" in line and "gdb" in line, line
     finally:
         gdb.kill()
@@ -466,7 +466,7 @@ def test_already_traced(sleeper):
 def test_gdb_missing(sleeper, tmp_path):
     p = sleeper()
     env = dict(os.environ, PATH=str(tmp_path))      # no gdb on it
-    line = one_error_line(pyprof("dump", p.pid, env=env))
+    line = one_error_line(pyprof("dump", "--channel", p.pid, env=env))
     assert "gdb" in line and "apt-get install gdb" in line, line
 
 
@@ -474,7 +474,7 @@ def test_target_not_answering(sleeper):
     # its main thread sleeps in C: the bootstrap waits for its next bytecode
     p = sleeper(seconds=5)
     t0 = time.monotonic()
-    line = one_error_line(pyprof("dump", p.pid, "--timeout", "1.5"))
+    line = one_error_line(pyprof("dump", "--channel", p.pid, "--timeout", "1.5"))
     assert "did not run pyprof's bootstrap within 1.5 s" in line, line
     assert time.monotonic() - t0 < 10
     out, err = p.communicate(timeout=30)
@@ -575,7 +575,9 @@ def test_dump_prints_every_threads_stack(tmp_path):
     try:
         assert p.stdout.readline() == "up\n"
         time.sleep(0.3)
-        r = pyprof("dump", p.pid, "--native")
+        # --channel: Python thread names and daemon flags (the read-only dump:
+        # tests/test_remote_read.py)
+        r = pyprof("dump", "--channel", p.pid, "--native")
         assert r.returncode == 0, r.stderr
         text = r.stdout
         assert f"Thread {p.pid} (MainThread): sleeping" in text, text

@@ -516,3 +516,48 @@ def test_location_table_decoder_matches_cpython():
                 assert got == (-1 if line is None else line), (co, off, got, line)
                 seen += 1
     assert seen > 10000
+
+
+def test_a_traced_process_is_read_without_stopping(tmp_path):
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    p = start(BASE_PYTHON, script)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        kill(p)
+        pytest.skip("gdb is not installed (it plays the other tracer)")
+    g = subprocess.Popen([gdb, "-q", "-nx", "-batch", "-p", str(p.pid), "-ex", "shell sleep 20"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        wait_for(lambda: "TracerPid:\t0" not in open(f"/proc/{p.pid}/status").read(), 20,
+                 "gdb to attach")
+        r = pyprof("dump", p.pid)
+        assert r.returncode == 0, r.stderr
+        assert f"not stopped: process {g.pid} traces it" in r.stdout, r.stdout
+        assert f"waiting_here ({script}:{line_of(THREADS, 'WAIT-LINE')})" in r.stdout
+    finally:
+        g.kill()
+        g.wait()
+        kill(p)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv, to run a client without CAP_SYS_PTRACE")
+def test_ptrace_not_permitted_says_why():
+    # a process that made itself non-dumpable can be read only with CAP_SYS_PTRACE
+    code = ("import ctypes, time\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+            "print('up', flush=True)\ntime.sleep(30)\n")
+    p = subprocess.Popen([BASE_PYTHON, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        for args in (("dump",), ("top", "--remote", "--duration", "1", "-o", "/tmp/x.cprof")):
+            r = subprocess.run(["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace",
+                                sys.executable, "-m", "pyprof", args[0], str(p.pid), *args[1:]],
+                               capture_output=True, text=True, timeout=60)
+            line = one_error_line(r)
+            assert f"ptrace of process {p.pid} was not permitted (no CAP_SYS_PTRACE" in line, line
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()

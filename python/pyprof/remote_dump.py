@@ -107,7 +107,7 @@ def thread_name(pid, t) -> str:
     return f"Thread-{t['native_id']}"
 
 
-def _cmdline(pid) -> str:
+def cmdline(pid) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return " ".join(a.decode(errors="replace") for a in f.read().split(b"\0") if a)
@@ -184,7 +184,7 @@ def read(target, stop=True, native=False) -> dict:
         t["syscall"] = call
         t["blocked"] = blocked_text(call, arg0, gil_span, t["holds_gil"]) if call else ""
     threads.sort(key=lambda t: (not t["is_main"], t["native_id"]))
-    return {"pid": pid, "argv": _cmdline(pid), "python": ".".join(map(str, proc.version)),
+    return {"pid": pid, "argv": cmdline(pid), "python": ".".join(map(str, proc.version)),
             "threads": threads, "paused_ns": proc.last_pause_ns if stop else 0,
             "stopped": stop, "note": note, "other_tasks": len(set(tids) - {
                 t["native_id"] for t in threads})}

@@ -250,8 +250,8 @@ class RemoteSampler:
                       "remote": True},
                   "start_wall_ns": self.start_wall_ns, "snapshot_wall_ns": time.time_ns(),
                   "subcalls": False, "time_unit": 1e-9, "timeunit": 0}
-        from .remote_dump import _cmdline
-        s.meta = {"argv": _cmdline(self.target.pid).split(), "pid": self.target.pid,
+        from .remote_dump import cmdline
+        s.meta = {"argv": cmdline(self.target.pid).split(), "pid": self.target.pid,
                   "python": s.info["python"], "implementation": "cpython",
                   "modes": ["sample"], "pyprof_version": __version__,
                   "remote": True, "written_at": time.time(),
@@ -299,7 +299,7 @@ def run_live(pid, rate, interval) -> int:
     target = remote_dump.open_process(pid)
     sampler = RemoteSampler(target, rate)
     hello = {"pid": pid, "python": ".".join(map(str, target.proc.version)),
-             "argv": remote_dump._cmdline(pid).split(), "remote": True}
+             "argv": remote_dump.cmdline(pid).split(), "remote": True}
     view = top.View(hello)
     stop = threading.Event()
     ended = []
