@@ -1,5 +1,5 @@
 """Reaching a process from outside: pyprof dump (read-only) and pyprof top
---remote against py-spy (docs/attach.md#read-only; RESULTS.md, "Reaching a
+--remote against py-spy (docs/attach.md#read-only-how-it-works; RESULTS.md, "Reaching a
 process").
 
 1. dump: the command's latency (start to exit, the client's start-up included)

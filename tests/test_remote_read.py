@@ -1,4 +1,4 @@
-"""The read-only path (docs/attach.md#read-only): pyprof dump and pyprof top
+"""The read-only path (docs/attach.md#read-only-how-it-works): pyprof dump and pyprof top
 --remote read a process from outside with process_vm_readv (remote_read.c),
 nothing run in it. Targets run on every installed base CPython 3.11-3.13, so
 a client of one version reads a target of another. Ground truth: the lines

@@ -634,7 +634,7 @@ def cmd_dump(argv) -> int:
     p = _Parser(prog="pyprof dump",
                 description="Print every thread's current Python stack (and native with "
                             "--native) of a running process, like py-spy dump: read from "
-                            "outside, nothing run in the process (docs/attach.md#dump).")
+                            "outside, nothing run in the process (docs/attach.md#pyprof-dump).")
     _add_common(p)
     p.add_argument("--native", action="store_true",
                    help="each thread's native (C) stack too, read from outside while the "

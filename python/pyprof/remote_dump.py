@@ -1,4 +1,4 @@
-"""Reading a running process from outside (docs/attach.md#read-only): its
+"""Reading a running process from outside (docs/attach.md#read-only-how-it-works): its
 threads' Python stacks through ``_cprof.RemoteProcess`` (remote_read.c:
 process_vm_readv, all threads stopped for the read only), what each thread is
 blocked in from /proc (its kernel state and system call), and ``pyprof dump``'s

@@ -1,5 +1,5 @@
 """``pyprof top --remote PID``: sampling a process from outside, py-spy's way
-(docs/attach.md#top-remote). Each sample reads every thread's Python stack
+(docs/attach.md#pyprof-top---remote). Each sample reads every thread's Python stack
 with process_vm_readv without stopping the process (remote_read.c), and each
 thread's kernel state from /proc; nothing is injected, no signal sent. The
 samples feed top.py's live view, or, with --duration and -o, a Session (the
