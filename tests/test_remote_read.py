@@ -563,3 +563,79 @@ def test_ptrace_not_permitted_says_why():
     finally:
         p.kill()
         p.wait()
+
+
+# ------------------------------------------------------------------ strings, live reads
+UNICODE = """
+import time
+class Größe:
+    def 数据(self):
+        time.sleep(60)                              # SLEEP-LINE
+print("up", flush=True)
+Größe().数据()
+"""
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=os.path.basename)
+def test_names_and_files_of_every_string_kind(python, tmp_path):
+    # ASCII, Latin-1 (kind 1, not ASCII), CJK (kind 2), an emoji in the path (kind 4)
+    script = tmp_path / "t\U0001f600.py"
+    script.write_text(UNICODE, encoding="utf-8")
+    p = start(python, script)
+    try:
+        t = _cprof.RemoteProcess(p.pid).threads()
+        assert t[0]["frames"][0] == (str(script), "Größe.数据", line_of(UNICODE, "SLEEP-LINE"))
+        assert t[0]["frames"][1] == (str(script), "<module>", line_of(UNICODE, "Größe().数据()"))
+    finally:
+        kill(p)
+
+
+CHURN = """
+import threading, sys
+def down(n):
+    return n if n == 0 else down(n - 1) + 1
+def churn():
+    while True:
+        down(40)
+        exec(compile("def fresh():\\n    return down(5)\\n", "<fresh>", "exec"), globals())
+        fresh()
+for _ in range(2):
+    threading.Thread(target=churn, daemon=True).start()
+print("up", flush=True)
+churn()
+"""
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=os.path.basename)
+def test_live_reads_of_changing_stacks_stay_sane(python, tmp_path):
+    """Stacks that change under the read, code objects made and freed all the
+    time: every frame read without stopping is one the program has, and the
+    process is none the worse."""
+    script = tmp_path / "churn.py"
+    script.write_text(CHURN)
+    p = start(python, script)
+    try:
+        rp = _cprof.RemoteProcess(p.pid)
+        known = {"down", "churn", "fresh", "<module>", "Thread.run", "Thread._bootstrap",
+                 "Thread._bootstrap_inner"}
+        reads = complete = frames = no_line = 0
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            for t in rp.threads(stop=False):
+                reads += 1
+                complete += t["complete"]
+                assert len(t["frames"]) <= 512
+                for filename, qualname, line in t["frames"]:
+                    assert qualname in known, (filename, qualname, line)
+                    assert filename in (str(script), "<fresh>") or "threading" in filename
+                    # 0: a module's RESUME (CPython's own line for it); -1: an
+                    # instruction without a location (CPython's f_lineno is None)
+                    assert line >= -1
+                    frames += 1
+                    no_line += line == -1
+        assert reads > 300 and complete > 0.9 * reads, (reads, complete)
+        assert no_line < 0.01 * frames, (no_line, frames)
+        assert p.poll() is None
+    finally:
+        kill(p)
+    assert p.stderr is None or p.returncode == -signal.SIGKILL

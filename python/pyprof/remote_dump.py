@@ -211,7 +211,7 @@ def print_dump(d, native=False, out=None) -> None:
         print(file=out)
         print(f"Thread {t['native_id']} ({t['name']}): {', '.join(parts)}", file=out)
         for filename, qualname, line in t["frames"]:
-            print(f"    {qualname} ({filename}:{line})", file=out)
+            print(f"    {qualname} ({filename}:{line if line >= 0 else '?'})", file=out)
         if not t["frames"]:
             print("    (no Python frame)", file=out)
         if not t["complete"]:

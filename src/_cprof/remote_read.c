@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #ifdef PP_HAVE_LIBUNWIND_PTRACE
@@ -313,8 +314,18 @@ int pp_remote_gil_span(pp_remote *r, uintptr_t *lo, uintptr_t *hi)
 
 /* ---------------------------------------------------------- threads and frames */
 
+/* Two reads in one system call: 0 both read whole, else -1 (nothing trusted). */
+static int read_two(pid_t pid, uintptr_t a, void *abuf, size_t alen, uintptr_t b, void *bbuf,
+                    size_t blen)
+{
+    struct iovec local[2] = {{abuf, alen}, {bbuf, blen}};
+    struct iovec remote[2] = {{(void *)a, alen}, {(void *)b, blen}};
+    return process_vm_readv(pid, local, 2, remote, 2, 0) == (ssize_t)(alen + blen) ? 0 : -1;
+}
+
 /* One thread's Python frames, innermost first: 0 read through, -1 a read
- * failed or the chain looked wrong (a live read racing the thread). */
+ * failed or the chain looked wrong (a live read racing the thread). A frame's
+ * code header and the next frame are read in one system call. */
 static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_remote_thread *t)
 {
     const pp_remote_layout *L = r->L;
@@ -325,11 +336,13 @@ static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_rem
     if (fr_need > sizeof fr || L->co_code > sizeof head)
         return -1;
     t->nframes = 0;
+    int have = 0;                               /* fr holds `frame` already */
     for (int guard = 0; frame != 0 && guard < 4 * PP_REMOTE_MAX_DEPTH; guard++) {
         if (t->nframes >= PP_REMOTE_MAX_DEPTH)
             return 0;                           /* deeper: the innermost are kept */
-        if (pp_remote_read(r->pid, frame, fr, fr_need) < 0)
+        if (!have && pp_remote_read(r->pid, frame, fr, fr_need) < 0)
             return -1;
+        have = 0;
         uintptr_t code = word_at(fr, L->fr_code), instr = word_at(fr, L->fr_instr);
         uintptr_t previous = word_at(fr, L->fr_previous);
         int owner = fr[L->fr_owner];
@@ -338,7 +351,11 @@ static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_rem
         frame = previous;
         if (L->fr_owned_by_cstack >= 0 && owner == L->fr_owned_by_cstack)
             continue;
-        if (code == 0 || pp_remote_read(r->pid, code, head, L->co_code) < 0)
+        if (code == 0)
+            return -1;
+        if (previous != 0 && read_two(r->pid, code, head, L->co_code, previous, fr, fr_need) == 0)
+            have = 1;
+        else if (pp_remote_read(r->pid, code, head, L->co_code) < 0)
             return -1;
         if (r->code_type != 0 && word_at(head, L->ob_type) != r->code_type) {
             if (L->minor >= 13)
