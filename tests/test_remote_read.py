@@ -106,6 +106,22 @@ def finish(p, stdin=""):
     return p.returncode, out, err
 
 
+def settle(pid, blocked):
+    """Until at least `blocked` threads of pid sleep in a system call (a
+    loaded machine may take a while to get them there)."""
+    def count():
+        n = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    n += f.read().rpartition(")")[2].split()[0] == "S"
+            except OSError:
+                pass
+        return n >= blocked
+    wait_for(count, 20, f"{blocked} threads of {pid} blocked")
+    time.sleep(0.2)
+
+
 def kill(p):
     if p.poll() is None:
         p.kill()
@@ -144,7 +160,7 @@ def test_dump_reads_every_thread_at_its_line(python, tmp_path):
     script.write_text(THREADS)
     p = start(python, script)
     try:
-        time.sleep(0.3)
+        settle(p.pid, 3)
         r = pyprof("dump", p.pid, "--native")
         assert r.returncode == 0, r.stderr
         assert r.stderr == ""
@@ -188,7 +204,7 @@ def test_threads_api_and_the_pause(tmp_path):
     script.write_text(THREADS)
     p = start(BASE_PYTHON, script)
     try:
-        time.sleep(0.3)
+        settle(p.pid, 3)
         rp = _cprof.RemoteProcess(p.pid)
         live = rp.threads(stop=False)
         pauses = []
@@ -242,7 +258,7 @@ def test_dump_of_a_deadlock(python, tmp_path):
     script.write_text(DEADLOCK)
     p = start(python, script)
     try:
-        time.sleep(0.3)
+        settle(p.pid, 3)
         r = pyprof("dump", p.pid)
         assert r.returncode == 0 and r.stderr == "", r.stderr
         bl = blocks(r.stdout)
@@ -283,7 +299,7 @@ def test_dump_while_the_gil_is_held_in_c(python, tmp_path):
     script.write_text(GIL_IN_C)
     p = start(python, script)
     try:
-        time.sleep(0.5)
+        settle(p.pid, 2)
         t0 = time.monotonic()
         r = pyprof("dump", p.pid, timeout=30)
         assert time.monotonic() - t0 < 20
@@ -332,16 +348,21 @@ def test_dump_of_a_forked_child_names_its_own_main_thread(python, tmp_path):
         pids = {int(p.stdout.readline()), int(p.stdout.readline())}
         assert len(pids) == 1
         child = pids.pop()
-        time.sleep(0.3)
-        r = pyprof("dump", child)
-        assert r.returncode == 0 and r.stderr == "", r.stderr
+        want = f"child_waits ({script}:{line_of(FORKS, 'CHILD-LINE')})"
+
+        def dumped(pid, text):
+            r = pyprof("dump", pid)
+            assert r.returncode == 0 and r.stderr == "", r.stderr
+            return r if text in r.stdout else None
+        # (on a loaded machine the child may take a while to reach its sleep)
+        r = wait_for(lambda: dumped(child, want), 20, "the child in child_waits")
         bl = blocks(r.stdout)
         assert len(bl) == 1, r.stdout
         main = header(bl, rf"^Thread {child} \(MainThread\): ")
         assert bl[main][0] == f"child_waits ({script}:{line_of(FORKS, 'CHILD-LINE')})"
         assert "forker (" in bl[main][1]
         # the parent: its own main thread, and the forking thread waiting for the child
-        r = pyprof("dump", p.pid)
+        r = wait_for(lambda: dumped(p.pid, "wait4"), 20, "the parent in wait4")
         bl = blocks(r.stdout)
         header(bl, rf"^Thread {p.pid} \(MainThread\): ")
         assert "blocked in wait4" in header(bl, r"wait4"), r.stdout
