@@ -36,7 +36,9 @@ gaps = []
 mode = sys.argv[3]
 def spin():
     pc = time.perf_counter_ns
+    cpu = time.thread_time_ns
     last = pc()
+    cpu0 = cpu()
     turns = 0
     slot_end = last + 250_000_000
     rates = []
@@ -48,7 +50,9 @@ def spin():
         last = now
         turns += 1
         if now >= slot_end:
-            rates.append((now, turns))
+            c = cpu()
+            rates.append((now, turns, c - cpu0))
+            cpu0 = c
             turns = 0
             slot_end = now + 250_000_000
     with open(out, "w") as f:
@@ -95,18 +99,21 @@ def bench_dump(args, tmp):
     rows = []
     for threads in (0, 8):
         tools = {"pyprof dump": [sys.executable, "-m", "pyprof", "dump"],
-                 "py-spy dump": [args.py_spy, "dump", "--pid"]}
+                 "py-spy dump": [args.py_spy, "dump", "--pid"],
+                 "pyprof dump --native": [sys.executable, "-m", "pyprof", "dump", "--native"],
+                 "py-spy dump --native": [args.py_spy, "dump", "--native", "--pid"]}
         n = args.dumps
-        p, out = start_target(tmp, threads, 4 + n * 1.2 * len(tools))
+        p, out = start_target(tmp, threads, 6 + n * 1.5 * len(tools))
         windows = {k: [] for k in tools}
-        printed = []
+        printed = {}
         for i in range(n):
             for name, cmd in tools.items():
                 t0, t1, _cpu, text, err, rc = run_timed(cmd + [str(p.pid)])
                 assert rc == 0, (name, err)
                 windows[name].append((t0, t1))
-                if name == "pyprof dump":
-                    printed.append(float(text.split("stopped ")[1].split(" ms")[0]))
+                if name.startswith("pyprof"):
+                    printed.setdefault(name, []).append(
+                        float(text.split("stopped ")[1].split(" ms")[0]))
                 time.sleep(0.25)
         data = finish(p, out)
         gaps = data["gaps"]
@@ -121,8 +128,8 @@ def bench_dump(args, tmp):
                          "latency_ms": statistics.median(lat),
                          "target_gap_ms": statistics.median(pause),
                          "quiet_gap_ms": statistics.median(quiet),
-                         "printed_pause_ms": statistics.median(printed)
-                         if name == "pyprof dump" else None})
+                         "printed_pause_ms": statistics.median(printed[name])
+                         if name in printed else None})
     return rows
 
 
@@ -148,6 +155,7 @@ def bench_top(args, tmp):
                    "-f", "raw", "-o", os.path.join(tmp, "s.txt"), "--pid", str(pid)])]
     results = {name: [] for name, _ in configs}
     cpu = {name: [] for name, _ in configs}
+    per_cpu = {name: [] for name, _ in configs}
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
         for name, cmd in order:
@@ -158,15 +166,16 @@ def bench_top(args, tmp):
             data = finish(p, out)
             rates = data["rates"]
 
-            def rate(lo, hi):
-                turns = sum(n for t, n in rates if lo <= t <= hi)
-                slots = sum(1 for t, n in rates if lo <= t <= hi)
-                return turns / max(slots, 1)
-            before = rate(t0 - int(seconds * 1e9) + 500_000_000, t0)
-            during = rate(t0 + 500_000_000, t1)
-            results[name].append(during / before)
+            def rate(lo, hi, per_cpu):
+                rows = [(n, c) for t, n, c in rates if lo <= t <= hi]
+                turns = sum(n for n, c in rows)
+                return turns / max(sum(c for n, c in rows) if per_cpu else len(rows), 1)
+            lo, mid, hi = t0 - int(seconds * 1e9) + 500_000_000, t0, t1
+            results[name].append(rate(mid + 500_000_000, hi, False) / rate(lo, mid, False))
+            per_cpu[name].append(rate(mid + 500_000_000, hi, True) / rate(lo, mid, True))
             cpu[name].append(used / ((t1 - t0) / 1e9))
     return [{"tool": name, "work_rate": statistics.median(v), "all": v,
+             "per_cpu": statistics.median(per_cpu[name]),
              "sampler_cpu": statistics.median(cpu[name])} for name, v in results.items()]
 
 
@@ -191,12 +200,12 @@ def main():
                       flush=True)
         if args.only != "dump":
             print()
-            print("| sampler | target's work rate (during / before) | rounds | sampler's CPU "
-                  "(of one core) |")
-            print("|---|---|---|---|")
+            print("| sampler | target's work per wall second (during / before) | rounds | "
+                  "target's work per CPU second of its own | sampler's CPU (of one core) |")
+            print("|---|---|---|---|---|")
             for r in bench_top(args, tmp):
                 print(f"| {r['tool']} | {r['work_rate']:.3f} | "
-                      f"{', '.join(f'{x:.3f}' for x in r['all'])} | "
+                      f"{', '.join(f'{x:.3f}' for x in r['all'])} | {r['per_cpu']:.3f} | "
                       f"{r['sampler_cpu'] * 100:.1f}% |", flush=True)
 
 
