@@ -24,7 +24,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
     "sampler_drain.c", "sampler_wall.c", "sampler_async.c",
     "memory.c", "memory_blocks.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
-    "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "remote.c", "remote_py.c",
+    "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "remote.c", "remote_read.c", "remote_py.c",
     "module.c")]
 
 define_macros = []
@@ -32,6 +32,10 @@ libraries = ["z", "m"]
 if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
     define_macros.append(("PP_HAVE_LIBUNWIND", "1"))
     libraries.append("unwind")
+# libunwind-ptrace: native stacks of another process, read from outside (dump --native)
+if header_exists("libunwind-ptrace.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
+    define_macros.append(("PP_HAVE_LIBUNWIND_PTRACE", "1"))
+    libraries += ["unwind-ptrace", "unwind-generic"]
 # elfutils' libdw names native frames with file, line and inlined functions
 if header_exists("elfutils/libdwfl.h") and os.environ.get("PYPROF_NO_LIBDW") != "1":
     define_macros.append(("PP_HAVE_LIBDW", "1"))

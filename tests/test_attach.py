@@ -598,7 +598,9 @@ def test_dump_prints_every_threads_stack(tmp_path):
     try:
         assert p.stdout.readline() == "up\n"
         time.sleep(0.3)
-        r = pyprof("dump", p.pid, "--native")
+        # --channel: Python thread names and daemon flags (the read-only dump:
+        # tests/test_remote_read.py)
+        r = pyprof("dump", "--channel", p.pid, "--native")
         assert r.returncode == 0, r.stderr
         text = r.stdout
         assert f"Thread {p.pid} (MainThread): sleeping" in text, text

@@ -168,7 +168,7 @@ C_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "_
 C_LEVELS = [
     {"clock": 0, "table": 0, "stack": 0, "frames": 0, "unwind": 0, "symbols": 0,
      "termguard": 0, "asyncio_task": 0},
-    {"threads": 1, "remote": 1},
+    {"threads": 1, "remote": 1, "remote_read": 1},
     {"registry": 2},
     {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,
      "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_async": 3,
@@ -183,7 +183,8 @@ C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy"
           "memory_hooks": "memory", "memory_numpy": "memory", "memory_curve": "memory",
           "memory_native": "memory", "memory_blocks": "memory",
           "sampler_int": "sampler", "sampler_drain": "sampler", "sampler_wall": "sampler",
-          "sampler_async": "sampler", "remote_py": "module"}
+          "sampler_async": "sampler", "remote_py": "module",
+          "remote_read": "remote"}
 # CPython's per-version knowledge: only here (how-it-works.md, "Hooks per version").
 C_VERSION_FILES = {"frames.h", "frames.c", "tracer_monitoring.c", "tracer_legacy.c"}
 

@@ -621,12 +621,35 @@ def cmd_top(argv) -> int:
                         "512k): the traced heap")
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
                    help="refresh period (default 1)")
+    p.add_argument("--remote", action="store_true",
+                   help="sample from outside, nothing injected (py-spy's way): each sample "
+                        "reads the threads' stacks with process_vm_readv (--rate up to 1000)")
+    p.add_argument("--duration", type=float, metavar="SECONDS",
+                   help="with --remote: sample this long, no live view, and write -o")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="with --remote --duration: the capture (.cprof) or an export, by suffix")
     ns = p.parse_args(argv)
     pid = _pid_arg(ns.pid)
     if not 0 < ns.rate <= 100000:
         raise PyprofError(f"--rate must be in (0, 100000] Hz, not {ns.rate:g}")
     if ns.interval < 0.1:
         raise PyprofError("--interval must be at least 0.1 s")
+    if ns.remote:
+        from . import remote_top
+        if ns.rate > 1000:
+            raise PyprofError(f"--remote samples at up to 1000 Hz, not {ns.rate:g}")
+        if ns.native or ns.memory_sample:
+            raise PyprofError("--native and --memory-sample need the channel: not with --remote")
+        if (ns.duration is None) != (ns.output is None):
+            raise PyprofError("--duration and -o go together (a capture of that long)")
+        if ns.output:
+            if ns.duration <= 0:
+                raise PyprofError("--duration must be positive")
+            return remote_top.record(pid, ns.rate, ns.duration, ns.output, _say)
+        _require_terminal("pyprof top")
+        return remote_top.run_live(pid, ns.rate, ns.interval)
+    if ns.duration is not None or ns.output:
+        raise PyprofError("--duration and -o go with --remote")
     sample = byte_count(ns.memory_sample, "--memory-sample") if ns.memory_sample else None
     _require_terminal("pyprof top")
     from . import attach, top
@@ -638,13 +661,34 @@ def cmd_top(argv) -> int:
 def cmd_dump(argv) -> int:
     p = _Parser(prog="pyprof dump",
                 description="Print every thread's current Python stack (and native with "
-                            "--native) of a running process, like py-spy dump.")
+                            "--native) of a running process, like py-spy dump: read from "
+                            "outside, nothing run in the process (docs/attach.md#pyprof-dump).")
     _add_common(p)
     p.add_argument("--native", action="store_true",
-                   help="each thread's native (C) stack too, read by gdb (the process stops "
-                        "while gdb reads it)")
+                   help="each thread's native (C) stack too, read from outside while the "
+                        "threads are stopped (libunwind-ptrace; with --channel: gdb)")
+    p.add_argument("--channel", action="store_true",
+                   help="ask the process through pyprof's control channel instead (injected "
+                        "if it does not listen): Python thread names and daemon flags, but a "
+                        "thread must be able to run Python")
     ns = p.parse_args(argv)
     pid = _pid_arg(ns.pid)
+    if not ns.channel:
+        from . import remote_dump
+        try:
+            return remote_dump.dump(pid, ns.native)
+        except PyprofError as e:
+            # ptrace refused: a process that listens is still reachable by its socket
+            from . import attach, channel
+            if not ("ptrace" in str(e) and os.path.exists(channel.socket_path(
+                    pid, attach.check_process(pid)["uid"]))):
+                raise
+            if ns.verbose:
+                _say(f"{e}; process {pid} listens: asking it through its channel")
+    return _dump_channel(pid, ns)
+
+
+def _dump_channel(pid, ns) -> int:
     from . import attach
     client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
     try:

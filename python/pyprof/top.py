@@ -75,6 +75,8 @@ class View:
         out = []
         argv = " ".join(h.get("argv") or [])
         mode = "wall" if st is None or st.get("wall") else "cpu"
+        if h.get("remote"):
+            mode += " (from outside)"
         out.append(f"pyprof top{' [PAUSED]' if self.paused else ''} - pid {h['pid']}  "
                    f"CPython {h['python']}  {mode} sampling"
                    + (f"  {st['since_start']:.0f}s" if st else "") + f"  {argv}")
@@ -122,6 +124,19 @@ class View:
         return [ln[:width] for ln in out[:height]]
 
 
+def draw(scr, view) -> None:
+    """One screen of `view` on the curses window `scr`."""
+    import curses
+    height, width = scr.getmaxyx()
+    scr.erase()
+    for y, line in enumerate(view.lines(width - 1, height)):
+        try:
+            scr.addstr(y, 0, line, curses.A_REVERSE if y == 0 else curses.A_NORMAL)
+        except curses.error:
+            pass
+    scr.refresh()
+
+
 def run(client, rate=100.0, native=False, memory_sample=None, interval=1.0) -> int:
     """Start wall sampling in the process behind `client` and show it until
     the user quits (or the process ends); then detach."""
@@ -149,14 +164,7 @@ def run(client, rate=100.0, native=False, memory_sample=None, interval=1.0) -> i
                 if client.events:
                     ended.append(f"process {client.pid} exited")
                     return
-            height, width = scr.getmaxyx()
-            scr.erase()
-            for y, line in enumerate(view.lines(width - 1, height)):
-                try:
-                    scr.addstr(y, 0, line, curses.A_REVERSE if y == 0 else curses.A_NORMAL)
-                except curses.error:
-                    pass
-            scr.refresh()
+            draw(scr, view)
             try:
                 ch = scr.get_wch()
             except curses.error:

@@ -594,7 +594,7 @@ static const pp_remote_layout remote_layouts[] = {
      .in_threads_head = 16, .in_gil_ptr = 0, .in_eval_breaker = 100,
      .pc_lock = 112, .pc_count = 120, .pc_max = 0, .pc_calls = 128, .pc_first = 640,
      .pc_last = 644, .pc_ncalls = 32, .pc_call_size = 16,
-     .gil_last_holder = 8, .gil_locked = 16,
+     .gil_last_holder = 8, .gil_locked = 16, .gil_size = 208,
      .ts_next = 8, .ts_interp = 16, .ts_thread_id = 152, .ts_native_id = 160,
      .ts_cframe = 56, .cf_current_frame = 8, .ts_eval_breaker = 0, .calls_to_do_bit = 0,
      .fr_code = 32, .fr_previous = 48, .fr_instr = 56, .fr_owner = 69,
@@ -608,7 +608,7 @@ static const pp_remote_layout remote_layouts[] = {
      .in_threads_head = 72, .in_gil_ptr = 384, .in_eval_breaker = 368,
      .pc_lock = 408, .pc_count = 416, .pc_max = 0, .pc_calls = 424, .pc_first = 936,
      .pc_last = 940, .pc_ncalls = 32, .pc_call_size = 16,
-     .gil_last_holder = 8, .gil_locked = 16,
+     .gil_last_holder = 8, .gil_locked = 16, .gil_size = 208,
      .ts_next = 8, .ts_interp = 16, .ts_thread_id = 136, .ts_native_id = 144,
      .ts_cframe = 56, .cf_current_frame = 0, .ts_eval_breaker = 0, .calls_to_do_bit = 0,
      .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70,
@@ -622,7 +622,7 @@ static const pp_remote_layout remote_layouts[] = {
      .in_threads_head = 7344, .in_gil_ptr = 16, .in_eval_breaker = 0,
      .pc_lock = 40, .pc_count = 44, .pc_max = 48, .pc_calls = 56, .pc_first = 7256,
      .pc_last = 7260, .pc_ncalls = 300, .pc_call_size = 24,
-     .gil_last_holder = 8, .gil_locked = 16,
+     .gil_last_holder = 8, .gil_locked = 16, .gil_size = 208,
      .ts_next = 8, .ts_interp = 16, .ts_thread_id = 152, .ts_native_id = 160,
      .ts_cframe = 0, .cf_current_frame = 72, .ts_eval_breaker = 24, .calls_to_do_bit = 4,
      .fr_code = 0, .fr_previous = 8, .fr_instr = 56, .fr_owner = 70,
@@ -682,6 +682,7 @@ const char *pp_remote_layout_check(void)
     EQ(ob_type, offsetof(PyObject, ob_type));
     EQ(gil_last_holder, offsetof(struct _gil_runtime_state, last_holder));
     EQ(gil_locked, offsetof(struct _gil_runtime_state, locked));
+    EQ(gil_size, sizeof(struct _gil_runtime_state));
 #if PY_VERSION_HEX < 0x030D0000
     EQ(in_eval_breaker, offsetof(PyInterpreterState, ceval.eval_breaker));
     EQ(pc_lock, offsetof(PyInterpreterState, ceval.pending.lock));

@@ -253,6 +253,7 @@ typedef struct {
     uint16_t pc_ncalls, pc_call_size;
     /* _gil_runtime_state */
     uint16_t gil_last_holder, gil_locked;
+    uint16_t gil_size;                  /* its bytes: a futex in them is a wait for the GIL */
     /* PyThreadState */
     uint16_t ts_next, ts_interp, ts_thread_id, ts_native_id;
     uint16_t ts_cframe;                 /* 3.11/3.12: _PyCFrame *; 0 on 3.13 */

@@ -435,8 +435,8 @@ static int stop_has(const pp_remote_stop *s, pid_t tid)
     return 0;
 }
 
-/* Seize, interrupt and wait for one thread: 0 stopped, 1 gone, -1 error. */
-static int stop_one(pp_remote_stop *s, pid_t tid)
+/* Seize and interrupt one thread, not waiting for it: 0 asked, 1 gone, -1 error. */
+static int seize_one(pp_remote_stop *s, pid_t tid)
 {
     if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) < 0) {
         if (errno == ESRCH || (errno == EPERM && thread_exited(s->pid, tid)))
@@ -450,17 +450,30 @@ static int stop_one(pp_remote_stop *s, pid_t tid)
     }
     if (ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) < 0 && errno != ESRCH)
         return -1;
+    return 0;
+}
+
+static void stop_remove(pp_remote_stop *s, int i)
+{
+    memmove(s->tids + i, s->tids + i + 1, (s->n - i - 1) * sizeof *s->tids);
+    memmove(s->sig + i, s->sig + i + 1, (s->n - i - 1) * sizeof *s->sig);
+    s->n--;
+}
+
+/* Wait for the i-th seized thread to stop: 0 stopped, 1 gone (dropped from s). */
+static int wait_one(pp_remote_stop *s, int i)
+{
     for (;;) {
         int status;
-        pid_t w = waitpid(tid, &status, __WALL);
+        pid_t w = waitpid(s->tids[i], &status, __WALL);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            s->n--;                                 /* ECHILD: it is gone */
+            stop_remove(s, i);                      /* ECHILD: it is gone */
             return 1;
         }
         if (WIFEXITED(status) || WIFSIGNALED(status)) {
-            s->n--;
+            stop_remove(s, i);
             return 1;
         }
         if (WIFSTOPPED(status)) {
@@ -468,7 +481,7 @@ static int stop_one(pp_remote_stop *s, pid_t tid)
             /* a signal on its way to the thread: handed back on resume; a
              * group-stop (job control) stays a stop after the detach */
             if (event == 0)
-                s->sig[s->n - 1] = sig;
+                s->sig[i] = sig;
             return 0;
         }
     }
@@ -491,25 +504,35 @@ int pp_remote_stop_all(pid_t pid, pp_remote_stop *s, char *err, size_t n)
             errno = e == ENOENT ? ESRCH : e;
             return -1;
         }
-        int added = 0;
+        /* every new thread asked to stop first, then waited for: the threads
+         * stop together, not one after the other */
+        int added = 0, first = s->n, failed = 0, e = 0;
+        pid_t bad = 0;
         struct dirent *de;
         while ((de = readdir(d)) != NULL) {
             pid_t tid = (pid_t)atoi(de->d_name);
             if (tid <= 0 || stop_has(s, tid))
                 continue;
-            int rc = stop_one(s, tid);
-            if (rc < 0) {
-                int e = errno;
-                closedir(d);
-                pp_remote_resume_all(s, 0);
-                say(err, n, "ptrace of thread %d of process %d: %s", (int)tid, (int)pid,
-                    strerror(e));
-                errno = e;
-                return -1;
+            if (seize_one(s, tid) < 0) {
+                failed = 1;
+                e = errno;
+                bad = tid;
+                break;
             }
-            added += rc == 0;
         }
         closedir(d);
+        for (int i = first; i < s->n;)
+            if (wait_one(s, i) == 0) {
+                added++;
+                i++;
+            }
+        if (failed) {
+            pp_remote_resume_all(s, 0);
+            say(err, n, "ptrace of thread %d of process %d: %s", (int)bad, (int)pid,
+                strerror(e));
+            errno = e;
+            return -1;
+        }
         if (!added) {
             if (s->n == 0) {
                 say(err, n, "process %d has no threads left (it ended)", (int)pid);

@@ -12,10 +12,14 @@
 
 #include "remote.h"
 #include "remote_py.h"
+#include "remote_read.h"
 
 typedef struct {
     PyObject_HEAD
     pp_remote r;
+    pp_remote_cache cache;              /* code objects read from the target */
+    PyObject *names;                    /* cache entry id -> (filename, qualname, name, first line) */
+    long long last_pause_ns;
 } remote_object;
 
 static PyObject *remote_error(const char *err)
@@ -34,6 +38,15 @@ static int remote_init(remote_object *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"pid", NULL};
     int pid;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "i", kwlist, &pid))
+        return -1;
+    if (self->cache.buckets == NULL) {
+        pp_remote_cache_init(&self->cache);
+        if (self->cache.buckets == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (self->names == NULL && (self->names = PyDict_New()) == NULL)
         return -1;
     char err[256] = "";
     int rc;
@@ -164,6 +177,136 @@ static PyObject *remote_gil_last(remote_object *self, PyObject *unused)
     return PyLong_FromUnsignedLong(last);
 }
 
+static PyObject *code_names(remote_object *self, const pp_remote_code *e)
+{
+    PyObject *key = PyLong_FromUnsignedLongLong(e->id);
+    if (key == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(self->names, key);
+    if (v == NULL && !PyErr_Occurred()) {
+        v = Py_BuildValue("(sssi)", e->filename, e->qualname, e->name ? e->name : e->qualname,
+                          e->firstlineno);
+        if (v != NULL && PyDict_SetItem(self->names, key, v) < 0)
+            Py_CLEAR(v);
+        Py_XDECREF(v);                      /* the dict holds it */
+    }
+    Py_DECREF(key);
+    return v;                               /* borrowed */
+}
+
+static PyObject *thread_dict(remote_object *self, const pp_remote_thread *t, int ids)
+{
+    PyObject *frames = PyList_New(t->nframes);
+    if (frames == NULL)
+        return NULL;
+    for (int i = 0; i < t->nframes; i++) {
+        PyObject *names = code_names(self, t->frames[i].code);
+        PyObject *f = names == NULL ? NULL : ids ? Py_BuildValue(
+            "(Ki)", (unsigned long long)t->frames[i].code->id, t->frames[i].lineno) : Py_BuildValue(
+            "(OOi)", PyTuple_GET_ITEM(names, 0), PyTuple_GET_ITEM(names, 1),
+            t->frames[i].lineno);
+        if (f == NULL) {
+            Py_DECREF(frames);
+            return NULL;
+        }
+        PyList_SET_ITEM(frames, i, f);
+    }
+    PyObject *native = Py_None;
+    Py_INCREF(native);
+    if (t->nnative >= 0) {
+        Py_DECREF(native);
+        native = PyList_New(t->nnative);
+        for (int i = 0; native != NULL && i < t->nnative; i++) {
+            PyObject *s = PyUnicode_DecodeUTF8(t->native[i], strlen(t->native[i]), "replace");
+            if (s == NULL)
+                Py_CLEAR(native);
+            else
+                PyList_SET_ITEM(native, i, s);
+        }
+        if (native == NULL) {
+            Py_DECREF(frames);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("{s:k,s:k,s:O,s:O,s:O,s:N,s:N}", "ident", t->ident,
+                         "native_id", t->native_id, "holds_gil", t->holds_gil ? Py_True : Py_False,
+                         "is_main", t->is_main ? Py_True : Py_False,
+                         "complete", t->complete ? Py_True : Py_False,
+                         "frames", frames, "native", native);
+}
+
+static PyObject *remote_threads(remote_object *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"stop", "native", "ids", NULL};
+    int stop = 1, native = 0, ids = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|ppp", kwlist, &stop, &native, &ids))
+        return NULL;
+    if (native && !stop) {
+        PyErr_SetString(PyExc_ValueError, "native stacks are read with the threads stopped");
+        return NULL;
+    }
+    char err[256] = "";
+    pp_remote_thread *ths = NULL;
+    int count = 0, rc;
+    int64_t paused = 0;
+    Py_BEGIN_ALLOW_THREADS
+    errno = 0;
+    rc = pp_remote_threads(&self->r, &self->cache, stop, native, &ths, &count, &paused, err,
+                           sizeof err);
+    Py_END_ALLOW_THREADS
+    self->last_pause_ns = paused;
+    if (rc < 0)
+        return remote_error(err);
+    PyObject *out = PyList_New(count);
+    for (int i = 0; out != NULL && i < count; i++) {
+        PyObject *d = thread_dict(self, &ths[i], ids);
+        if (d == NULL)
+            Py_CLEAR(out);
+        else
+            PyList_SET_ITEM(out, i, d);
+    }
+    pp_remote_threads_free(ths, count);
+    return out;
+}
+
+static PyObject *remote_code(remote_object *self, PyObject *arg)
+{
+    PyObject *v = PyDict_GetItemWithError(self->names, arg);
+    if (v == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, arg);
+    Py_XINCREF(v);
+    return v;
+}
+
+static PyObject *remote_gil_span(remote_object *self, PyObject *unused)
+{
+    (void)unused;
+    uintptr_t lo = 0, hi = 0;
+    errno = 0;
+    if (pp_remote_gil_span(&self->r, &lo, &hi) < 0)
+        return remote_error("cannot read where the interpreter's GIL is");
+    return Py_BuildValue("(KK)", (unsigned long long)lo, (unsigned long long)hi);
+}
+
+static PyObject *remote_addr2line(PyObject *unused, PyObject *args)
+{
+    (void)unused;
+    Py_buffer table;
+    int first, addrq;
+    if (!PyArg_ParseTuple(args, "y*ii", &table, &first, &addrq))
+        return NULL;
+    int line = pp_remote_addr2line(table.buf, (size_t)table.len, first, addrq);
+    PyBuffer_Release(&table);
+    return PyLong_FromLong(line);
+}
+
+static void remote_dealloc(remote_object *self)
+{
+    pp_remote_cache_free(&self->cache);
+    Py_CLEAR(self->names);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
 static PyObject *remote_get_version(remote_object *self, void *unused)
 {
     (void)unused;
@@ -201,6 +344,20 @@ static PyMethodDef remote_methods[] = {
     {"swap_main_thread", (PyCFunction)remote_swap_main_thread, METH_O,
      "swap_main_thread(ident) -> old ident\n3.11: the thread the interpreter takes for its "
      "main thread (which alone runs pending calls there)."},
+    {"threads", (PyCFunction)(void (*)(void))remote_threads, METH_VARARGS | METH_KEYWORDS,
+     "threads(stop=True, native=False) -> [dict]\nEvery thread of the main interpreter read "
+     "from outside: ident, native_id, holds_gil, is_main, complete, frames (innermost first, "
+     "(filename, qualname, lineno); with ids=True (code id, lineno), see code()), native (with native=True: [\"name+0xoff\"], else None). "
+     "stop: all threads stopped for the read only (last_pause_ns says how long); else read "
+     "live. Nothing is written to the target."},
+    {"addr2line", (PyCFunction)remote_addr2line, METH_VARARGS | METH_STATIC,
+     "addr2line(co_linetable, co_firstlineno, byte_offset) -> line or -1\nThe decoder the "
+     "remote reads use (for tests against CPython's own co_lines)."},
+    {"code", (PyCFunction)remote_code, METH_O,
+     "code(id) -> (filename, qualname, name, first line)\nA code object seen by threads(ids=True)."},
+    {"gil_span", (PyCFunction)remote_gil_span, METH_NOARGS,
+     "gil_span() -> (start, end)\nThe target's GIL structure's addresses: a thread waiting on "
+     "a futex in them waits for the GIL."},
     {"gil", (PyCFunction)remote_gil, METH_NOARGS,
      "gil() -> (main thread ident, GIL holder's thread state or 0, its ident or 0)"},
     {"gil_last_holder", (PyCFunction)remote_gil_last, METH_NOARGS,
@@ -211,12 +368,22 @@ static PyMethodDef remote_methods[] = {
 static PyMemberDef remote_members[] = {
     {"pid", T_INT, offsetof(remote_object, r.pid), READONLY, "the target"},
     {"runtime", T_ULONGLONG, offsetof(remote_object, r.runtime), READONLY, "&_PyRuntime"},
+    {"last_pause_ns", T_LONGLONG, offsetof(remote_object, last_pause_ns), READONLY,
+     "how long the last threads(stop=True) kept the target stopped (ns)"},
     {"scratch_size", T_PYSSIZET, offsetof(remote_object, r.scratch_size), READONLY,
      "unused writable bytes found for a call's text (0: none)"},
     {NULL},
 };
 
+static PyObject *remote_get_native(remote_object *self, void *unused)
+{
+    (void)self; (void)unused;
+    return PyBool_FromLong(pp_remote_native_available());
+}
+
 static PyGetSetDef remote_getset[] = {
+    {"native_available", (getter)remote_get_native, NULL,
+     "whether this build reads native stacks from outside (libunwind-ptrace)", NULL},
     {"version", (getter)remote_get_version, NULL, "(major, minor, micro) of the target", NULL},
     {"main_thread_at", (getter)remote_get_main_thread_at, NULL,
      "the address of _PyRuntime's main thread ident (None: unknown layout)", NULL},
@@ -233,6 +400,7 @@ PyTypeObject pp_remote_type = {
     .tp_doc = "RemoteProcess(pid)\nAnother CPython process seen from outside (remote.c): "
               "its interpreter found, nothing changed in it.",
     .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)remote_dealloc,
     .tp_init = (initproc)remote_init,
     .tp_methods = remote_methods,
     .tp_members = remote_members,
