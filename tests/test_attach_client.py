@@ -129,7 +129,12 @@ def test_second_client_is_refused_at_once(listener, tmp_path):
                                  "-o", tmp_path / "first.cprof")
     try:
         attached(first)
-        for args in (("dump", p.pid), ("attach", p.pid, "-o", tmp_path / "second.cprof"),
+        # the read-only dump enters nothing: it reads beside an attached client
+        r = pyprof("dump", p.pid)
+        assert r.returncode == 0 and f"Thread {p.pid} (MainThread)" in r.stdout, (r.stdout,
+                                                                                r.stderr)
+        for args in (("dump", "--channel", p.pid),
+                     ("attach", p.pid, "-o", tmp_path / "second.cprof"),
                      ("attach", p.pid, "-v", "-o", tmp_path / "second.cprof")):
             t0 = time.monotonic()
             line = one_error_line(pyprof(*args, "--timeout", "20"))
@@ -143,7 +148,7 @@ def test_second_client_is_refused_at_once(listener, tmp_path):
     finally:
         ended(first)
     # the first one gone, the next is served
-    r = pyprof("dump", p.pid)
+    r = pyprof("dump", "--channel", p.pid)
     assert r.returncode == 0 and "busy_work" in r.stdout or "<module>" in r.stdout, r.stderr
 
 
@@ -228,7 +233,7 @@ def test_dump_of_a_forked_child_names_its_own_main_thread(tmp_path):
         # each listens on its own socket
         wait_for(lambda: os.path.exists(f"{RUN_DIR}/{child}.sock"), 10, "the child's socket")
         assert os.path.exists(f"{RUN_DIR}/{p.pid}.sock")
-        r = pyprof("dump", child)
+        r = pyprof("dump", "--channel", child)         # through the child's own channel
         assert r.returncode == 0, r.stderr
         assert f"Process {child}:" in r.stdout
         head = next(ln for ln in r.stdout.splitlines() if ln.startswith("Thread "))
@@ -240,7 +245,7 @@ def test_dump_of_a_forked_child_names_its_own_main_thread(tmp_path):
         wait_for(lambda: not os.path.exists(f"/proc/{child}/stat")
                  or open(f"/proc/{child}/stat").read().rpartition(")")[2].split()[0] == "Z",
                  10, "the child to end")
-        r = pyprof("dump", p.pid)
+        r = pyprof("dump", "--channel", p.pid)
         assert r.returncode == 0, r.stderr
         assert f"Thread {p.pid} (MainThread): sleeping" in r.stdout, r.stdout
     finally:
@@ -275,7 +280,7 @@ def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
     lock = os.open(f"{RUN_DIR}/{held}.lock", os.O_RDWR)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        r = pyprof("dump", p.pid, "-v")
+        r = pyprof("dump", "--channel", p.pid, "-v")
         assert r.returncode == 0, r.stderr
         left = set(os.listdir(RUN_DIR))
         assert not left & set(stale), sorted(left & set(stale))
@@ -365,11 +370,12 @@ def reach_anyway(pid):
 def test_not_a_cpython_says_how_to_reach_it():
     p = subprocess.Popen(["sleep", "30"])
     try:
-        for cmd in ("dump", "attach"):
-            args = ("-o", "x.cprof") if cmd == "attach" else ()
-            line = one_error_line(pyprof(cmd, p.pid, *args))
-            assert "is not a CPython interpreter" in line and line.endswith(
-                "; " + reach_anyway(p.pid)), line
+        line = one_error_line(pyprof("attach", p.pid, "-o", "x.cprof"))
+        assert "is not a CPython interpreter" in line and line.endswith(
+            "; " + reach_anyway(p.pid)), line
+        # the read-only dump is the advice itself: it says what it found, no more
+        line = one_error_line(pyprof("dump", p.pid))
+        assert "is not a CPython interpreter" in line, line
     finally:
         ended(p)
 
