@@ -290,6 +290,7 @@ static const pp_remote_code *code_for(pp_remote *r, pp_remote_cache *c, uintptr_
         code_free(e);                           /* freed meanwhile, or not a code object */
         return NULL;
     }
+    e->shim = strcmp(e->filename, "<shim>") == 0;
     e->id = c->next_id++;
     e->next = c->buckets[slot];
     c->buckets[slot] = e;
@@ -365,6 +366,8 @@ static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_rem
         const pp_remote_code *e = code_for(r, c, code, head);
         if (e == NULL)
             return -1;
+        if (e->shim)
+            continue;                           /* a C-stack frame read as it changed */
         intptr_t lasti = ((intptr_t)instr - (intptr_t)(code + L->co_code)) / 2;
         int line = e->firstlineno;
         if (e->linetable != NULL && lasti >= -1 && lasti < (1 << 28))

@@ -24,6 +24,7 @@ typedef struct pp_remote_code {
     uint64_t id;                        /* unique for the cache's lifetime */
     uintptr_t filename_ptr, name_ptr, qualname_ptr, linetable_ptr;
     int firstlineno;
+    int shim;                           /* CPython's entry trampoline ("<shim>"): never shown */
     char *filename, *name, *qualname;
     unsigned char *linetable;
     size_t linetable_len;
