@@ -526,6 +526,12 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
         errno = ENOMEM;
         return -1;
     }
+    /* entries replaced during an earlier read: no result points at them now */
+    for (pp_remote_code *e = c->retired, *nx; e != NULL; e = nx) {
+        nx = e->next;
+        code_free(e);
+    }
+    c->retired = NULL;
     if (!stop)
         return read_threads(r, c, 1, out, count, err, n);
     pp_remote_stop s;
