@@ -660,3 +660,20 @@ def test_live_reads_of_changing_stacks_stay_sane(python, tmp_path):
     finally:
         kill(p)
     assert p.stderr is None or p.returncode == -signal.SIGKILL
+
+
+def test_top_remote_writes_what_it_sampled_when_the_target_ends(tmp_path):
+    code = ("import time\nprint('up', flush=True)\ndef f():\n    t = time.monotonic()\n"
+            "    while time.monotonic() - t < 1:\n        pass\nf()\n")
+    p = subprocess.Popen([BASE_PYTHON, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        out = tmp_path / "ended.collapsed"
+        r = pyprof("top", "--remote", p.pid, "--duration", "30", "-o", out)
+        assert r.returncode == 0, r.stderr
+        assert f"process {p.pid} exited" in r.stderr
+        lines = out.read_text().splitlines()
+        hits = sum(int(ln.rsplit(" ", 1)[1]) for ln in lines if ";f (<string>:3)" in ln)
+        assert hits > 50, lines
+    finally:
+        kill(p)

@@ -7,6 +7,7 @@ sampled tables of a wall-clock capture) that every view and export reads.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -124,7 +125,7 @@ class RemoteSampler:
             try:
                 self.sample()
             except OSError as e:
-                if not os.path.exists(f"/proc/{self.target.pid}"):
+                if e.errno == errno.ESRCH or not os.path.exists(f"/proc/{self.target.pid}"):
                     return f"process {self.target.pid} exited"
                 return f"cannot read process {self.target.pid}: {e.strerror or e}"
             next_at += self.period

@@ -290,6 +290,7 @@ static const pp_remote_code *code_for(pp_remote *r, pp_remote_cache *c, uintptr_
         code_free(e);                           /* freed meanwhile, or not a code object */
         return NULL;
     }
+    e->shim = strcmp(e->filename, "<shim>") == 0;
     e->id = c->next_id++;
     e->next = c->buckets[slot];
     c->buckets[slot] = e;
@@ -365,6 +366,8 @@ static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_rem
         const pp_remote_code *e = code_for(r, c, code, head);
         if (e == NULL)
             return -1;
+        if (e->shim)
+            continue;                           /* a C-stack frame read as it changed */
         intptr_t lasti = ((intptr_t)instr - (intptr_t)(code + L->co_code)) / 2;
         int line = e->firstlineno;
         if (e->linetable != NULL && lasti >= -1 && lasti < (1 << 28))
@@ -523,6 +526,12 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
         errno = ENOMEM;
         return -1;
     }
+    /* entries replaced during an earlier read: no result points at them now */
+    for (pp_remote_code *e = c->retired, *nx; e != NULL; e = nx) {
+        nx = e->next;
+        code_free(e);
+    }
+    c->retired = NULL;
     if (!stop)
         return read_threads(r, c, 1, out, count, err, n);
     pp_remote_stop s;

@@ -24,6 +24,7 @@ typedef struct pp_remote_code {
     uint64_t id;                        /* unique for the cache's lifetime */
     uintptr_t filename_ptr, name_ptr, qualname_ptr, linetable_ptr;
     int firstlineno;
+    int shim;                           /* CPython's entry trampoline ("<shim>"): never shown */
     char *filename, *name, *qualname;
     unsigned char *linetable;
     size_t linetable_len;
@@ -48,7 +49,7 @@ typedef struct {
 
 typedef struct {
     pp_remote_code **buckets;           /* hash chains by address */
-    pp_remote_code *retired;            /* replaced entries, freed with the cache */
+    pp_remote_code *retired;            /* replaced during this read, freed at the next */
     uint64_t next_id;
     size_t count;
 } pp_remote_cache;
@@ -63,7 +64,8 @@ int pp_remote_native_available(void);
  * target's threads stopped for the read only (*paused_ns: for how long);
  * else read live, each thread's walk retried if it reads inconsistent.
  * native (needs stop): each thread's native stack too. *out: malloc'd array
- * of *count threads, free with pp_remote_threads_free. -1 with err on error. */
+ * of *count threads, free with pp_remote_threads_free before the next call
+ * (its frames point into the cache). -1 with err on error. */
 int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
                       pp_remote_thread **out, int *count, int64_t *paused_ns,
                       char *err, size_t n);
