@@ -483,6 +483,42 @@ def _rss_bytes() -> int:
         return 0
 
 
+def tally_sample(totals, thread, state, frames, weight) -> None:
+    """Add one sampled stack (frames: (qualified name, file, first line), root
+    first) of a thread in a state to the totals live_stats keeps: own (the
+    innermost frame) and total (anywhere on the stack) per function, for the
+    thread and for all (None), running (python, native) or not; the time by
+    thread and state."""
+    running = state in ("python", "native")
+    states = totals["states"]
+    states[(thread, state)] = states.get((thread, state), 0) + weight
+    for key, table in ((frames[-1:], totals["own"]), (set(frames), totals["total"])):
+        for f in key:
+            for scope in (thread, None):
+                k = (scope, f, running)
+                table[k] = table.get(k, 0) + weight
+
+
+def function_rows(totals, prev) -> list:
+    """top's function rows from the totals now and at the previous refresh:
+    own and total as [running since prev, all since prev, running in all,
+    all in all] (ns), the 400 largest by total time."""
+    rows = {}
+    for name in ("own", "total"):
+        for k, c in totals[name].items():
+            scope, f, running = k
+            row = rows.setdefault((scope, f), {"thread": scope, "name": f[0], "file": f[1],
+                                               "line": f[2], "own": [0, 0, 0, 0],
+                                               "total": [0, 0, 0, 0]})
+            v, d = row[name], c - prev[name].get(k, 0)
+            if running:
+                v[0] += d
+                v[2] += c
+            v[1] += d
+            v[3] += c
+    return sorted(rows.values(), key=lambda r: -r["total"][3])[:400]
+
+
 def live_stats(prof, previous, skip=None):
     """What ``pyprof top`` shows, over the time since the previous call (its
     totals in `previous`; None: since the start) and in all: per function
@@ -494,41 +530,20 @@ def live_stats(prof, previous, skip=None):
     from .analysis.stacks import named_stacks
     session = prof.session()
     skip_t = {t for t, th in session.threads.items() if th.ident == skip}
-    own, total, states = {}, {}, {}
+    totals = {"own": {}, "total": {}, "states": {}, "t": time.monotonic()}
     for t, state, frames, _count, weight in named_stacks(session, threads=False):
-        if t in skip_t:
-            continue
-        running = state in ("python", "native")
-        states[(t, state)] = states.get((t, state), 0) + weight
-        py = [f for f in frames if not f[0].startswith("[")]
-        for key, table in ((py[-1:], own), (set(py), total)):
-            for f in key:
-                for scope in (t, None):
-                    k = (scope, f, running)
-                    table[k] = table.get(k, 0) + weight
-    now = time.monotonic()
-    totals = {"own": own, "total": total, "states": states, "t": now}
+        if t not in skip_t:
+            tally_sample(totals, t, state, [f for f in frames if not f[0].startswith("[")],
+                         weight)
+    now = totals["t"]
     prev = previous or {"own": {}, "total": {}, "states": {}, "t": prof_start(prof)}
     elapsed = max(now - prev["t"], 1e-9)
 
     def delta(name, k):
         return totals[name].get(k, 0) - prev[name].get(k, 0)
 
-    funcs = {}
-    for name in ("own", "total"):
-        for k in totals[name]:
-            scope, f, running = k
-            row = funcs.setdefault((scope, f), {"thread": scope, "name": f[0], "file": f[1],
-                                                "line": f[2], "own": [0, 0, 0, 0],
-                                                "total": [0, 0, 0, 0]})
-            # [running now, all now, running in all, all in all] (ns)
-            v = row[name]
-            d, c = delta(name, k), totals[name][k]
-            if running:
-                v[0] += d
-                v[2] += c
-            v[1] += d
-            v[3] += c
+    states = totals["states"]
+    funcs = function_rows(totals, prev)
     threads = []
     gil_ns = 0
     for t, th in sorted(session.threads.items()):
@@ -542,7 +557,7 @@ def live_stats(prof, previous, skip=None):
     if session.memory_curve:
         heap = session.memory_curve[-1].heap
     stats = {"elapsed": elapsed, "since_start": now - prof_start(prof),
-             "functions": sorted(funcs.values(), key=lambda r: -r["total"][3])[:400],
+             "functions": funcs,
              "threads": threads, "gil_held": min(1.0, gil_ns / (elapsed * 1e9)),
              "rss": _rss_bytes(), "traced": heap, "wall": bool(prof.run_options.wall)}
     return stats, totals

@@ -140,42 +140,24 @@ class RemoteSampler:
     def stats(self, previous=None):
         """top.py's stats (channel.live_stats's shape) over the time since
         `previous` (the totals returned last time) and in all."""
+        from .channel import function_rows, tally_sample
         now = time.monotonic()
-        own, total, states = {}, {}, {}
         with self.lock:
             items = list(self.counts.items())
             names = dict(self.threads)
             gil_ns = self.gil_ns
         code = self.proc.code
+        totals = {"own": {}, "total": {}, "states": {}, "t": now, "gil": gil_ns}
         for (nid, frames, state), (_count, weight) in items:
-            running = state in ("python", "native")
-            states[(nid, state)] = states.get((nid, state), 0) + weight
-            funcs = [self._func(code, cid) for cid, _line in frames]
-            for key, table in ((funcs[-1:], own), (set(funcs), total)):
-                for f in key:
-                    for scope in (nid, None):
-                        k = (scope, f, running)
-                        table[k] = table.get(k, 0) + weight
-        totals = {"own": own, "total": total, "states": states, "t": now, "gil": gil_ns}
+            tally_sample(totals, nid, state, [self._func(code, cid) for cid, _line in frames],
+                         weight)
+        states = totals["states"]
         prev = previous or {"own": {}, "total": {}, "states": {}, "t": self.start_mono, "gil": 0}
         elapsed = max(now - prev["t"], 1e-9)
 
         def delta(name, k):
             return totals[name].get(k, 0) - prev[name].get(k, 0)
 
-        rows = {}
-        for name in ("own", "total"):
-            for k in totals[name]:
-                scope, f, running = k
-                row = rows.setdefault((scope, f), {"thread": scope, "name": f[0], "file": f[1],
-                                                   "line": f[2], "own": [0, 0, 0, 0],
-                                                   "total": [0, 0, 0, 0]})
-                v, d, c = row[name], delta(name, k), totals[name][k]
-                if running:
-                    v[0] += d
-                    v[2] += c
-                v[1] += d
-                v[3] += c
         threads = []
         for nid in sorted(names):
             st = {s: delta("states", (n, s)) for (n, s) in states if n == nid}
@@ -188,7 +170,7 @@ class RemoteSampler:
         except (OSError, ValueError, IndexError):
             pass
         stats = {"elapsed": elapsed, "since_start": now - self.start_mono,
-                 "functions": sorted(rows.values(), key=lambda r: -r["total"][3])[:400],
+                 "functions": function_rows(totals, prev),
                  "threads": threads,
                  "gil_held": min(1.0, (gil_ns - prev["gil"]) / (elapsed * 1e9)),
                  "rss": rss, "traced": None, "wall": True}
