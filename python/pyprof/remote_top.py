@@ -74,7 +74,11 @@ class RemoteSampler:
         self.proc = target.proc
         self.period = 1.0 / rate
         self.rate = rate
-        self.counts = {}                # (native_id, ((code id, line), ...) root first, state)
+        # (native_id, ((function index, line), ...) root first, state) -> [count, ns]
+        self.counts = {}
+        self.functions = []             # index -> (filename, qualname, name, first line)
+        self._by_code = {}              # the reader's code id -> function index
+        self._by_key = {}               # (filename, qualname, name, first line) -> index
         self.threads = {}               # native_id -> (ident, name)
         self.files = _TaskFiles(target.pid)
         try:
@@ -109,13 +113,27 @@ class RemoteSampler:
                 state = "python" if t["holds_gil"] else self.files.state(nid, self.gil_span)
                 if state == "python":
                     self.gil_ns += weight
-                key = (nid, tuple(reversed(t["frames"])), state)
+                key = (nid, tuple((self._function(cid), line)
+                                  for cid, line in reversed(t["frames"])), state)
                 c = self.counts.get(key)
                 if c is None:
                     self.counts[key] = [1, weight]
                 else:
                     c[0] += 1
                     c[1] += weight
+
+    def _function(self, cid):
+        """A function index for a code id: code objects made again and again
+        (exec, compile) with the same names count as one function."""
+        f = self._by_code.get(cid)
+        if f is None:
+            key = self.proc.code(cid)
+            f = self._by_key.get(key)
+            if f is None:
+                f = self._by_key[key] = len(self.functions)
+                self.functions.append(key)
+            self._by_code[cid] = f
+        return f
 
     def run(self, until, stop_event=None):
         """Sample at the rate until time.monotonic() >= until (or the event is
@@ -146,11 +164,11 @@ class RemoteSampler:
             items = list(self.counts.items())
             names = dict(self.threads)
             gil_ns = self.gil_ns
-        code = self.proc.code
+            functions = list(self.functions)
         totals = {"own": {}, "total": {}, "states": {}, "t": now, "gil": gil_ns}
         for (nid, frames, state), (_count, weight) in items:
-            tally_sample(totals, nid, state, [self._func(code, cid) for cid, _line in frames],
-                         weight)
+            funcs = [(functions[f][1], functions[f][0], functions[f][3]) for f, _line in frames]
+            tally_sample(totals, nid, state, funcs, weight)
         states = totals["states"]
         prev = previous or {"own": {}, "total": {}, "states": {}, "t": self.start_mono, "gil": 0}
         elapsed = max(now - prev["t"], 1e-9)
@@ -176,18 +194,13 @@ class RemoteSampler:
                  "rss": rss, "traced": None, "wall": True}
         return stats, totals
 
-    @staticmethod
-    def _func(code, cid):
-        filename, qualname, _name, first = code(cid)
-        return (qualname, filename, first)
-
     # ---------------------------------------------------------- the capture
     def session(self):
         """The samples as a wall-clock sampling Session."""
         from ._version import __version__
         from .model.session import Function, SampleCounters, Session, Stack, Thread
         s = Session()
-        fids, stacks = {}, {}
+        stacks = {}
         with self.lock:
             items = list(self.counts.items())
             names = dict(self.threads)
@@ -195,22 +208,13 @@ class RemoteSampler:
         for nid, i in index.items():
             ident, name = names[nid]
             s.threads[i] = Thread(i, ident, nid, 0, name)
+        with self.lock:
+            functions = list(self.functions)
+        for fid, (filename, qualname, name, first) in enumerate(functions):
+            s.functions[fid] = Function(fid, filename, first, name, qualname, "python")
         for (nid, frames, state), (count, weight) in items:
-            st = []
-            for cid, line in frames[-256:]:
-                fid = fids.get(cid)
-                if fid is None:
-                    filename, qualname, name, first = self.proc.code(cid)
-                    key = (filename, first, qualname)
-                    fid = fids.get(key)
-                    if fid is None:
-                        fid = len(s.functions)
-                        s.functions[fid] = Function(fid, filename, first, name, qualname,
-                                                    "python")
-                        fids[key] = fid
-                    fids[cid] = fid
-                st.append((fid, max(line, 0)))
-            stack = Stack(tuple(st))
+            st = tuple((fid, max(line, 0)) for fid, line in frames[-256:])
+            stack = Stack(st)
             sid = stacks.setdefault(stack, len(stacks))
             t = index[nid]
             s.threads[t].events += count
