@@ -47,11 +47,10 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 # `callgrind_annotate` and `go tool pprof`, used by tests that validate exported files;
 # openmpi-bin/libopenmpi-dev: `mpirun` for tests/test_mpi.py, and mpicc should pip
 # have to build mpi4py from source where it has no wheel (ensure_mpi4py);
-# gdb: `pyprof attach/top/dump` on a process started without pyprof; tmux: the
-# live view's tests in a real terminal (tests/test_attach.py).
+# tmux: the live view's tests in a real terminal (tests/test_attach.py).
 APT_REQUIRED := zlib1g-dev
 APT_OPTIONAL := libunwind-dev libdw-dev graphviz valgrind golang-go chromium openmpi-bin \
-                libopenmpi-dev gdb tmux
+                libopenmpi-dev tmux
 
 .PHONY: help deps pythons venv test demo asan bench accuracy bench-threads clean
 

@@ -13,6 +13,26 @@ def run_python(args, timeout=120, **kw):
                           timeout=timeout, **kw)
 
 
+_TRACER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206
+if libc.ptrace(PTRACE_SEIZE, int(sys.argv[1]), None, None) != 0:
+    sys.exit(ctypes.get_errno())
+print("tracing", flush=True)
+time.sleep(30)
+"""
+
+
+def start_tracer(pid):
+    """Another tracer of `pid` (PTRACE_SEIZE, which stops nothing), as a
+    debugger or another profiler would be: a process to kill afterwards."""
+    tracer = subprocess.Popen([sys.executable, "-c", _TRACER, str(pid)], stdout=subprocess.PIPE,
+                              text=True)
+    assert tracer.stdout.readline() == "tracing\n"
+    return tracer
+
+
 @pytest.fixture
 def python_run():
     return run_python

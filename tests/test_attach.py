@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from attach_work import expected
+from conftest import start_tracer
 from pyprof import _cprof
 from pyprof.model.session import Session
 
@@ -432,49 +433,10 @@ def test_pyprof_not_importable_by_the_target(sleeper):
     assert p.poll() is None
 
 
-TRACER = """
-import ctypes, sys, time
-libc = ctypes.CDLL(None, use_errno=True)
-PTRACE_SEIZE = 0x4206
-if libc.ptrace(PTRACE_SEIZE, int(sys.argv[1]), None, None) != 0:
-    sys.exit(ctypes.get_errno())
-print("tracing", flush=True)
-time.sleep(30)
-"""
-
-
-def other_venv_python():
-    """Another supported version's python from the repository's .venv (make
-    test builds them in turn), pyprof installed there."""
-    venvs = os.path.join(HERE, "..", ".venv")
-    for minor in (11, 12, 13):
-        path = os.path.join(venvs, f"3.{minor}", "bin", "python")
-        if minor != sys.version_info[1] and os.path.exists(path):
-            return path
-    return None
-
-
-@pytest.mark.skipif(other_venv_python() is None,
-                    reason="no other CPython version's .venv built yet (make test builds "
-                           "3.11 first, so its run has none; 3.12's and 3.13's have)")
-def test_client_reaches_a_target_of_another_version(sleeper, tmp_path):
-    p = sleeper(ticking=True, python=other_venv_python())
-    out = tmp_path / "other.cprof"
-    r = pyprof("attach", p.pid, "--duration", "0.5", "--sample", "--wall", "-o", out)
-    assert r.returncode == 0, r.stderr
-    session = Session.load(str(out))
-    assert session.meta["pid"] == p.pid
-    assert session.meta["python"].split(".")[:2] != [str(sys.version_info[0]),
-                                                       str(sys.version_info[1])]
-    assert p.poll() is None
-
-
 def test_already_traced(sleeper):
     p = sleeper()
-    tracer = subprocess.Popen([sys.executable, "-c", TRACER, str(p.pid)], stdout=subprocess.PIPE,
-                              text=True)
+    tracer = start_tracer(p.pid)
     try:
-        assert tracer.stdout.readline() == "tracing\n"
         line = one_error_line(pyprof("attach", p.pid, "--duration", "0.5", "-o", "x.cprof"))
         assert "is already being traced by process" in line and str(tracer.pid) in line, line
     finally:

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from conftest import start_tracer
+
 from pyprof import _cprof
 from pyprof.model.session import Session
 
@@ -326,10 +328,10 @@ def child_waits():
 def forker():
     pid = os.fork()
     if pid == 0:
-        print(os.getpid(), flush=True)
+        os.write(1, b"%d\\n" % os.getpid())   # one write each: no buffer shared across the fork
         child_waits()
         os._exit(0)
-    print(pid, flush=True)
+    os.write(1, b"%d\\n" % pid)
     os.waitpid(pid, 0)
 print("up", flush=True)
 t = threading.Thread(target=forker)                 # forks from a thread, not the main one
@@ -545,16 +547,8 @@ def test_a_traced_process_is_read_without_stopping(tmp_path):
     script = tmp_path / "threads.py"
     script.write_text(THREADS)
     p = start(BASE_PYTHON, script)
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        kill(p)
-        pytest.skip("gdb is not installed (it plays the other tracer)")
-    g = subprocess.Popen([gdb, "-q", "-nx", "-batch", "-p", str(p.pid), "-ex", "shell sleep 20"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    g = start_tracer(p.pid)
     try:
-        wait_for(lambda: "TracerPid:\t0" not in open(f"/proc/{p.pid}/status").read(), 20,
-                 "gdb to attach")
         r = pyprof("dump", p.pid)
         assert r.returncode == 0, r.stderr
         assert f"not stopped: process {g.pid} traces it" in r.stdout, r.stdout
@@ -604,9 +598,13 @@ def test_names_and_files_of_every_string_kind(python, tmp_path):
     script.write_text(UNICODE, encoding="utf-8")
     p = start(python, script)
     try:
-        t = _cprof.RemoteProcess(p.pid).threads()
-        assert t[0]["frames"][0] == (str(script), "Größe.数据", line_of(UNICODE, "SLEEP-LINE"))
-        assert t[0]["frames"][1] == (str(script), "<module>", line_of(UNICODE, "Größe().数据()"))
+        want = [(str(script), "Größe.数据", line_of(UNICODE, "SLEEP-LINE")),
+                (str(script), "<module>", line_of(UNICODE, "Größe().数据()"))]
+        proc = _cprof.RemoteProcess(p.pid)
+        # (after its "up" the program takes a moment to reach its sleep)
+        frames = wait_for(lambda: (f := proc.threads()[0]["frames"])[:2] == want and f, 20,
+                          "the program in its sleep")
+        assert frames[:2] == want
     finally:
         kill(p)
 

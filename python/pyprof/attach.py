@@ -208,17 +208,6 @@ def check_ptrace(pid, info, denied=False):
     return f"{why}; {reach_anyway(pid)}"
 
 
-def find_gdb() -> str:
-    import shutil
-    gdb = shutil.which("gdb")
-    if gdb is None:
-        raise PyprofError("gdb is needed to attach to a process started without pyprof, and it "
-                          "is not installed: install Debian's 'gdb' package (apt-get install "
-                          "gdb), or start the program with PYPROF_LISTEN=1")
-    return gdb
-
-
-# ------------------------------------------------------------------ injection
 def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
     """The text the target runs (from a file: the queued call only reads and
     runs it): import pyprof (from the target's own path, else from the path of
@@ -789,58 +778,3 @@ def drop_own_threads(session) -> None:
     own = [t for t, th in session.threads.items() if th.name == "pyprof-control"]
     if own:
         session.drop_threads(own)
-
-
-# ------------------------------------------------------------------ native stacks
-def _gdb_env():
-    env = dict(os.environ)
-    for k in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "LD_PRELOAD"):
-        env.pop(k, None)                # for pyprof's Python (a sanitizer's runtime), not gdb
-    env["DEBUGINFOD_URLS"] = ""
-    return env
-
-
-def gdb_command(gdb, pid, *commands) -> list:
-    """gdb attached to `pid` (reading only: no call into the process), no
-    debuginfod, no init files."""
-    cmd = [gdb, "-q", "-nx", "-batch",
-           "-iex", "set debuginfod enabled off", "-iex", "set auto-solib-add off",
-           "-iex", "set pagination off", "-iex", "set confirm off",
-           "-p", str(pid),
-           "-ex", r"sharedlibrary libc\.so", "-ex", r"sharedlibrary libpython"]
-    for c in commands:
-        cmd += ["-ex", c]
-    return cmd
-
-
-def _ptrace_denied(text) -> bool:
-    return "ptrace: Operation not permitted" in text or "Could not attach" in text
-
-
-def native_stacks(pid) -> dict:
-    """Every thread's native stack through gdb (the target stops meanwhile):
-    {kernel thread id: [frame text, ...] leaf first}."""
-    import subprocess
-    gdb = find_gdb()
-    info = check_process(pid)
-    reason = check_ptrace(pid, info)
-    if reason:
-        raise PyprofError(reason)
-    proc = subprocess.run(gdb_command(gdb, pid, "set auto-solib-add on", "sharedlibrary",
-                                      "set print frame-arguments none",
-                                      "thread apply all bt", "detach"),
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=_gdb_env(), timeout=120)
-    if _ptrace_denied(proc.stdout + proc.stderr):
-        raise PyprofError(check_ptrace(pid, info, denied=True))
-    out, lwp = {}, None
-    for line in proc.stdout.splitlines():
-        m = re.match(r"Thread \d+ \(.*LWP (\d+)", line)
-        if m:
-            lwp = int(m.group(1))
-            out[lwp] = []
-            continue
-        m = re.match(r"#\d+\s+(?:0x[0-9a-f]+ in )?(.*)", line)
-        if m and lwp is not None:
-            out[lwp].append(m.group(1).replace(" (...)", "").strip())
-    return out

@@ -666,7 +666,7 @@ def cmd_dump(argv) -> int:
     _add_common(p)
     p.add_argument("--native", action="store_true",
                    help="each thread's native (C) stack too, read from outside while the "
-                        "threads are stopped (libunwind-ptrace; with --channel: gdb)")
+                        "threads are stopped (libunwind-ptrace)")
     p.add_argument("--channel", action="store_true",
                    help="ask the process through pyprof's control channel instead (injected "
                         "if it does not listen): Python thread names and daemon flags, but a "
@@ -688,6 +688,18 @@ def cmd_dump(argv) -> int:
     return _dump_channel(pid, ns)
 
 
+def _native_stacks(pid) -> dict:
+    """{native thread id: native frames} read from outside (remote_dump), or
+    {} with a note saying why not."""
+    from . import remote_dump
+    try:
+        d = remote_dump.read(remote_dump.open_process(pid), stop=True, native=True)
+    except PyprofError as e:
+        _say(f"native stacks not read: {e}")
+        return {}
+    return {t["native_id"]: t["native"] or [] for t in d["threads"]}
+
+
 def _dump_channel(pid, ns) -> int:
     from . import attach
     client = attach.connect(pid, ns.timeout, _say if ns.verbose else None)
@@ -696,7 +708,7 @@ def _dump_channel(pid, ns) -> int:
         client.request("detach", timeout=ns.timeout)
     finally:
         client.close()
-    native = attach.native_stacks(pid) if ns.native else {}
+    native = _native_stacks(pid) if ns.native else {}
     hello = client.hello
     print(f"Process {pid}: {' '.join(hello.get('argv') or [])}")
     print(f"Python v{hello['python']}")

@@ -532,7 +532,7 @@ OPTIONS = (
                     "other (docs/children.md)")),
     (None, ("--listen",), dict(
         _FLAG, help="run the program without profiling, with pyprof's control channel open, so "
-                    "that 'pyprof attach/top/dump PID' reach it without gdb (docs/attach.md)")),
+                    "that 'pyprof attach/top/dump PID' reach it without entering it (docs/attach.md)")),
     (None, ("--live",), dict(
         _FLAG, help="run the program in the background (its output to a log file) and show "
                     "'pyprof top' on it: a live view of its functions and threads")),
