@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void say(char *err, size_t n, const char *fmt, ...)
+void pp_remote_say(char *err, size_t n, const char *fmt, ...)
 {
     if (err == NULL || n == 0)
         return;
@@ -42,7 +42,7 @@ static void say(char *err, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-static int64_t now_ns(void)
+int64_t pp_remote_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -316,7 +316,7 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     map_row *rows = read_maps(pid, &count);
     if (rows == NULL) {
         int e = errno;
-        say(err, n, "cannot read /proc/%d/maps: %s", (int)pid, strerror(e));
+        pp_remote_say(err, n, "cannot read /proc/%d/maps: %s", (int)pid, strerror(e));
         errno = e;
         return -1;
     }
@@ -352,7 +352,7 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     }
     if (found[0] == 0) {
         free(rows);
-        say(err, n, "no _PyRuntime and Py_Version symbols in the program or a libpython it "
+        pp_remote_say(err, n, "no _PyRuntime and Py_Version symbols in the program or a libpython it "
             "maps (not CPython 3.11 or later)");
         errno = ENOENT;
         return -1;
@@ -377,20 +377,20 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     unsigned long version = 0;
     if (RD(r, found[1], version) < 0) {
         int e = errno;
-        say(err, n, "cannot read process %d's memory: %s", (int)pid, strerror(e));
+        pp_remote_say(err, n, "cannot read process %d's memory: %s", (int)pid, strerror(e));
         errno = e;
         return -1;
     }
     r->version_hex = (uint32_t)version;
     if ((version >> 24) != 3) {
-        say(err, n, "Py_Version reads 0x%lx: not a CPython 3", version);
+        pp_remote_say(err, n, "Py_Version reads 0x%lx: not a CPython 3", version);
         errno = ENOENT;
         return -1;
     }
     r->L = pp_remote_layout_for((int)(version >> 16 & 0xff));
     if (r->L != NULL && RD(r, r->runtime + r->L->rt_interp_main, r->interp) < 0) {
         int e = errno;
-        say(err, n, "cannot read process %d's interpreter: %s", (int)pid, strerror(e));
+        pp_remote_say(err, n, "cannot read process %d's interpreter: %s", (int)pid, strerror(e));
         errno = e;
         return -1;
     }
@@ -500,7 +500,7 @@ int pp_remote_stop_all(pid_t pid, pp_remote_stop *s, char *err, size_t n)
         if (d == NULL) {
             int e = errno;
             pp_remote_resume_all(s, 0);
-            say(err, n, "cannot list process %d's threads: %s", (int)pid, strerror(e));
+            pp_remote_say(err, n, "cannot list process %d's threads: %s", (int)pid, strerror(e));
             errno = e == ENOENT ? ESRCH : e;
             return -1;
         }
@@ -528,23 +528,23 @@ int pp_remote_stop_all(pid_t pid, pp_remote_stop *s, char *err, size_t n)
             }
         if (failed) {
             pp_remote_resume_all(s, 0);
-            say(err, n, "ptrace of thread %d of process %d: %s", (int)bad, (int)pid,
+            pp_remote_say(err, n, "ptrace of thread %d of process %d: %s", (int)bad, (int)pid,
                 strerror(e));
             errno = e;
             return -1;
         }
         if (!added) {
             if (s->n == 0) {
-                say(err, n, "process %d has no threads left (it ended)", (int)pid);
+                pp_remote_say(err, n, "process %d has no threads left (it ended)", (int)pid);
                 errno = ESRCH;
                 return -1;
             }
-            s->stopped_ns = now_ns();
+            s->stopped_ns = pp_remote_now_ns();
             return 0;
         }
     }
     pp_remote_resume_all(s, 0);
-    say(err, n, "process %d kept starting threads while pyprof stopped them", (int)pid);
+    pp_remote_say(err, n, "process %d kept starting threads while pyprof stopped them", (int)pid);
     errno = EAGAIN;
     return -1;
 }
@@ -554,7 +554,7 @@ int64_t pp_remote_resume_all(pp_remote_stop *s, int64_t t0)
     for (int i = 0; i < s->n; i++) {
         ptrace(PTRACE_DETACH, s->tids[i], NULL, (void *)(intptr_t)s->sig[i]);
     }
-    int64_t paused = t0 ? now_ns() - t0 : 0;
+    int64_t paused = t0 ? pp_remote_now_ns() - t0 : 0;
     free(s->tids);
     free(s->sig);
     memset(s, 0, sizeof *s);
@@ -617,7 +617,7 @@ static int signal_calls(const pp_remote *r)
 static int need_layout(const pp_remote *r, char *err, size_t n)
 {
     if (r->L == NULL) {
-        say(err, n, "CPython %u.%u's layout is not known to pyprof", r->version_hex >> 24,
+        pp_remote_say(err, n, "CPython %u.%u's layout is not known to pyprof", r->version_hex >> 24,
             r->version_hex >> 16 & 0xff);
         errno = ENOTSUP;
         return -1;
@@ -631,19 +631,19 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
     if (need_layout(r, err, n) < 0)
         return -1;
     if (r->run_simple == 0) {
-        say(err, n, "no PyRun_SimpleString symbol in the target");
+        pp_remote_say(err, n, "no PyRun_SimpleString symbol in the target");
         errno = ENOENT;
         return -1;
     }
     if (r->scratch == 0 || len + 1 > r->scratch_size) {
-        say(err, n, "no unused writable bytes found in the target's mapped objects for the "
+        pp_remote_say(err, n, "no unused writable bytes found in the target's mapped objects for the "
             "bootstrap's %zu-byte text", len + 1);
         errno = ENOSPC;
         return -1;
     }
     const pp_remote_layout *L = r->L;
     pp_remote_stop s;
-    int64_t t0 = now_ns();
+    int64_t t0 = pp_remote_now_ns();
     if (pp_remote_stop_all(r->pid, &s, err, n) < 0)
         return -1;
     /* fault injection for tests (PYPROF_ATTACH_KILL_AT, attach.py): the client
@@ -658,11 +658,11 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
         || RD(r, pending(r, L->pc_last), last) < 0
         || (L->pc_max && (RD(r, pending(r, L->pc_count), count) < 0
                           || RD(r, pending(r, L->pc_max), max) < 0))) {
-        say(err, n, "cannot read the interpreter's pending calls: %s", strerror(errno));
+        pp_remote_say(err, n, "cannot read the interpreter's pending calls: %s", strerror(errno));
         goto out;
     }
     if (first < 0 || first >= L->pc_ncalls || last < 0 || last >= L->pc_ncalls) {
-        say(err, n, "the interpreter's pending calls look wrong (first %d, last %d): "
+        pp_remote_say(err, n, "the interpreter's pending calls look wrong (first %d, last %d): "
             "CPython %u.%u.%u's layout differs from the one pyprof knows", first, last,
             r->version_hex >> 24, r->version_hex >> 16 & 0xff, r->version_hex >> 8 & 0xff);
         errno = ENOTSUP;
@@ -690,7 +690,7 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
         || pp_remote_write(r->pid, pending(r, L->pc_calls) + (uintptr_t)last * L->pc_call_size,
                            call, L->pc_call_size) < 0
         || pp_remote_write(r->pid, pending(r, L->pc_last), &next, sizeof next) < 0) {
-        say(err, n, "cannot write the target's memory: %s", strerror(errno));
+        pp_remote_say(err, n, "cannot write the target's memory: %s", strerror(errno));
         goto out;
     }
     if (L->pc_max) {
@@ -699,7 +699,7 @@ int pp_remote_queue_call(pp_remote *r, const char *text, size_t len, int *slot,
             goto out;
     }
     if (signal_calls(r) < 0) {
-        say(err, n, "cannot signal the pending call: %s", strerror(errno));
+        pp_remote_say(err, n, "cannot signal the pending call: %s", strerror(errno));
         goto out;
     }
     *slot = last;
@@ -742,7 +742,7 @@ int pp_remote_cancel_call(pp_remote *r, int slot, uintptr_t arg, char *err, size
     if (rc == 1) {
         char nul = 0;                   /* PyRun_SimpleString("") runs nothing */
         if (pp_remote_write(r->pid, arg, &nul, 1) < 0) {
-            say(err, n, "cannot write the target's memory: %s", strerror(errno));
+            pp_remote_say(err, n, "cannot write the target's memory: %s", strerror(errno));
             rc = -1;
         }
     }
@@ -759,7 +759,7 @@ int pp_remote_nudge(pp_remote *r, char *err, size_t n)
         return -1;
     int rc = signal_calls(r);
     if (rc < 0)
-        say(err, n, "cannot signal the pending call: %s", strerror(errno));
+        pp_remote_say(err, n, "cannot signal the pending call: %s", strerror(errno));
     pp_remote_resume_all(&s, 0);
     return rc;
 }
@@ -776,7 +776,7 @@ int pp_remote_swap_main_thread(pp_remote *r, unsigned long ident, unsigned long 
     uintptr_t at = r->runtime + r->L->rt_main_thread;
     if (RD(r, at, *old) < 0 || pp_remote_write(r->pid, at, &ident, sizeof ident) < 0
         || (ident != *old && signal_calls(r) < 0)) {
-        say(err, n, "cannot write the target's main thread: %s", strerror(errno));
+        pp_remote_say(err, n, "cannot write the target's main thread: %s", strerror(errno));
         rc = -1;
     }
     /* fault injection (attach.py): the client dies with a thread standing in

@@ -31,7 +31,12 @@ typedef struct {
     size_t scratch_size;
 } pp_remote;
 
-/* Errors: -1 with errno set and a sentence in err (n bytes). */
+/* Errors: -1 with errno set and a sentence in err (n bytes), written by: */
+void pp_remote_say(char *err, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t pp_remote_now_ns(void);
+
 /* Find the interpreter of `pid`: its Py_Version, _PyRuntime and the functions
  * pyprof needs. ENOENT: not a CPython 3.11+ (no Py_Version); EPERM/EACCES:
  * not ours to read. The version may be one without a layout (L == NULL). */

@@ -15,12 +15,10 @@
 #include "remote_read.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 
 #ifdef PP_HAVE_LIBUNWIND_PTRACE
 #include <libunwind-ptrace.h>
@@ -31,23 +29,6 @@
 #define MAX_LINETABLE (1 << 20)
 #define MAX_THREADS 4096
 #define WALK_TRIES 4
-
-static void say(char *err, size_t n, const char *fmt, ...)
-{
-    if (err == NULL || n == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static uintptr_t word_at(const unsigned char *buf, size_t off)
 {
@@ -450,7 +431,7 @@ static int read_threads(pp_remote *r, pp_remote_cache *c, int live, pp_remote_th
     uintptr_t holder = 0, ts = 0;
     if (pp_remote_gil(r, &main_ident, &holder, &holder_ident) < 0
         || pp_remote_read(r->pid, r->interp + L->in_threads_head, &ts, sizeof ts) < 0) {
-        say(err, n, "cannot read process %d's interpreter: %s", (int)r->pid, strerror(errno));
+        pp_remote_say(err, n, "cannot read process %d's interpreter: %s", (int)r->pid, strerror(errno));
         return -1;
     }
     size_t ts_need = 0;
@@ -461,7 +442,7 @@ static int read_threads(pp_remote *r, pp_remote_cache *c, int live, pp_remote_th
             ts_need = (size_t)fields[i] + 8;
     unsigned char tsbuf[512];
     if (ts_need > sizeof tsbuf) {
-        say(err, n, "thread state layout too large");
+        pp_remote_say(err, n, "thread state layout too large");
         errno = ENOTSUP;
         return -1;
     }
@@ -517,7 +498,7 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
     if (paused_ns)
         *paused_ns = 0;
     if (r->L == NULL) {
-        say(err, n, "CPython %u.%u's layout is not known to pyprof", r->version_hex >> 24,
+        pp_remote_say(err, n, "CPython %u.%u's layout is not known to pyprof", r->version_hex >> 24,
             r->version_hex >> 16 & 0xff);
         errno = ENOTSUP;
         return -1;
@@ -535,7 +516,7 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
     if (!stop)
         return read_threads(r, c, 1, out, count, err, n);
     pp_remote_stop s;
-    int64_t t0 = mono_ns();
+    int64_t t0 = pp_remote_now_ns();
     if (pp_remote_stop_all(r->pid, &s, err, n) < 0)
         return -1;
     int rc = read_threads(r, c, 0, out, count, err, n);
