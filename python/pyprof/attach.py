@@ -267,11 +267,11 @@ def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
 def loader_text(path) -> bytes:
     """The call queued in the target: read the bootstrap's file and run it in
     a namespace of its own; a missing file (the client gave up and removed
-    it) or anything raised is silent."""
-    inner = (f"try:\n with open({path!r}) as f: s = f.read()\n"
-             "except BaseException: s = ''\n"
-             "try: exec(s, {})\n"
-             "except BaseException: pass\n")
+    it) or anything raised is silent, but a Ctrl-C, handed back to the main
+    thread. At most 256 bytes with the path (remote.c's room for it)."""
+    inner = (f"try:\n with open({path!r}) as f: s = f.read()\n exec(s, {{}})\n"
+             "except KeyboardInterrupt:\n __import__('_thread').interrupt_main()\n"
+             "except BaseException:\n pass\n")
     return f"__import__('builtins').exec({inner!r}, {{}})".encode()
 
 
