@@ -87,7 +87,8 @@ def test_queued_call_runs_in_the_target(minor, python, tmp_path):
         assert slot is not None, "the queue was busy"
         assert 0 < paused_ns < 1e9
         end = time.monotonic() + 10
-        while not ran.exists() and time.monotonic() < end:
+        # (the file exists a moment before the target's write lands in it)
+        while not (ran.exists() and ran.read_text() == "x") and time.monotonic() < end:
             time.sleep(0.005)
         assert ran.read_text() == "x"
         assert not r.call_queued(slot, where)
