@@ -330,7 +330,7 @@ def test_attach_async_names_the_tasks_of_a_running_loop(tmp_path, mode):
     try:
         port = int(p.stdout.readline())
         out = tmp_path / "async.cprof"
-        client = pyprof_in_background("attach", p.pid, *mode, "--async", "--duration", "2",
+        client = pyprof_in_background("attach", p.pid, *mode, "--async", "--duration", "120",
                                       "-o", out)
         attached(client)
         for _ in range(20):                         # requests: a task each
@@ -338,7 +338,8 @@ def test_attach_async_names_the_tasks_of_a_running_loop(tmp_path, mode):
                 c.sendall(b"30000\n")
                 assert c.makefile().readline().strip().isdigit()
             time.sleep(0.02)
-        _, err = client.communicate(timeout=60)
+        client.send_signal(signal.SIGINT)           # Ctrl-C once all were answered, however
+        _, err = client.communicate(timeout=60)     # long a loaded machine took
         assert client.returncode == 0, err
         session = Session.load(str(out))
         tasks = {(session.functions[t.fid].name,
