@@ -140,15 +140,20 @@ def missing_waits(s):
 def test_where_tasks_wait(capture, tmp_path):
     """Suspended tasks are charged to the chain they wait in, down to the
     awaited object; running samples hold the task's coroutines only. The
-    module's capture is the suite's first program run: where a chain is
-    missing from it (seen on fresh clones, on 3.11 and 3.12), the program is
-    captured once more and that capture must hold every chain."""
+    chains of the shortest waits are missed by some captures (a look at the
+    tasks falls outside them: about one capture in four on a loaded 2-CPU
+    machine, 2026-11-27), so up to two more captures are taken; one must
+    hold every chain."""
     d, s, truth, loop = capture
     awaiting = 4
-    first = missing_waits(s)
-    if first:
-        d, s, truth, loop = take_capture(tmp_path, loop)
-        assert not missing_waits(s), (missing_waits(s), "first capture missed too:", first)
+    misses = [missing_waits(s)]
+    for attempt in range(2):
+        if not misses[-1]:
+            break
+        (tmp_path / str(attempt)).mkdir()
+        d, s, truth, loop = take_capture(tmp_path / str(attempt), loop)
+        misses.append(missing_waits(s))
+    assert not misses[-1], misses
     running = [names for state, names in stacks_of(s, "tg-b") if state != awaiting]
     assert running and all(n[1] == "worker" for n in running)
     assert any(n[1:] == ["worker", "burst", "burn"] for n in running)
