@@ -432,3 +432,25 @@ def test_reused_coroutine_addresses(tmp_path, mode):
     if mode:                                # wall: each task waits at a look first
         rows = {task_name(s, t): t for t in s.tasks}
         assert sum(f"relay-{i}" in rows for i in range(40)) >= 20, sorted(rows)
+
+
+@needs_timely_looks
+def test_short_tasks_named_between_far_looks(tmp_path):
+    """Thousands of idle tasks make each look cost more, so the looks are far
+    apart (400 x their cost, up to a second); a sample in the coroutine of a
+    task no look has seen asks for one at once, so short tasks (50 ms: two
+    20 ms bursts) are named, their running time against their own clocks.
+    Before that, 3 or 4 of the 20 were named (2026-11-27): the rest were
+    <task ?>, freed before a look or a drain met them."""
+    r = pyprof("--sample", "--wall", "--rate", "1000", "--async", "-o", tmp_path / "run.cprof",
+               os.path.join(HERE, "asyncshort.py"), tmp_path / "truth.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    s = Session.load(tmp_path / "run.cprof")
+    rows = {task_name(s, t): t for t in s.tasks}
+    named = [n for n in truth if n in rows]
+    # a loaded machine may keep the helper off a CPU for a whole task's life
+    assert len(named) >= 0.8 * len(truth), (sorted(named), s.info["sampling"]["async"])
+    for n in named:
+        got = rows[n].running / 1e9
+        assert close(got, truth[n]), (n, got, truth[n])

@@ -211,6 +211,8 @@ int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t stat
     r->pad = flags;
     r->weight_ns = weight;
     r->coro = coro;
+    if (coro && atomic_load_explicit(&pp_known_coro[pp_known_slot(coro)], memory_order_relaxed) != coro)
+        atomic_store_explicit(&S.new_coro, coro, memory_order_relaxed);
     atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
     unsigned char *p = (unsigned char *)(r + 1);
     memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
@@ -575,7 +577,7 @@ static void *sampler_main(void *arg)
     S.helper_tid = own_thread_init("pyprof-helper");
     int64_t tick = S.mode == PP_SAMPLE_WALL || S.async ? SCAN_NS : DRAIN_NS;
     int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
-    int64_t next_refresh = 0, next_look = 0;
+    int64_t next_refresh = 0, next_look = 0, last_look = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
@@ -594,7 +596,12 @@ static void *sampler_main(void *arg)
         if (refresh && next_drain > now + NAME_NS)
             next_drain = now + NAME_NS;     /* again soon: the new thread's name */
         int look = S.async && now >= next_look;
-        if (refresh || look || now >= next_drain
+        /* a sample met a coroutine of no known task: a look at the registries
+         * soon (a short task may end before the next regular look), once per
+         * LOOK_NS at most, while a look is cheap */
+        int fresh = !look && S.async && atomic_load(&S.new_coro) && now - last_look >= LOOK_NS
+                    && pp_async_cheap();
+        if (refresh || look || fresh || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
             if (now >= next_drain)
                 next_drain = now + DRAIN_NS;
@@ -610,10 +617,17 @@ static void *sampler_main(void *arg)
                     pthread_mutex_unlock(&pp_wall_mu);
                     flush_due = now + DRAIN_NS;
                 }
+                uintptr_t asked = 0;
+                if (look || fresh) {
+                    last_look = now;
+                    asked = atomic_exchange(&S.new_coro, 0);    /* before the registries are read */
+                }
                 if (look)
                     pp_async_look_begin(S.prof, now);
-                else if (S.async && refresh)        /* a new thread: an executor's, maybe */
+                else if (S.async && (refresh || fresh))  /* a new thread (an executor's, maybe), a new task */
                     pp_async_peek(S.prof, now);
+                if (asked)
+                    pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
                 if (look) {
                     pp_async_look_end(S.prof, now);

@@ -80,6 +80,15 @@ static int grow_rows(pp_tasks *t)
 /* The tasks whose weak references are out (one sampler runs at a time). */
 static pp_tasks *weak_owner;
 
+_Atomic uintptr_t pp_known_coro[1u << KNOWN_CORO_BITS];
+
+static void known_forget(uintptr_t coro)
+{
+    uintptr_t was = coro;
+    if (coro)
+        atomic_compare_exchange_strong(&pp_known_coro[pp_known_slot(coro)], &was, 0);
+}
+
 /* A task with a row is being freed (the weak reference's callback, GIL
  * held, in any thread; possibly during a look's or a drain's allocation):
  * from now on its coroutine's address may be another's. Stores a time by
@@ -89,8 +98,10 @@ static PyObject *task_freed(PyObject *self, PyObject *ref)
     (void)self;
     pp_tasks *t = weak_owner;
     uint32_t i = t != NULL && t->ready ? pp_index_get(&t->bywref, (uint64_t)(uintptr_t)ref) : PP_NONE;
-    if (i != PP_NONE && i < t->n && t->ref[i] == ref && t->dead[i] == ALIVE)
+    if (i != PP_NONE && i < t->n && t->ref[i] == ref && t->dead[i] == ALIVE) {
         t->dead[i] = pp_mono_ns();
+        known_forget(t->coro[i]);       /* the address may be a new task's next */
+    }
     Py_RETURN_NONE;
 }
 
@@ -286,6 +297,8 @@ void pp_async_reset(pp_sampling *p)
 {
     run_start = pp_mono_ns();
     registry_n = 0;
+    for (size_t k = 0; k < sizeof pp_known_coro / sizeof pp_known_coro[0]; k++)
+        atomic_store_explicit(&pp_known_coro[k], 0, memory_order_relaxed);
     prev_look = run_start;              /* a task seen at the first look began since the start */
     Py_CLEAR(await_fids);
     p->tasks.unknown_fid = PP_NONE;
@@ -408,6 +421,7 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
             t->born[i] = t->dead[h] != ALIVE ? t->dead[h] : 0;
         }
         index_set(&t->bycoro, a, i);
+        atomic_store_explicit(&pp_known_coro[pp_known_slot(a)], a, memory_order_relaxed);
     }
     index_set(&t->byobj, (uint64_t)(uintptr_t)task, i);
     index_set(&t->bywref, (uint64_t)(uintptr_t)ref, i);
@@ -614,6 +628,18 @@ static void peek(pp_sampling *p, int64_t now)
 void pp_async_peek(pp_sampling *p, int64_t now)
 {
     peek(p, now);
+}
+
+void pp_async_asked(pp_sampling *p, uintptr_t coro)
+{
+    pp_tasks *t = &p->tasks;
+    if (t->ready && pp_index_get(&t->bycoro, coro) == PP_NONE)
+        atomic_store_explicit(&pp_known_coro[pp_known_slot(coro)], coro, memory_order_relaxed);
+}
+
+int pp_async_cheap(void)
+{
+    return registry_n < RESCAN_MAX_TASKS;
 }
 
 void pp_async_look_begin(pp_sampling *p, int64_t now)

@@ -60,6 +60,9 @@ typedef struct {
     unsigned char *buf;
     _Atomic uint64_t head, tail;
     _Atomic uint64_t signals, recorded, dropped, foreign, throttled;
+    /* --async: a coroutine a sample met that no known task owns (its
+     * address; 0: none since the helper last asked), see pp_known_coro */
+    _Atomic uintptr_t new_coro;
     /* helper thread and control (GIL held) */
     pthread_t thread;
     int have_thread;
@@ -292,13 +295,30 @@ uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t o
 uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code);
 
 /* ---- --async (sampler_async.c; GIL held, the helper's or stop's) */
+/* The coroutines of the tasks the helper knows, direct-mapped by address:
+ * written by the helper and the freed callback, read by the handler, which
+ * asks for a look (S.new_coro) when a sample's coroutine is not there, so
+ * that a short task is named before it ends unseen. A stale entry only
+ * delays that to the next regular look. */
+#define KNOWN_CORO_BITS 12
+extern _Atomic uintptr_t pp_known_coro[1u << KNOWN_CORO_BITS];
+static inline uint32_t pp_known_slot(uintptr_t coro)
+{
+    return (uint32_t)(((uint64_t)coro >> 4) * 0x9E3779B97F4A7C15ull >> (64 - KNOWN_CORO_BITS));
+}
 /* New run: forget the tasks. */
 void pp_async_reset(pp_sampling *p);
 void pp_async_free(pp_sampling *p);
 /* Before a drain: the tasks made since the last look, and their coroutines. */
 void pp_async_look_begin(pp_sampling *p, int64_t now);
-/* The same outside a look (a new thread's drain): not counted as a look's cost. */
+/* The same outside a look (a new thread's drain, a new coroutine): not
+ * counted as a look's cost. */
 void pp_async_peek(pp_sampling *p, int64_t now);
+/* After either: the coroutine that asked for it (S.new_coro), noted as known
+ * if no task owns it (a coroutine run without a task asks once). */
+void pp_async_asked(pp_sampling *p, uintptr_t coro);
+/* A look is cheap (few tasks): one may be asked for between regular looks. */
+int pp_async_cheap(void);
 /* After it: the time of the tasks that wait, where they wait; ended tasks let go. */
 void pp_async_look_end(pp_sampling *p, int64_t now);
 /* Sampling stops: every task let go, its time charged up to now. */
