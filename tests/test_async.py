@@ -452,5 +452,6 @@ def test_short_tasks_named_between_far_looks(tmp_path):
     # a loaded machine may keep the helper off a CPU for a whole task's life
     assert len(named) >= 0.8 * len(truth), (sorted(named), s.info["sampling"]["async"])
     for n in named:
-        got = rows[n].running / 1e9
-        assert close(got, truth[n]), (n, got, truth[n])
+        got, want = rows[n].running / 1e9, truth[n]["running"]
+        assert close(got, want) or abs(got - want) <= max(0.05 * want, 0.020) + truth[n]["stolen"], \
+            (n, got, truth[n])
