@@ -116,7 +116,8 @@ async def main():
     except asyncio.TimeoutError:
         pass
     victim = asyncio.create_task(sleeper(), name="cancelled")
-    await asyncio.sleep(0.25)       # seen by a look (a task shorter than one may not be)
+    await asyncio.sleep(0.5)        # seen by a look (a task shorter than one may not be;
+                                    # a loaded machine spaces them up to 0.3 s)
     victim.cancel()
     try:
         await victim

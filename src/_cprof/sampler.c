@@ -596,11 +596,9 @@ static void *sampler_main(void *arg)
         if (refresh && next_drain > now + NAME_NS)
             next_drain = now + NAME_NS;     /* again soon: the new thread's name */
         int look = S.async && now >= next_look;
-        /* a sample met a coroutine of no known task: a look at the registries
-         * soon (a short task may end before the next regular look), once per
-         * LOOK_NS at most, while a look is cheap */
-        int fresh = !look && S.async && atomic_load(&S.new_coro) && now - last_look >= LOOK_NS
-                    && pp_async_cheap();
+        /* a sample met a coroutine of no known task: its task soon (a short
+         * task may end before the next regular look), once per LOOK_NS at most */
+        int fresh = !look && S.async && atomic_load(&S.new_coro) && now - last_look >= LOOK_NS;
         if (refresh || look || fresh || now >= next_drain
             || atomic_load(&S.head) - atomic_load(&S.tail) > RING_BYTES / 2) {
             if (now >= next_drain)
@@ -624,9 +622,11 @@ static void *sampler_main(void *arg)
                 }
                 if (look)
                     pp_async_look_begin(S.prof, now);
-                else if (S.async && (refresh || fresh))  /* a new thread (an executor's, maybe), a new task */
+                else if (S.async && refresh)        /* a new thread: an executor's, maybe */
                     pp_async_peek(S.prof, now);
-                if (asked)
+                if (fresh)                          /* a new task, likely */
+                    pp_async_fresh(S.prof, now, asked);
+                else if (asked)
                     pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
                 if (look) {

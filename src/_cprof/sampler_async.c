@@ -43,6 +43,7 @@ static PyObject *await_fids;            /* type -> fid of its <await NAME> frame
 static int64_t prev_look, run_start;
 static void peek(pp_sampling *p, int64_t now);
 static Py_ssize_t registry_n;           /* the registries' size at the last scan */
+static int64_t full_after;              /* pp_async_fresh: no registry scan before */
 
 static int grow(void **a, size_t each, uint32_t cap)
 {
@@ -297,6 +298,7 @@ void pp_async_reset(pp_sampling *p)
 {
     run_start = pp_mono_ns();
     registry_n = 0;
+    full_after = 0;
     for (size_t k = 0; k < sizeof pp_known_coro / sizeof pp_known_coro[0]; k++)
         atomic_store_explicit(&pp_known_coro[k], 0, memory_order_relaxed);
     prev_look = run_start;              /* a task seen at the first look began since the start */
@@ -630,6 +632,46 @@ void pp_async_peek(pp_sampling *p, int64_t now)
     peek(p, now);
 }
 
+static int current_tasks(PyObject *mod, PyObject **out);
+
+/* A sample asked (S.new_coro): the loops' running tasks first (a few µs;
+ * the asking task is likely still in the burst it was sampled in), the
+ * registries (hundreds of µs with thousands of tasks) only if that did not
+ * find it, and no more often than 400 times their last cost. */
+void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
+{
+    pp_tasks *t = &p->tasks;
+    if (!S.async || ensure_ready(t) < 0)
+        return;
+    int was = pp_memory_self_begin();
+    int gc_was = PyGC_Disable();
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *mod = tasks_module(), *cur[MAX_LOOPS];
+    int ncur = current_tasks(mod, cur);
+    for (int c = 0; c < ncur; c++)
+        Py_INCREF(cur[c]);              /* borrowed from the dict: held while new_row reads them */
+    for (int c = 0; c < ncur; c++) {
+        uint32_t row = pp_index_get(&t->byobj, (uint64_t)(uintptr_t)cur[c]);
+        if (cur[c] != Py_None && (row == PP_NONE || t->dead[row] != ALIVE))
+            new_row(p, cur[c], now);
+        Py_DECREF(cur[c]);
+    }
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (gc_was)
+        PyGC_Enable();
+    pp_memory_self_end(was);
+    if (pp_index_get(&t->bycoro, asked) == PP_NONE && now >= full_after
+        && registry_n < RESCAN_MAX_TASKS) {
+        int64_t c0 = own_cpu_ns();
+        peek(p, now);
+        full_after = now + 400 * (own_cpu_ns() - c0);
+    }
+    pp_async_asked(p, asked);
+}
+
 void pp_async_asked(pp_sampling *p, uintptr_t coro)
 {
     pp_tasks *t = &p->tasks;
@@ -637,10 +679,6 @@ void pp_async_asked(pp_sampling *p, uintptr_t coro)
         atomic_store_explicit(&pp_known_coro[pp_known_slot(coro)], coro, memory_order_relaxed);
 }
 
-int pp_async_cheap(void)
-{
-    return registry_n < RESCAN_MAX_TASKS;
-}
 
 void pp_async_look_begin(pp_sampling *p, int64_t now)
 {

@@ -314,11 +314,12 @@ void pp_async_look_begin(pp_sampling *p, int64_t now);
 /* The same outside a look (a new thread's drain, a new coroutine): not
  * counted as a look's cost. */
 void pp_async_peek(pp_sampling *p, int64_t now);
-/* After either: the coroutine that asked for it (S.new_coro), noted as known
+/* A sample met a coroutine of no known task (`asked`): the running tasks,
+ * then the registries if cheap enough (sampler_async.c). */
+void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked);
+/* After a look or a peek: the coroutine that asked for it (S.new_coro), noted as known
  * if no task owns it (a coroutine run without a task asks once). */
 void pp_async_asked(pp_sampling *p, uintptr_t coro);
-/* A look is cheap (few tasks): one may be asked for between regular looks. */
-int pp_async_cheap(void);
 /* After it: the time of the tasks that wait, where they wait; ended tasks let go. */
 void pp_async_look_end(pp_sampling *p, int64_t now);
 /* Sampling stops: every task let go, its time charged up to now. */
