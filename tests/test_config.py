@@ -186,3 +186,30 @@ def test_profile_decorator_output_from_pyproject(tmp_path):
     hits = {ln: c.hits for (fid, ln), c in s.line_totals().items()
             if s.functions[fid].name == "work"}
     assert hits[8] == 7                   # `total += i`, known by construction
+
+
+def test_section_variables_are_upper_case(project):
+    """PYPROF_PYTEST_* and PYPROF_WEB_* as documented (the old lower-case
+    section spelling still read)."""
+    (project / "test_it.py").write_text("def test_it():\n    sum(range(10**5))\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--pyprof", "test_it.py"], cwd=project, capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env(PYPROF_PYTEST_DIR="envprofs"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (project / "envprofs" / "test_it.py_test_it.cprof").exists()
+    assert not (project / "profs").exists()
+    r = pyprof_run(["config", "--format", "json"], project, PYPROF_WEB_DIR="/tmp/webprofs",
+                   PYPROF_pytest_TOP="7")
+    assert r.returncode == 0, r.stderr
+    import json
+    desc = json.loads(r.stdout)
+    web = {row["key"]: row for row in desc["web"]}
+    pytest_ = {row["key"]: row for row in desc["pytest"]}
+    assert (web["dir"]["value"], web["dir"]["from"], web["dir"]["env"]) == \
+        ("/tmp/webprofs", "PYPROF_WEB_DIR", "PYPROF_WEB_DIR")
+    assert pytest_["top"]["value"] == 7 and pytest_["top"]["env"] == "PYPROF_PYTEST_TOP"
+    assert all(row["env"] == row["env"].upper()
+               for rows in (desc["run"], desc["pytest"], desc["web"]) for row in rows)
+    r = pyprof_run(["config"], project, PYPROF_WEB_EVERY="often")
+    assert r.returncode == 2 and r.stderr == \
+        "pyprof: error: PYPROF_WEB_EVERY='often': takes a whole number of calls, not 'often'\n"
