@@ -213,3 +213,33 @@ def test_section_variables_are_upper_case(project):
     r = pyprof_run(["config"], project, PYPROF_WEB_EVERY="often")
     assert r.returncode == 2 and r.stderr == \
         "pyprof: error: PYPROF_WEB_EVERY='often': takes a whole number of calls, not 'often'\n"
+
+
+def test_mode_on_the_command_line_over_the_configured_mode(project):
+    """[tool.pyprof] mode = "sample": --mode function traces calls (the call
+    counts are the program's, by construction), --mode memory records memory."""
+    r = pyprof_run(["--mode", "function", "-o", "f.cprof", "prog.py"], project / "sub",
+                   PYPROF_MODE="sample")
+    assert r.returncode == 0, r.stderr
+    s = pyprof.load(project / "sub" / "f.cprof")
+    assert s.meta["modes"] == ["function"] and not s.samples
+    calls = {s.functions[fid].name: c.calls for fid, c in s.function_totals().items()}
+    assert calls["f"] == 1
+    r = pyprof_run(["--mode", "memory", "-o", "m.cprof", "prog.py"], project / "sub")
+    assert r.returncode == 0, r.stderr
+    assert pyprof.load(project / "sub" / "m.cprof").info.get("memory")
+    r = pyprof_run(["config", "--mode", "lines"], project / "sub")
+    assert r.returncode == 0, r.stderr
+    assert [line.split(None, 2) for line in r.stdout.splitlines()
+            if line.startswith("  mode ")][0] == ["mode", "lines", "command line"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--mode", "function", "--sample"], "--mode function and --sample do not combine"),
+    (["--mode", "function", "--lines-of", "x"], "--mode function and line tracing do not "
+                                                "combine"),
+    (["--mode", "quick"], "argument --mode: invalid choice: 'quick'")])
+def test_a_bad_mode_flag_is_one_line(tmp_path, args, says):
+    (tmp_path / "p.py").write_text("pass\n")
+    r = pyprof_run([*args, "p.py"], tmp_path)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -119,7 +119,7 @@ _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 # Run options that choose the mode on the command line: given, they make the
 # mode the command line's.
 MODE_FIELDS = ("sample", "memory", "memory_sample", "memory_stacks", "functions", "lines",
-               "lines_of", "lines_all", "include")
+               "lines_of", "lines_all", "include", "chosen_mode")
 
 
 # ------------------------------------------------------------------ the file
