@@ -440,7 +440,8 @@ OPTIONS = (
     (None, ("-s", "--sort"), dict(
         default="cumulative", metavar="SORT",
         help="sort key of the printed table, as pstats: " + ", ".join(SORT_KEYS)
-             + " (default: cumulative)")),
+             + " (default: cumulative; sampled tables: tottime by self samples, cumulative "
+               "by total, the calls keys do not apply)")),
     (None, ("--mode",), dict(
         choices=RUN_MODES, metavar="MODE",
         help="the mode, as [tool.pyprof]'s mode names it, over the configured one: function "
