@@ -238,6 +238,8 @@ def test_mode_on_the_command_line_over_the_configured_mode(project):
     (["--mode", "function", "--sample"], "--mode function and --sample do not combine"),
     (["--mode", "function", "--lines-of", "x"], "--mode function and line tracing do not "
                                                 "combine"),
+    (["--mode", "function", "--memory-sample"], "--mode function and --memory-sample do not "
+                                                "combine"),
     (["--mode", "quick"], "argument --mode: invalid choice: 'quick'")])
 def test_a_bad_mode_flag_is_one_line(tmp_path, args, says):
     (tmp_path / "p.py").write_text("pass\n")

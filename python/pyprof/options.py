@@ -103,8 +103,12 @@ class RunOptions:
         """--mode MODE: the flag it stands for, set before the configuration
         is applied (config.py: a mode named on the command line wins)."""
         mode = self.chosen_mode
-        others = [f for f, on in (("--sample", self.sample), ("--memory", self.memory),
-                                  ("line tracing", self.line_mode)) if on]
+        others = [f for f, on in (
+            ("--sample", self.sample), ("--memory", self.memory),
+            ("--memory-sample", self.memory_sample is not None),
+            ("--memory-stacks", self.memory_stacks), ("--native-allocs", self.native_allocs),
+            ("--temporary", self.temporary is not None), ("line tracing", self.line_mode))
+            if on]
         if mode == "function" and others:
             raise OptionError(f"--mode function and {', '.join(others)} do not combine "
                               f"(--mode function traces calls; with --memory: --memory "
