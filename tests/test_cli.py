@@ -491,6 +491,76 @@ def test_sort_key_orders_table(tmp_path, sort, first):
         assert rows[0][1].endswith("(burn)")       # the biggest self time of all
 
 
+SAMPLED_SORT_PROG = '''
+import time
+
+
+def heavy():
+    end = time.process_time() + 0.3     # its own loop: self time
+    while time.process_time() < end:
+        pass
+
+
+def light():
+    end = time.process_time() + 0.1
+    while time.process_time() < end:
+        pass
+
+
+def wrapper():                          # no time of its own, all of it in callees
+    heavy()
+    light()
+
+
+wrapper()
+'''
+
+
+def sampled_rows(stdout):
+    """The sampled function table's function names, in the order printed."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("Self "))
+    names = []
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        names.append(line.split("?", 1)[1].split()[0])
+    return names
+
+
+@pytest.mark.parametrize("sort, order", [
+    ("tottime", ["heavy", "light", "<module>", "wrapper"]),
+    ("time", ["heavy", "light", "<module>", "wrapper"]),
+    ("cumtime", ["<module>", "wrapper", "heavy", "light"]),
+    ("name", ["<module>", "heavy", "light", "wrapper"]),
+    ("line", ["<module>", "heavy", "light", "wrapper"])])
+def test_sampled_table_sorts_as_asked(tmp_path, sort, order):
+    """heavy and light burn 0.3 s and 0.1 s of CPU in their own loops, wrapper
+    none (all in them): self order heavy, light; total order <module>, wrapper."""
+    write(tmp_path / "sp.py", SAMPLED_SORT_PROG)
+    r = pyprof(["--sample", "-s", sort, "sp.py"], tmp_path)
+    assert r.returncode == 0 and "-s " not in r.stderr, r.stderr     # no note: it applies
+    names = sampled_rows(r.stdout)
+    assert [n for n in names if n in order] == order, r.stdout
+
+
+def test_sampled_capture_viewed_by_calls_says_why_not(tmp_path):
+    write(tmp_path / "sp.py", SAMPLED_SORT_PROG)
+    r = pyprof(["--sample", "-o", "sp.cprof", "sp.py"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = pyprof(["view", "sp.cprof", "-s", "calls"], tmp_path)
+    assert r.returncode == 0
+    assert r.stderr == ("pyprof: note: -s calls: samples count no calls; the sampled tables "
+                        "are ordered by total samples (-s tottime: by self samples)\n")
+    names = sampled_rows(r.stdout)
+    assert names[:2] == ["<module>", "wrapper"], r.stdout
+    r = pyprof(["view", "sp.cprof", "-s", "tottime"], tmp_path)
+    assert r.returncode == 0 and r.stderr == ""
+    assert sampled_rows(r.stdout)[:2] == ["heavy", "light"], r.stdout
+    # the line table follows: heavy's lines first
+    assert r.stdout.index("Function: heavy at line") < r.stdout.index("Function: wrapper")
+
+
 def test_convert_capture_to_pstats(tmp_path):
     script = write(tmp_path / "sortprog.py", SORT_PROG)
     r = pyprof(["-o", "run.cprof", "sortprog.py"], tmp_path)

@@ -186,3 +186,62 @@ def test_profile_decorator_output_from_pyproject(tmp_path):
     hits = {ln: c.hits for (fid, ln), c in s.line_totals().items()
             if s.functions[fid].name == "work"}
     assert hits[8] == 7                   # `total += i`, known by construction
+
+
+def test_section_variables_are_upper_case(project):
+    """PYPROF_PYTEST_* and PYPROF_WEB_* as documented (the old lower-case
+    section spelling still read)."""
+    (project / "test_it.py").write_text("def test_it():\n    sum(range(10**5))\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--pyprof", "test_it.py"], cwd=project, capture_output=True, text=True,
+                       timeout=TIMEOUT, env=env(PYPROF_PYTEST_DIR="envprofs"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (project / "envprofs" / "test_it.py_test_it.cprof").exists()
+    assert not (project / "profs").exists()
+    r = pyprof_run(["config", "--format", "json"], project, PYPROF_WEB_DIR="/tmp/webprofs",
+                   PYPROF_pytest_TOP="7")
+    assert r.returncode == 0, r.stderr
+    import json
+    desc = json.loads(r.stdout)
+    web = {row["key"]: row for row in desc["web"]}
+    pytest_ = {row["key"]: row for row in desc["pytest"]}
+    assert (web["dir"]["value"], web["dir"]["from"], web["dir"]["env"]) == \
+        ("/tmp/webprofs", "PYPROF_WEB_DIR", "PYPROF_WEB_DIR")
+    assert pytest_["top"]["value"] == 7 and pytest_["top"]["env"] == "PYPROF_PYTEST_TOP"
+    assert all(row["env"] == row["env"].upper()
+               for rows in (desc["run"], desc["pytest"], desc["web"]) for row in rows)
+    r = pyprof_run(["config"], project, PYPROF_WEB_EVERY="often")
+    assert r.returncode == 2 and r.stderr == \
+        "pyprof: error: PYPROF_WEB_EVERY='often': takes a whole number of calls, not 'often'\n"
+
+
+def test_mode_on_the_command_line_over_the_configured_mode(project):
+    """[tool.pyprof] mode = "sample": --mode function traces calls (the call
+    counts are the program's, by construction), --mode memory records memory."""
+    r = pyprof_run(["--mode", "function", "-o", "f.cprof", "prog.py"], project / "sub",
+                   PYPROF_MODE="sample")
+    assert r.returncode == 0, r.stderr
+    s = pyprof.load(project / "sub" / "f.cprof")
+    assert s.meta["modes"] == ["function"] and not s.samples
+    calls = {s.functions[fid].name: c.calls for fid, c in s.function_totals().items()}
+    assert calls["f"] == 1
+    r = pyprof_run(["--mode", "memory", "-o", "m.cprof", "prog.py"], project / "sub")
+    assert r.returncode == 0, r.stderr
+    assert pyprof.load(project / "sub" / "m.cprof").info.get("memory")
+    r = pyprof_run(["config", "--mode", "lines"], project / "sub")
+    assert r.returncode == 0, r.stderr
+    assert [line.split(None, 2) for line in r.stdout.splitlines()
+            if line.startswith("  mode ")][0] == ["mode", "lines", "command line"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--mode", "function", "--sample"], "--mode function and --sample do not combine"),
+    (["--mode", "function", "--lines-of", "x"], "--mode function and line tracing do not "
+                                                "combine"),
+    (["--mode", "function", "--memory-sample"], "--mode function and --memory-sample do not "
+                                                "combine"),
+    (["--mode", "quick"], "argument --mode: invalid choice: 'quick'")])
+def test_a_bad_mode_flag_is_one_line(tmp_path, args, says):
+    (tmp_path / "p.py").write_text("pass\n")
+    r = pyprof_run([*args, "p.py"], tmp_path)
+    assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -3,6 +3,7 @@ real captures of a program whose regression is known by construction (a
 function made 2x slower, checked with the program's own clock) and of the same
 program run twice; call counts and bytes known by construction."""
 import json
+import math
 import re
 import subprocess
 import sys
@@ -250,3 +251,112 @@ def test_check_bad_input(captures, args, says):
     d, _ = captures
     r = pyprof(["check", "t_a.cprof", *args], d)
     assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+# A clock the program alone advances (a fake timer: exact times, whatever the
+# machine's load): base 1 s per step; work 10, 10, 10 and 130 ms over four
+# steps, times FACTOR. Its spread over the steps is its noise (docs/ci.md).
+NOISY_PROGRAM = """
+import sys
+import pyprof
+
+NOW = 0
+
+
+def clock():
+    return NOW
+
+
+def base():
+    global NOW
+    NOW += 1000
+
+
+def work(units):
+    global NOW
+    NOW += units
+
+
+with pyprof.Profile(timer=clock, timeunit=1e-3) as p:
+    for units in (10, 10, 10, 130):
+        pyprof.step()
+        base()
+        work(int(units * float(sys.argv[1])))
+p.dump(sys.argv[2])
+"""
+
+
+def test_a_pass_lists_what_grew_within_the_noise(tmp_path):
+    """work grows 160 -> 240 ms (+50%, past 25%), the total +1.9%; work's noise
+    is 3 x sqrt(sb^2 + sa^2), each sigma the steps' sd x sqrt(4) (60 and 90 ms,
+    x 2) with one tick (1 ms): 649 ms, by construction."""
+    (tmp_path / "prog.py").write_text(NOISY_PROGRAM)
+    for factor, name in (("1", "a.cprof"), ("1.5", "b.cprof")):
+        r = subprocess.run([sys.executable, "prog.py", factor, name], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+    r = diff(tmp_path, "a", "b", "--fail-above", "25")
+    assert r.returncode == 0, r.stdout + r.stderr
+    gate = r.stdout[r.stdout.index("pyprof: gate passed"):].splitlines()
+    line = NOISY_PROGRAM.splitlines().index("def work(units):") + 1
+    assert gate[1:] == [f"  within the noise: work prog.py:{line}: 160 ms -> 240 ms (+50.0%; "
+                        f"noise 649 ms)"], gate
+    r = diff(tmp_path, "a", "b", "--fail-above", "25", "--format", "json")
+    data = json.loads(r.stdout)["gate"]
+    assert data["failed"] is False
+    [row] = data["within_noise"]
+    assert row["what"] == "work" and abs(row["change"] - 0.08) < 1e-9
+    assert abs(row["noise"] - 3 * math.hypot(math.hypot(0.120, 0.001),
+                                             math.hypot(0.180, 0.001))) < 1e-6
+    # past 60% it is not listed: it did not grow past the tolerance
+    r = diff(tmp_path, "a", "b", "--fail-above", "60")
+    assert r.returncode == 0 and "  within the noise: " not in r.stdout, r.stdout
+
+
+CALLS_PROGRAM = """
+def parse_all():
+    return 1
+
+
+def parse_one():
+    return 2
+
+
+for _ in range(5):
+    parse_all()
+parse_one()
+"""
+
+
+@pytest.fixture(scope="module")
+def calls_capture(tmp_path_factory):
+    d = tmp_path_factory.mktemp("calls")
+    (d / "bench.py").write_text(CALLS_PROGRAM)
+    r = pyprof(["-o", "bench.cprof", "bench.py"], d)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+@pytest.mark.parametrize("spec, closest", [
+    ("nosuchfunc=1", None),
+    ("bench.py:Parse_all=0", "bench.py:parse_all, bench.py:parse_one"),
+    ("Parse_all=0", "parse_all, parse_one"),
+    ("src/bench.py:parse_al=0", "bench.py:parse_all, bench.py:parse_one")])
+def test_check_refuses_a_function_it_cannot_find(calls_capture, spec, closest):
+    r = pyprof(["check", "bench.cprof", "--max-calls", spec], calls_capture)
+    assert r.returncode == 2, r.stdout + r.stderr
+    pattern = spec.rpartition("=")[0]
+    head = f"pyprof: error: bench.cprof: --max-calls {pattern}: no function of that name in it " \
+           f"(closest: "
+    assert r.stderr.startswith(head) and r.stderr.count("\n") == 1, r.stderr
+    if closest is not None:
+        assert r.stderr == head + closest + ")\n"
+    assert "check passed" not in r.stdout
+
+
+def test_check_counts_what_it_finds(calls_capture):
+    r = pyprof(["check", "bench.cprof", "--max-calls", "bench.py:parse_all=4"], calls_capture)
+    assert r.returncode == 1 and "calls of bench.py:parse_all 5 > 4" in r.stdout, r.stdout
+    r = pyprof(["check", "bench.cprof", "--max-calls", "parse_all=5", "--max-calls",
+                "parse_one=1"], calls_capture)
+    assert r.returncode == 0, r.stdout + r.stderr

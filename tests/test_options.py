@@ -30,6 +30,7 @@ def parsed(argv):
 CASES = {
     "--outfile": (["-o", "OUT.cprof"], {"outfile": "OUT.cprof"}, {}),
     "--sort": (["-s", "tottime"], {"sort": "tottime"}, {}),
+    "--mode": (["--mode", "lines"], {"chosen_mode": "lines", "lines": True}, {"lines": True}),
     "-m": (["-m"], {"module": True}, {}),
     "-c": (["-c"], {"code": True}, {}),
     "--sample": (["--sample"], {"sample": True}, {"mode": "sample"}),

@@ -1,6 +1,7 @@
 """pyprof's command line.
 
-    python -m pyprof [run] [-o FILE] [-s SORT] [--sample | -l | --lines-of P | --lines-all]
+    python -m pyprof [run] [-o FILE] [-s SORT] [--mode M | --sample | -l | --lines-of P |
+                     --lines-all]
                      [-m module | -c code | script] [args...]
     pyprof convert FILE.cprof -o OUT [-f FORMAT] [--min-duration DURATION]
     pyprof view FILE.cprof [--lines | --functions] [--unit U]

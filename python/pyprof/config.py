@@ -40,7 +40,15 @@ class Setting:
 
     @property
     def env(self) -> str:
-        return "PYPROF_" + (self.section + "_" if self.section else "") + self.key.upper()
+        return ("PYPROF_" + (self.section + "_" if self.section else "") + self.key).upper()
+
+    @property
+    def old_env(self):
+        """The spelling of releases that left the section in lower case
+        (PYPROF_web_DIR), still read; None where it is the same."""
+        if not self.section:
+            return None
+        return "PYPROF_" + self.section + "_" + self.key.upper()
 
     @property
     def name(self) -> str:
@@ -111,7 +119,7 @@ _BY_NAME = {(s.section, s.key): s for s in SETTINGS}
 # Run options that choose the mode on the command line: given, they make the
 # mode the command line's.
 MODE_FIELDS = ("sample", "memory", "memory_sample", "memory_stacks", "functions", "lines",
-               "lines_of", "lines_all", "include")
+               "lines_of", "lines_all", "include", "chosen_mode")
 
 
 # ------------------------------------------------------------------ the file
@@ -264,14 +272,18 @@ class Config:
                     raise ConfigError(f"{self.path}: {where} {key}: {_reason(e)}") from None
                 self.values[(section, norm)] = (value, self.path)
         for setting in SETTINGS:
-            raw = environ.get(setting.env)
+            name = setting.env
+            raw = environ.get(name)
+            if raw is None and setting.old_env:
+                name = setting.old_env
+                raw = environ.get(name)
             if raw is None:
                 continue
             try:
                 value = convert(setting, raw, True)
             except PyprofError as e:
-                raise ConfigError(f"{setting.env}={raw!r}: {_reason(e)}") from None
-            self.values[(setting.section, setting.key)] = (value, setting.env)
+                raise ConfigError(f"{name}={raw!r}: {_reason(e)}") from None
+            self.values[(setting.section, setting.key)] = (value, name)
 
     def get(self, section, key, given=None):
         """(value, origin): `given` (not None: the caller's) first, then the

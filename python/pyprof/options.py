@@ -27,6 +27,8 @@ DEFAULT_MAX_EVENTS = 1_000_000          # timeline events, 24 bytes each: about 
 MAX_RATE = 100000                       # Hz
 MAX_MEMORY_SAMPLE = 1 << 40             # bytes
 MODES = ("trace", "sample", "memory")
+# --mode's names: [tool.pyprof]'s mode (config.py)
+RUN_MODES = ("function", "sample", "memory", "lines")
 
 # pstats.Stats.sort_arg_dict_default's keys (tests/test_options.py checks it):
 # pstats costs ~25 ms to import.
@@ -48,13 +50,15 @@ _FIELDS = {
     "sample": False, "cpu": False, "functions": False, "dump_every": 0.0, "signal": None,
     "objects": False, "unit": "us", "no_call_rows": False, "strict": False,
     "flush_interval": 10.0, "children": False, "listen": False, "live": False,
+    "chosen_mode": None,
 }
 # Parser destinations that are not field names: dest -> (field, conversion).
 _FROM_ARGS = {"no_builtins": ("builtins", lambda v: not v),
               "min_duration": ("timeline_min_duration", None),
               "memory_stacks": ("memory_stacks", lambda v: True if v else None),  # None: auto
               "gc": ("gc", lambda v: True if v else None),      # None: by the mode
-              "lines_all": ("lines_all", lambda v: True if v else None)}
+              "lines_all": ("lines_all", lambda v: True if v else None),
+              "mode": ("chosen_mode", None)}
 # What goes to Profile (and to a child) as keywords.
 PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", "memory",
                 "memory_sample", "memory_stacks", "native_allocs", "temporary", "gc", "paths", "lines", "lines_of", "lines_all",
@@ -91,7 +95,30 @@ class RunOptions:
                 value = convert(value) if convert else value
             if dest in _FIELDS:
                 setattr(opts, dest, value)
+        if opts.chosen_mode:
+            opts._take_chosen_mode()
         return opts
+
+    def _take_chosen_mode(self):
+        """--mode MODE: the flag it stands for, set before the configuration
+        is applied (config.py: a mode named on the command line wins)."""
+        mode = self.chosen_mode
+        others = [f for f, on in (
+            ("--sample", self.sample), ("--memory", self.memory),
+            ("--memory-sample", self.memory_sample is not None),
+            ("--memory-stacks", self.memory_stacks), ("--native-allocs", self.native_allocs),
+            ("--temporary", self.temporary is not None), ("line tracing", self.line_mode))
+            if on]
+        if mode == "function" and others:
+            raise OptionError(f"--mode function and {', '.join(others)} do not combine "
+                              f"(--mode function traces calls; with --memory: --memory "
+                              f"--functions)")
+        if mode == "sample":
+            self.sample = True
+        elif mode == "memory":
+            self.memory = True
+        elif mode == "lines":
+            self.lines = True
 
     @classmethod
     def from_profile(cls, **kw) -> "RunOptions":
@@ -417,7 +444,12 @@ OPTIONS = (
     (None, ("-s", "--sort"), dict(
         default="cumulative", metavar="SORT",
         help="sort key of the printed table, as pstats: " + ", ".join(SORT_KEYS)
-             + " (default: cumulative)")),
+             + " (default: cumulative; sampled tables: tottime by self samples, cumulative "
+               "by total, the calls keys do not apply)")),
+    (None, ("--mode",), dict(
+        choices=RUN_MODES, metavar="MODE",
+        help="the mode, as [tool.pyprof]'s mode names it, over the configured one: function "
+             "(trace calls, the default), sample (--sample), memory (--memory) or lines (-l)")),
     (None, ("-m",), dict(_FLAG, dest="module",
                          help="profile a library module run as a script (like python -m)")),
     (None, ("-c",), dict(_FLAG, dest="code",

@@ -241,6 +241,13 @@ class Verdict:
     def failed(self) -> list:
         return [g for g in self.checked if g.grew]
 
+    @property
+    def within_noise(self) -> list:
+        """Figures that grew past PCT and the floor but not past the noise:
+        what a pass let through, and why."""
+        return [g for g in self.checked if not g.grew and g.change > self.floor
+                and g.change > self.fail_above / 100.0 * g.before]
+
 
 def gate(before, after, fail_above: float, memory=False, min_time=0.001,
          min_bytes=1024, names=("BEFORE", "AFTER")) -> Verdict:
@@ -286,6 +293,7 @@ def verdict_json(v: Verdict) -> dict:
             "methods": [v.method_before, v.method_after], "fail_above_pct": v.fail_above,
             "sigmas": SIGMAS, "floor": v.floor, "failed": bool(v.failed),
             "grew": [row(g) for g in v.failed], "total": row(v.checked[0]),
+            "within_noise": [row(g) for g in v.within_noise],
             "checked": len(v.checked),
             "only_after": [{"what": n, "file": f, "line": ln, "value": x}
                            for n, f, ln, x in v.only_after],
@@ -310,6 +318,31 @@ def match_functions(session, pattern) -> list:
         elif pattern in (fn.qualname, fn.name):
             out.append(fid)
     return out
+
+
+def closest_names(session, pattern, n=3) -> list:
+    """The names of `session`'s functions closest to `pattern` (difflib,
+    ignoring case), spelled as the pattern is: FILE:QUALNAME or a name."""
+    import difflib
+    import os
+    file_part, colon, name_part = pattern.rpartition(":")
+    names = set()
+    for fn in session.functions.values():
+        if _own_code(fn.qualname, fn.filename):
+            continue
+        if colon:
+            names.add(f"{os.path.basename(fn.filename)}:{fn.qualname}")
+        else:
+            names.update((fn.qualname, fn.name))
+    if colon:                           # FILE by its base name, as the names are
+        pattern = f"{os.path.basename(file_part)}:{name_part}"
+    by_lower = {}
+    for name in sorted(names):
+        by_lower.setdefault(name.lower(), name)
+    found = difflib.get_close_matches(pattern.lower(), by_lower, n=n, cutoff=0.6)
+    if not found:                       # nothing close: still the nearest few
+        found = difflib.get_close_matches(pattern.lower(), by_lower, n=n, cutoff=0.0)
+    return [by_lower[k] for k in found]
 
 
 def _own_code(name, file) -> bool:
@@ -407,6 +440,9 @@ def check(session, max_time=None, max_memory=None, max_calls=()) -> list:
         totals = session.function_totals()
         for pattern, limit in max_calls:
             fids = match_functions(session, pattern)
+            if not fids:
+                raise PyprofError(f"--max-calls {pattern}: no function of that name in it "
+                                  f"(closest: {', '.join(closest_names(session, pattern))})")
             calls = sum(totals[f].calls for f in fids if f in totals)
             if calls > limit:
                 over.append((f"calls of {pattern}", calls, limit, []))

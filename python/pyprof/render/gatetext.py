@@ -39,19 +39,28 @@ def verdict_lines(v: Verdict, limit=10) -> list:
                    f"beyond the noise (total {_fmt(v.kind, total.before)} -> "
                    f"{_fmt(v.kind, total.after)}"
                    + (f", {pct:+.1f}%" if pct is not None else "") + ")")
+        within = v.within_noise
+        for g in within[:limit]:
+            out.append(f"  within the noise: {_growth_text(v.kind, g)}")
+        if len(within) > limit:
+            out.append(f"  ... and {len(within) - limit} more within the noise")
         return out
     out.append(f"pyprof: gate failed: {len(failed)} {v.kind} figure"
                f"{'s' if len(failed) > 1 else ''} grew by more than {v.fail_above:g}% beyond "
                f"the noise")
     for g in failed[:limit]:
-        where = f" {_short(g.file)}:{g.line}" if g.file else ""
-        pct = g.change_pct
-        out.append(f"  {g.what}{where}: {_fmt(v.kind, g.before)} -> {_fmt(v.kind, g.after)} "
-                   f"({'+%.1f%%' % pct if pct is not None else 'from 0'}; noise "
-                   f"{_fmt(v.kind, g.noise)})")
+        out.append(f"  {_growth_text(v.kind, g)}")
     if len(failed) > limit:
         out.append(f"  ... and {len(failed) - limit} more")
     return out
+
+
+def _growth_text(kind, g) -> str:
+    """'changed prog.py:13: 233 ms -> 385 ms (+65.1%; noise 149 ms)'."""
+    where = f" {_short(g.file)}:{g.line}" if g.file else ""
+    pct = g.change_pct
+    return (f"{g.what}{where}: {_fmt(kind, g.before)} -> {_fmt(kind, g.after)} "
+            f"({'+%.1f%%' % pct if pct is not None else 'from 0'}; noise {_fmt(kind, g.noise)})")
 
 
 def culprit_text(kind, culprits) -> str:

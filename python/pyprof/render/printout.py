@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import io
+import sys
 
 from .objecttable import write_from_meta
 
@@ -28,12 +29,13 @@ def print_capture(session, out, sort="cumulative", unit="us", call_rows=True,
         write_memory(session, out, sort)
     elif info.get("sampling"):
         from . import sampletable
+        _say_order(sort)
         if only != "lines":
-            sampletable.write_functions(session, out)
+            sampletable.write_functions(session, out, sort=sort)
         if only != "functions":
             if only != "lines":
                 out.write("\n")
-            sampletable.write_lines(session, out, header_line=only == "lines")
+            sampletable.write_lines(session, out, header_line=only == "lines", sort=sort)
     elif only == "lines" or (info.get("lines") and only != "functions"):
         from .linetable import write_text
         write_text(session, out, unit=unit, call_rows=call_rows)
@@ -71,7 +73,8 @@ def write_memory(session, out, sort="cumulative"):
     from .linetable import bookkeeping_note
     if session.info.get("sampling"):
         from .sampletable import write_functions
-        write_functions(session, out)
+        _say_order(sort)
+        write_functions(session, out, sort=sort)
         out.write("\n")
     elif session.fstats and not session.info.get("lines"):
         from .pstatstable import print_table
@@ -83,3 +86,11 @@ def write_memory(session, out, sort="cumulative"):
     if note:
         out.write(note + "\n\n")
     memtable.write_lines(session, out)
+
+
+def _say_order(sort) -> None:
+    """On stderr (not in the table): a sort key samples cannot follow."""
+    from .sampletable import order_note
+    note = order_note(sort)
+    if note:
+        print(f"pyprof: note: {note}", file=sys.stderr)

@@ -1,6 +1,8 @@
 """Tables from samples: the function table (self and total samples and time;
 call counts are not known to a sampler and are shown as "?") and the line table
-(self and total samples per line)."""
+(self and total samples per line). ``-s``'s pstats keys map to the sampled
+columns where they mean something (``ORDERS``); the call counts' keys have no
+meaning here: ``order_note`` says so and the total order is used."""
 from __future__ import annotations
 
 import os
@@ -26,22 +28,44 @@ def header(session) -> str:
                    f"previous sample{first} (on average {mean:.3g} ms)\n")
 
 
-def write_functions(session, out, limit=40):
+# pstats' sort keys -> the sampled table's order, by (label, file, line) and
+# (self count, total count)
+ORDERS = {
+    "tottime": lambda f, r: (-r[0], -r[1], f), "time": lambda f, r: (-r[0], -r[1], f),
+    "cumulative": lambda f, r: (-r[1], -r[0], f), "cumtime": lambda f, r: (-r[1], -r[0], f),
+    "name": lambda f, r: f, "nfl": lambda f, r: f,
+    "filename": lambda f, r: (f[1], f[2], f[0]), "module": lambda f, r: (f[1], f[2], f[0]),
+    "stdname": lambda f, r: (f[1], f[2], f[0]), "line": lambda f, r: (f[2], f[1], f[0]),
+}
+_NO_CALLS = ("calls", "ncalls", "pcalls")
+
+
+def order_note(sort):
+    """One line on why `sort` does not order samples, or None when it does."""
+    if sort in _NO_CALLS:
+        return (f"-s {sort}: samples count no calls; the sampled tables are ordered by "
+                f"total samples (-s tottime: by self samples)")
+    return None
+
+
+def write_functions(session, out, limit=40, sort="cumulative"):
     rows = totals(session)
     n = sum(c.count for c in session.samples.values()) or 1
+    order = ORDERS.get(sort, ORDERS["cumulative"])
     out.write(header(session) + "\n")
     out.write(f"{'Self':>8} {'Self %':>7} {'Self s':>9} {'Total':>8} {'Total %':>7} "
               f"{'Total s':>9} {'Calls':>6}  Function\n")
-    for f, (sc, tc, sw, tw) in sorted(rows.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:limit]:
+    for f, (sc, tc, sw, tw) in sorted(rows.items(), key=lambda kv: order(*kv))[:limit]:
         label, file, line = f
         where = f" ({os.path.basename(file)}:{line})" if file else ""
         out.write(f"{sc:>8} {100 * sc / n:>6.1f}% {sw / 1e9:>9.3f} {tc:>8} {100 * tc / n:>6.1f}% "
                   f"{tw / 1e9:>9.3f} {'?':>6}  {label}{where}\n")
 
 
-def write_lines(session, out, limit=20, header_line=True):
-    """The functions with the most samples, line by line: the lines with
-    samples, a line of context around them, ``...`` for the rest."""
+def write_lines(session, out, limit=20, header_line=True, sort="cumulative"):
+    """The functions with the most samples (self samples when sorted by self
+    time), line by line: the lines with samples, a line of context around
+    them, ``...`` for the rest."""
     n = sum(c.count for c in session.samples.values()) or 1
     per_line = totals(session, lines=True)
     by_func: dict = {}
@@ -49,7 +73,9 @@ def write_lines(session, out, limit=20, header_line=True):
         if not file:
             continue
         by_func.setdefault((label.rsplit(":", 1)[0], file), {})[line] = row
-    funcs = sorted(by_func.items(), key=lambda kv: -max(r[1] for r in kv[1].values()))[:limit]
+    column = 0 if sort in ("tottime", "time") else 1
+    funcs = sorted(by_func.items(),
+                   key=lambda kv: -max(r[column] for r in kv[1].values()))[:limit]
     if header_line:
         out.write(header(session) + "\n")
     for (name, file), lines in funcs:
