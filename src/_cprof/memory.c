@@ -123,6 +123,7 @@ static inline void settle_peak(pp_memsite *st)
         st->seen_peak = peak_index;
     }
 }
+static uint64_t threads_gen;               /* the thread records of this run (threads.h) */
 static uint64_t interval_max;              /* most traced bytes live in this curve interval */
 static uint32_t interval_site;             /* ... reached by an allocation at this site */
 
@@ -495,7 +496,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
     rawstack r;
-    int attached;
+    int attached, aside = 0;
     uint64_t sh = 0;
     r.depth = r.nn = 0;
     if (with_stacks) {
@@ -528,6 +529,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
             kind = PP_MEM_LINE;
             code = f.code;
             offset = f.offset;
+            aside = 1;              /* the line's thread counts it, later (threads.h) */
         }
     }
     kind |= src;
@@ -571,6 +573,8 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
                 interval_max = totals.current;
                 interval_site = k;
             }
+            if (aside)
+                pp_threads_mem_aside(threads_gen, (int64_t)size, (int64_t)size, est_count);
         }
     }
     unlock_tables();
@@ -599,6 +603,19 @@ static int take_block(void *ptr, block *b)
     return had;
 }
 
+/* Tables locked, recording: a block of C code's charged to a line, freed by
+ * a thread without the GIL, is set aside for that thread (1), as its making
+ * was; else 0: the caller tells the thread, as for Python's blocks. */
+static int aside_free_locked(const block *b)
+{
+    int att;
+    if (b->site >= nsites || sites[b->site].kind != (PP_MEM_LINE | PP_MEM_NATIVE)
+        || (pp_signal_tstate(&att) && att))
+        return 0;
+    pp_threads_mem_aside(threads_gen, -(int64_t)b->size, 0, 0);
+    return 1;
+}
+
 /* Charges a freed block to its site (freed: by free, not moved by realloc).
  * Tables locked. */
 static void charge_locked(const block *b, int freed)
@@ -622,9 +639,11 @@ static void charge_locked(const block *b, int freed)
 static void charge_free(const block *b)
 {
     lock_tables();
+    int aside = atomic_load_explicit(&recording, memory_order_relaxed) && aside_free_locked(b);
     charge_locked(b, 0);
     unlock_tables();
-    pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
+    if (!aside)
+        pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
 }
 
 /* A block freed (taken out and charged under one lock). */
@@ -636,12 +655,13 @@ static void release_block(void *ptr)
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
+    int aside = had && aside_free_locked(&b);
     if (had)
         charge_locked(&b, 1);
     else if (!sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
         totals.unknown_frees++;
     unlock_tables();
-    if (had)
+    if (had && !aside)
         pp_threads_mem_delta(-(int64_t)b.size, 0, 0);
 }
 
@@ -873,6 +893,9 @@ int pp_memory_start(pp_memstate *p)
     if (with_native)
         pp_unwind_init_self();
     temporary = p->temporary;
+    lock_tables();
+    threads_gen = pp_threads_active_gen();  /* read by the hooks under the lock */
+    unlock_tables();
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     pp_curve_start();
