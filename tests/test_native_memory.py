@@ -648,8 +648,8 @@ def test_native_bytes_in_the_figures_with_callees(tmp_path):
                                                     "    libc.free(q)"))
     slack = 64 << 10                                    # Python's own objects of the calls
     r = subprocess.run([sys.executable, "-m", "pyprof", "-l", "--memory", "--native-allocs",
-                        "-o", "l.cprof", str(prog)], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+                        "--memory-stacks", "-o", "l.cprof", str(prog)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     s = pyprof.load(tmp_path / "l.cprof")
     fid = next(fid for fid, f in s.functions.items() if f.qualname == "main")
@@ -690,6 +690,15 @@ def test_native_bytes_in_the_figures_with_callees(tmp_path):
     mine = next(x for x in rows if x["function"] == "main" and x["line"] == str(made))
     assert int(mine["inclusive_allocated_bytes"]) == pytest.approx(32 * MiB, abs=slack)
     assert int(mine["inclusive_peak_bytes"]) == pytest.approx(32 * MiB, abs=slack)
+    # the allocation stacks (the memory flame graph's): main's frame holds both blocks
+    from pyprof.analysis.stacks import memory_stack_frames
+    under = {}
+    for sid, c in s.memory_by_stack.items():
+        leaf = [f[0] for f in memory_stack_frames(s, sid, True)][-1:]
+        if leaf:
+            under[leaf[0]] = under.get(leaf[0], 0) + c.alloc_bytes
+    assert under[f"main:{kept}"] == pytest.approx(64 * MiB, abs=slack)
+    assert under[f"main:{made}"] == pytest.approx(32 * MiB, abs=slack)
     # the curve's high-water mark: both blocks live at once
     assert max(p.heap_max for p in s.memory_curve) >= 96 * MiB
     assert s.info["memory"]["peak_bytes"] >= 96 * MiB

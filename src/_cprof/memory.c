@@ -245,7 +245,9 @@ static inline uint64_t site_hash(uintptr_t code, uint32_t offset, uint32_t kind,
 #define STACK_MAX 64                        /* innermost frames kept */
 #define NATIVE_MAX 128                      /* innermost native frames kept */
 typedef struct { uintptr_t code; uint32_t offset; uint32_t entry; } sframe;
-typedef struct { uint64_t hash; uint32_t start, depth, nstart, nnative; } sentry;
+/* held: its code objects referenced; 0 for one read without the GIL (C code's
+ * block, a thread that released it), checked when read (pp_memory_stacks) */
+typedef struct { uint64_t hash; uint32_t start, depth, nstart, nnative, held; } sentry;
 static sentry *stacks;
 static uint32_t *stack_slots;               /* stack id + 1, 0 empty */
 static sframe *sframes;
@@ -305,9 +307,18 @@ static int same_stack(const sentry *e, const rawstack *r, uint64_t h)
     return r->nn == 0 || memcmp(snative + e->nstart, r->ips, (size_t)r->nn * sizeof *r->ips) == 0;
 }
 
-/* The id of this stack, added (and its code objects held: GIL held, or no
- * Python frames) if new; UINT32_MAX when out of memory. Tables locked. */
-static uint32_t stack_of(const rawstack *r, uint64_t h)
+/* held (GIL held, r read from the running frames, or no Python frames): a
+ * stack found or added has its code objects held. */
+static void hold_stack(sentry *e)
+{
+    for (uint32_t i = 0; i < e->depth; i++)
+        Py_INCREF((PyObject *)sframes[e->start + i].code);
+    e->held = 1;
+}
+
+/* The id of this stack, added if new; UINT32_MAX when out of memory. Tables
+ * locked. */
+static uint32_t stack_of(const rawstack *r, uint64_t h, int held)
 {
     int n = r->depth;
     if ((nstacks + 1) * 2 > sslots_cap) {
@@ -328,22 +339,25 @@ static uint32_t stack_of(const rawstack *r, uint64_t h)
     }
     size_t mask = sslots_cap - 1, j = h & mask;
     for (; stack_slots[j]; j = (j + 1) & mask)
-        if (same_stack(&stacks[stack_slots[j] - 1], r, h))
+        if (same_stack(&stacks[stack_slots[j] - 1], r, h)) {
+            if (held && !stacks[stack_slots[j] - 1].held)
+                hold_stack(&stacks[stack_slots[j] - 1]);     /* the same codes, running */
             return stack_slots[j] - 1;
+        }
     if (regrow((void **)&stacks, &stacks_cap, nstacks + 1, sizeof *stacks, 1024) < 0
         || regrow((void **)&sframes, &sframes_cap, nsframes + (size_t)n, sizeof *sframes,
                   16384) < 0
         || regrow((void **)&snative, &snative_cap, nsnative + (size_t)r->nn, sizeof *snative,
                   16384) < 0)
         return UINT32_MAX;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         sframes[nsframes + i] = (sframe){r->codes[i], r->offsets[i], r->entries[i]};
-        Py_INCREF((PyObject *)r->codes[i]);
-    }
     if (r->nn)
         memcpy(snative + nsnative, r->ips, (size_t)r->nn * sizeof *r->ips);
     stacks[nstacks] = (sentry){h, (uint32_t)nsframes, (uint32_t)n, (uint32_t)nsnative,
-                               (uint32_t)r->nn};
+                               (uint32_t)r->nn, 0};
+    if (held)
+        hold_stack(&stacks[nstacks]);
     nsframes += (size_t)n;
     nsnative += (size_t)r->nn;
     stack_slots[j] = (uint32_t)nstacks + 1;
@@ -519,17 +533,26 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
         int att;
         PyThreadState *ts = pp_signal_tstate(&att);
         kind = ts && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
-        pp_rawframe f;
-        int cut;
+        pp_rawframe f[STACK_MAX];
+        int cut, nf;
         /* C code called from a Python line that released the GIL (ctypes,
-         * sqlite3, zlib): that line, read from the thread's own frames, which
-         * cannot change while it runs C code. No reference can be taken
-         * without the GIL: the site holds none (see pp_memory_rows). */
-        if (src && ts && !att && pp_frames_walk_own(ts, &f, 1, &cut) == 1) {
+         * sqlite3, zlib): that line (and its stack), read from the thread's
+         * own frames, which cannot change while it runs C code. No reference
+         * can be taken without the GIL: the site and the stack hold none (see
+         * pp_memory_rows, pp_memory_stacks). */
+        if (src && ts && !att
+            && (nf = pp_frames_walk_own(ts, f, with_stacks ? STACK_MAX : 1, &cut)) >= 1) {
             kind = PP_MEM_LINE;
-            code = f.code;
-            offset = f.offset;
+            code = f[0].code;
+            offset = f[0].offset;
             aside = 1;              /* the line's thread counts it, later (threads.h) */
+            for (int i = 0; with_stacks && i < nf; i++) {
+                r.codes[i] = f[i].code;
+                r.offsets[i] = f[i].offset;
+                r.entries[i] = with_native && (f[i].flags & PP_RAW_ENTRY);
+            }
+            if (with_stacks)
+                r.depth = nf;
         }
     }
     kind |= src;
@@ -545,7 +568,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
-        uint32_t stack = r.depth || r.nn ? stack_of(&r, sh) : UINT32_MAX;
+        uint32_t stack = r.depth || r.nn ? stack_of(&r, sh, !aside) : UINT32_MAX;
         uint32_t k = site_of(code, offset, kind, stack, &created);
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
@@ -1075,7 +1098,7 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
     for (size_t k = 0; copy && ents && k < n; k++)
         for (uint32_t i = 0; ents[k].nnative && i < ents[k].depth; i++)
             nwords += copy[ents[k].start + i].entry != 0;
-    out->frames = malloc((nf ? nf : 1) * sizeof *out->frames);
+    out->frames = calloc(nf ? nf : 1, sizeof *out->frames);    /* a shortened stack's rest: 0 */
     out->native = malloc((nwords ? nwords : 1) * sizeof *out->native);
     out->start = malloc((n ? n : 1) * sizeof *out->start);
     out->depth = malloc((n ? n : 1) * sizeof *out->depth);
@@ -1092,7 +1115,22 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
     }
     uint32_t w = 0;
     for (size_t k = 0; k < n; k++) {           /* innermost first -> root first */
-        const sentry *e = &ents[k];
+        sentry *e = &ents[k];
+        /* read without the GIL: a code object freed since leaves the stack's
+         * Python frames out (its bytes stay at the root); 3.13's shim frames
+         * are left out, as pp_frames_stack does */
+        uint32_t kept = 0;
+        for (uint32_t i = 0; !e->held && i < e->depth; i++) {
+            sframe *f = &copy[e->start + i];
+            if (!pp_frames_code_alive(f->code)) {
+                kept = 0;
+                break;
+            }
+            if (!pp_frames_code_is_shim((PyObject *)f->code))
+                copy[e->start + kept++] = *f;
+        }
+        if (!e->held)
+            e->depth = kept;
         out->start[k] = e->start;
         out->depth[k] = e->depth;
         out->nstart[k] = w;
@@ -1158,8 +1196,9 @@ void pp_memory_clear(void)
     for (size_t k = 0; k < nsites; k++)
         if (sites[k].code && sites[k].held)
             Py_DECREF((PyObject *)sites[k].code);
-    for (size_t k = 0; k < nsframes; k++)
-        Py_DECREF((PyObject *)sframes[k].code);
+    for (size_t k = 0; k < nstacks; k++)
+        for (uint32_t i = 0; stacks[k].held && i < stacks[k].depth; i++)
+            Py_DECREF((PyObject *)sframes[stacks[k].start + i].code);
     lock_tables();
     nsites = 0;
     nstacks = nsframes = nsnative = 0;
