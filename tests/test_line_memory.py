@@ -407,3 +407,16 @@ def test_memory_line_tables_are_the_decorated_functions(tmp_path):
         assert c.peak_bytes == pytest.approx(peak, rel=0.02, abs=32 << 10), code
     row = next(ln for ln in out.splitlines() if ln.rstrip().endswith("bytearray(3 << 20)"))
     assert row.split()[4:7] == ["3.0", "3.0", "3.0"]            # Alloc, Net, Peak (MiB)
+
+
+def test_memory_line_mode_without_a_target_says_so(tmp_path):
+    """-l --memory with no decorated function: no table of the code that
+    allocated, one line saying why (as -l says for time)."""
+    app = tmp_path / "app.py"
+    app.write_text("import json\nkeep = [json.dumps({'n': i}) for i in range(20000)]\n")
+    r = subprocess.run([sys.executable, "-m", "pyprof", "-l", "--memory", str(app)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "No line was profiled: no line target ran" in r.stdout
+    assert "Function:" not in r.stdout and "Memory per function" not in r.stdout
+    assert "Traced memory (MiB)" in r.stdout or "Traced memory (KiB)" in r.stdout

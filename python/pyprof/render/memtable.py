@@ -156,9 +156,12 @@ def write_functions(session, out, limit=30):
     targets = _line_targets(session)
     if targets is not None:
         funcs = [f for f in funcs if f["fid"] in targets]
+        if not targets:
+            out.write("\nNo line was profiled: no line target ran (decorate functions with "
+                      "@profile, or use --lines-of / --lines-all).\n")
+            return
         if not funcs:
-            out.write("\nNo line target allocated: no line target ran (decorate functions "
-                      "with @profile, or use --lines-of / --lines-all), or none allocated.\n")
+            out.write("\nNo line target allocated on its own lines.\n")
             return
     if not funcs:
         out.write("\nNo allocation on a Python line was recorded.\n")
