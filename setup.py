@@ -24,6 +24,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
     "sampler_drain.c", "sampler_wall.c", "sampler_async.c",
     "memory.c", "memory_blocks.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
+    "memory_runs.c",
     "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "remote.c", "remote_read.c", "remote_py.c",
     "module.c")]
 

@@ -173,7 +173,7 @@ C_LEVELS = [
     {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,
      "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_async": 3,
      "memory": 3, "memory_hooks": 3, "memory_numpy": 3, "memory_curve": 3,
-     "memory_native": 3, "memory_blocks": 3},
+     "memory_native": 3, "memory_blocks": 3, "memory_runs": 3},
     {"capture": 4, "capture_int": 4, "capture_async": 4, "gcwatch": 4},
     {"profiler": 5},
     {"module": 6, "remote_py": 6},
@@ -181,7 +181,7 @@ C_LEVELS = [
 C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
           "tracer_coro": "tracer", "capture_int": "capture", "capture_async": "capture",
           "memory_hooks": "memory", "memory_numpy": "memory", "memory_curve": "memory",
-          "memory_native": "memory", "memory_blocks": "memory",
+          "memory_native": "memory", "memory_blocks": "memory", "memory_runs": "memory",
           "sampler_int": "sampler", "sampler_drain": "sampler", "sampler_wall": "sampler",
           "sampler_async": "sampler", "remote_py": "module",
           "remote_read": "remote"}

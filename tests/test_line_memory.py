@@ -330,3 +330,93 @@ def test_a_corrupt_linemem_row_is_one_clear_error(tmp_path):
     s.save(tmp_path / "bad.cprof")
     with pytest.raises(pyprof.PyprofError, match=r"corrupt: LINEMEM row \d+ has function 999999"):
         pyprof.load(tmp_path / "bad.cprof")
+
+
+# ------------------------------------------------------------------ issue 32, item 2
+DECORATED_APP = """\
+import enum
+import json
+
+
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+def make_rows(n):
+    return [{"id": i, "name": "x" * 100, "color": Color(1 + i % 2).name} for i in range(n)]
+
+
+@profile
+def idle():
+    return 1
+
+
+@profile
+def main():
+    rows = make_rows(20000)
+    text = json.dumps(rows)
+    back = json.loads(text)
+    blob = bytearray(3 << 20)
+    return rows, text, back, blob
+
+
+idle()
+keep = main()
+"""
+
+
+def test_memory_line_tables_are_the_decorated_functions(tmp_path):
+    """-l --memory prints what -l prints for time, the decorated functions'
+    tables (not those of enum, json or importlib that allocated too), and their
+    bytes are tracemalloc's for the same calls."""
+    app = tmp_path / "app.py"
+    app.write_text(DECORATED_APP)
+    r = subprocess.run([sys.executable, "-m", "pyprof", "-l", "--memory", "-o", "run.cprof",
+                        str(app)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    v = subprocess.run([sys.executable, "-m", "pyprof", "view", "run.cprof"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    out = v.stdout
+    assert sorted(ln.split()[1] for ln in out.splitlines() if ln.startswith("Function:")) == [
+        "idle", "main"]
+    assert [ln for ln in out.splitlines() if ln.startswith("File:")] == [f"File: {app}"] * 2
+    for other in ("encoder.py", "decoder.py", "enum.py", "<frozen", "make_rows (app.py"):
+        assert other not in out, other
+    table = out[out.index("Memory per function"):out.index("Line bookkeeping")]
+    names = [ln.split()[-2] for ln in table.splitlines()[3:] if ln.strip()]
+    assert names[0] == "main" and set(names) <= {"main", "idle"}, names   # targets only
+    # the figures: tracemalloc's on the same calls, in this process
+    src = DECORATED_APP.splitlines()
+    ns = {"profile": lambda f: f}
+    exec(compile("\n".join(src[:-2]), "app", "exec"), ns)
+    rows_truth = traced(lambda: ns["make_rows"](20000))
+    rows = ns["make_rows"](20000)
+    text_truth = traced(lambda: ns["json"].dumps(rows))
+    text = ns["json"].dumps(rows)
+    back_truth = traced(lambda: ns["json"].loads(text))
+    s = pyprof.load(tmp_path / "run.cprof")
+    fid = next(fid for fid, f in s.functions.items() if f.qualname == "main")
+    incl = s.line_memory_totals()
+    for code, (net, peak) in (("make_rows(20000)", rows_truth), ("json.dumps", text_truth),
+                              ("json.loads", back_truth), ("bytearray", (3 * MiB, 3 * MiB))):
+        c = incl[(fid, src.index(next(x for x in src if code in x and "=" in x)) + 1)]
+        assert net > 512 << 10                                  # MiB-scale figures
+        assert c.net_bytes == pytest.approx(net, rel=0.02, abs=32 << 10), code
+        assert c.peak_bytes == pytest.approx(peak, rel=0.02, abs=32 << 10), code
+    row = next(ln for ln in out.splitlines() if ln.rstrip().endswith("bytearray(3 << 20)"))
+    assert row.split()[4:7] == ["3.0", "3.0", "3.0"]            # Alloc, Net, Peak (MiB)
+
+
+def test_memory_line_mode_without_a_target_says_so(tmp_path):
+    """-l --memory with no decorated function: no table of the code that
+    allocated, one line saying why (as -l says for time)."""
+    app = tmp_path / "app.py"
+    app.write_text("import json\nkeep = [json.dumps({'n': i}) for i in range(20000)]\n")
+    r = subprocess.run([sys.executable, "-m", "pyprof", "-l", "--memory", str(app)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "No line was profiled: no line target ran" in r.stdout
+    assert "Function:" not in r.stdout and "Memory per function" not in r.stdout
+    assert "Traced memory (MiB)" in r.stdout or "Traced memory (KiB)" in r.stdout

@@ -609,3 +609,107 @@ def test_capture_round_trip_keeps_native_and_temporary(ext_dir, tmp_path):
     assert old.memory_ext == {} and old.memory == s.memory
     from pyprof.render.printout import render
     assert "Native" not in render(old)
+
+
+# Issue 32, item 1: C code's blocks in the figures with callees (line Alloc / Net / Peak,
+# function Peak / Residual), against what the program malloc'd: 64 MiB kept, 32 MiB freed.
+INCLUSIVE_PROG = """\
+import ctypes
+libc = ctypes.CDLL(LIBC)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+
+@profile
+def main():
+    p = libc.malloc(64 << 20)
+    libc.memset(p, 1, 64 << 20)
+    q = libc.malloc(32 << 20)
+    libc.free(q)
+    return p
+
+
+keep = main()
+"""
+
+
+def test_native_bytes_in_the_figures_with_callees(tmp_path):
+    import csv
+    import pyprof
+    from pyprof import views
+    from pyprof.export import export
+    prog = tmp_path / "prog.py"
+    prog.write_text(INCLUSIVE_PROG.replace("LIBC", LIBC))
+    src = INCLUSIVE_PROG.splitlines()
+    kept, made, freed = (src.index(t) + 1 for t in ("    p = libc.malloc(64 << 20)",
+                                                    "    q = libc.malloc(32 << 20)",
+                                                    "    libc.free(q)"))
+    slack = 64 << 10                                    # Python's own objects of the calls
+    r = subprocess.run([sys.executable, "-m", "pyprof", "-l", "--memory", "--native-allocs",
+                        "--memory-stacks", "-o", "l.cprof", str(prog)], capture_output=True,
+                       text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    s = pyprof.load(tmp_path / "l.cprof")
+    fid = next(fid for fid, f in s.functions.items() if f.qualname == "main")
+    lines = s.line_memory_totals()
+    for line, alloc, net, peak in ((kept, 64 * MiB, 64 * MiB, 64 * MiB),
+                                   (made, 32 * MiB, 32 * MiB, 32 * MiB),
+                                   (freed, 0, -32 * MiB, 0)):
+        c = lines[(fid, line)]
+        assert c.alloc_bytes == pytest.approx(alloc, abs=slack), line
+        assert c.net_bytes == pytest.approx(net, abs=slack), line
+        assert c.peak_bytes == pytest.approx(peak, abs=slack), line
+    # the function's peak: 64 MiB live when the 32 MiB were made; what its call left: 64
+    peak, residual = s.function_peaks()[fid]
+    assert peak == pytest.approx(96 * MiB, abs=slack)
+    assert residual == pytest.approx(64 * MiB, abs=slack)
+    # the printed table (MiB) and its header
+    v = subprocess.run([sys.executable, "-m", "pyprof", "view", "l.cprof"],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert v.returncode == 0, v.stderr
+    header = next(ln for ln in v.stdout.splitlines() if ln.startswith("Function: main"))
+    assert header.endswith("net 64.0 MiB, peak 96.0 MiB"), header
+    for text, want in (("p = libc.malloc(64 << 20)", ("64.0", "64.0", "64.0", "64.0")),
+                       ("q = libc.malloc(32 << 20)", ("32.0", "32.0", "32.0", "32.0")),
+                       ("libc.free(q)", ("0.0", "-32.0", "0.0", "0.0"))):
+        row = next(ln for ln in v.stdout.splitlines() if ln.rstrip().endswith(text))
+        assert tuple(row.split()[4:8]) == want, row     # Alloc, Net, Peak, Self alloc
+    # the views and the CSV
+    op = views.view(s, "op", select=["bytes", "net-bytes", "peak-bytes"])["rows"]
+    mine = next(x for x in op if x["name"] == "main")
+    assert mine["peak-bytes"] == pytest.approx(96 * MiB, abs=slack)
+    assert mine["net-bytes"] == pytest.approx(64 * MiB, abs=slack)
+    rows = views.view(s, "lines", select=["bytes", "net-bytes", "peak-bytes"])["rows"]
+    mine = next(x for x in rows if x["name"] == f"main:{kept}")
+    assert mine["bytes"] == pytest.approx(64 * MiB, abs=slack)
+    assert mine["peak-bytes"] == pytest.approx(64 * MiB, abs=slack)
+    export(s, "memory-csv", tmp_path / "m.memory.csv")
+    rows = list(csv.DictReader((tmp_path / "m.memory.csv").open()))
+    mine = next(x for x in rows if x["function"] == "main" and x["line"] == str(made))
+    assert int(mine["inclusive_allocated_bytes"]) == pytest.approx(32 * MiB, abs=slack)
+    assert int(mine["inclusive_peak_bytes"]) == pytest.approx(32 * MiB, abs=slack)
+    # the allocation stacks (the memory flame graph's): main's frame holds both blocks
+    from pyprof.analysis.stacks import memory_stack_frames
+    under = {}
+    for sid, c in s.memory_by_stack.items():
+        leaf = [f[0] for f in memory_stack_frames(s, sid, True)][-1:]
+        if leaf:
+            under[leaf[0]] = under.get(leaf[0], 0) + c.alloc_bytes
+    assert under[f"main:{kept}"] == pytest.approx(64 * MiB, abs=slack)
+    assert under[f"main:{made}"] == pytest.approx(32 * MiB, abs=slack)
+    # the curve's high-water mark: both blocks live at once
+    assert max(p.heap_max for p in s.memory_curve) >= 96 * MiB
+    assert s.info["memory"]["peak_bytes"] >= 96 * MiB
+    # call tracing without lines (no decorator): the same function figures
+    prog.write_text(INCLUSIVE_PROG.replace("LIBC", LIBC).replace("@profile\n", ""))
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--memory", "--functions",
+                        "--native-allocs", "-o", "f.cprof", str(prog)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    f = pyprof.load(tmp_path / "f.cprof")
+    fid = next(fid for fid, fn in f.functions.items() if fn.qualname == "main")
+    peak, residual = f.function_peaks()[fid]
+    assert peak == pytest.approx(96 * MiB, abs=slack)
+    assert residual == pytest.approx(64 * MiB, abs=slack)

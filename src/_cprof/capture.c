@@ -599,6 +599,12 @@ static const pp_tables *tables_at(pp_run *p, pp_thread *ts, int include_open, in
     st.mem_blocks = ts->st.mem_blocks;
     st.mem_pending = ts->st.mem_pending;
     st.mem_pending_base = ts->st.mem_pending_base;
+    /* C code's bytes set aside now (its thread without the GIL): read, left there */
+    atomic_store(&st.aside_net, atomic_load(&ts->st.aside_net));
+    atomic_store(&st.aside_hw, atomic_load(&ts->st.aside_hw));
+    atomic_store(&st.aside_alloc, atomic_load(&ts->st.aside_alloc));
+    atomic_store(&st.aside_blocks, atomic_load(&ts->st.aside_blocks));
+    atomic_store(&st.aside, atomic_load(&ts->st.aside));
     st.line_cost = ts->st.line_cost;
     pp_tracer_stop_all(copy, &st, now, p->tr.lines);
     pp_stack_free(&st);

@@ -123,6 +123,7 @@ static inline void settle_peak(pp_memsite *st)
         st->seen_peak = peak_index;
     }
 }
+static uint64_t threads_gen;               /* the thread records of this run (threads.h) */
 static uint64_t interval_max;              /* most traced bytes live in this curve interval */
 static uint32_t interval_site;             /* ... reached by an allocation at this site */
 
@@ -244,7 +245,9 @@ static inline uint64_t site_hash(uintptr_t code, uint32_t offset, uint32_t kind,
 #define STACK_MAX 64                        /* innermost frames kept */
 #define NATIVE_MAX 128                      /* innermost native frames kept */
 typedef struct { uintptr_t code; uint32_t offset; uint32_t entry; } sframe;
-typedef struct { uint64_t hash; uint32_t start, depth, nstart, nnative; } sentry;
+/* held: its code objects referenced; 0 for one read without the GIL (C code's
+ * block, a thread that released it), checked when read (pp_memory_stacks) */
+typedef struct { uint64_t hash; uint32_t start, depth, nstart, nnative, held; } sentry;
 static sentry *stacks;
 static uint32_t *stack_slots;               /* stack id + 1, 0 empty */
 static sframe *sframes;
@@ -304,9 +307,18 @@ static int same_stack(const sentry *e, const rawstack *r, uint64_t h)
     return r->nn == 0 || memcmp(snative + e->nstart, r->ips, (size_t)r->nn * sizeof *r->ips) == 0;
 }
 
-/* The id of this stack, added (and its code objects held: GIL held, or no
- * Python frames) if new; UINT32_MAX when out of memory. Tables locked. */
-static uint32_t stack_of(const rawstack *r, uint64_t h)
+/* held (GIL held, r read from the running frames, or no Python frames): a
+ * stack found or added has its code objects held. */
+static void hold_stack(sentry *e)
+{
+    for (uint32_t i = 0; i < e->depth; i++)
+        Py_INCREF((PyObject *)sframes[e->start + i].code);
+    e->held = 1;
+}
+
+/* The id of this stack, added if new; UINT32_MAX when out of memory. Tables
+ * locked. */
+static uint32_t stack_of(const rawstack *r, uint64_t h, int held)
 {
     int n = r->depth;
     if ((nstacks + 1) * 2 > sslots_cap) {
@@ -327,22 +339,25 @@ static uint32_t stack_of(const rawstack *r, uint64_t h)
     }
     size_t mask = sslots_cap - 1, j = h & mask;
     for (; stack_slots[j]; j = (j + 1) & mask)
-        if (same_stack(&stacks[stack_slots[j] - 1], r, h))
+        if (same_stack(&stacks[stack_slots[j] - 1], r, h)) {
+            if (held && !stacks[stack_slots[j] - 1].held)
+                hold_stack(&stacks[stack_slots[j] - 1]);     /* the same codes, running */
             return stack_slots[j] - 1;
+        }
     if (regrow((void **)&stacks, &stacks_cap, nstacks + 1, sizeof *stacks, 1024) < 0
         || regrow((void **)&sframes, &sframes_cap, nsframes + (size_t)n, sizeof *sframes,
                   16384) < 0
         || regrow((void **)&snative, &snative_cap, nsnative + (size_t)r->nn, sizeof *snative,
                   16384) < 0)
         return UINT32_MAX;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         sframes[nsframes + i] = (sframe){r->codes[i], r->offsets[i], r->entries[i]};
-        Py_INCREF((PyObject *)r->codes[i]);
-    }
     if (r->nn)
         memcpy(snative + nsnative, r->ips, (size_t)r->nn * sizeof *r->ips);
     stacks[nstacks] = (sentry){h, (uint32_t)nsframes, (uint32_t)n, (uint32_t)nsnative,
-                               (uint32_t)r->nn};
+                               (uint32_t)r->nn, 0};
+    if (held)
+        hold_stack(&stacks[nstacks]);
     nsframes += (size_t)n;
     nsnative += (size_t)r->nn;
     stack_slots[j] = (uint32_t)nstacks + 1;
@@ -495,7 +510,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     uintptr_t code = 0;
     uint32_t offset = 0, kind;
     rawstack r;
-    int attached;
+    int attached, aside = 0;
     uint64_t sh = 0;
     r.depth = r.nn = 0;
     if (with_stacks) {
@@ -518,16 +533,26 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
         int att;
         PyThreadState *ts = pp_signal_tstate(&att);
         kind = ts && att ? PP_MEM_NO_FRAME : PP_MEM_DETACHED;
-        pp_rawframe f;
-        int cut;
+        pp_rawframe f[STACK_MAX];
+        int cut, nf;
         /* C code called from a Python line that released the GIL (ctypes,
-         * sqlite3, zlib): that line, read from the thread's own frames, which
-         * cannot change while it runs C code. No reference can be taken
-         * without the GIL: the site holds none (see pp_memory_rows). */
-        if (src && ts && !att && pp_frames_walk_own(ts, &f, 1, &cut) == 1) {
+         * sqlite3, zlib): that line (and its stack), read from the thread's
+         * own frames, which cannot change while it runs C code. No reference
+         * can be taken without the GIL: the site and the stack hold none (see
+         * pp_memory_rows, pp_memory_stacks). */
+        if (src && ts && !att
+            && (nf = pp_frames_walk_own(ts, f, with_stacks ? STACK_MAX : 1, &cut)) >= 1) {
             kind = PP_MEM_LINE;
-            code = f.code;
-            offset = f.offset;
+            code = f[0].code;
+            offset = f[0].offset;
+            aside = 1;              /* the line's thread counts it, later (threads.h) */
+            for (int i = 0; with_stacks && i < nf; i++) {
+                r.codes[i] = f[i].code;
+                r.offsets[i] = f[i].offset;
+                r.entries[i] = with_native && (f[i].flags & PP_RAW_ENTRY);
+            }
+            if (with_stacks)
+                r.depth = nf;
         }
     }
     kind |= src;
@@ -543,7 +568,7 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
     lock_tables();
     if (atomic_load_explicit(&recording, memory_order_relaxed)) {
         int created;
-        uint32_t stack = r.depth || r.nn ? stack_of(&r, sh) : UINT32_MAX;
+        uint32_t stack = r.depth || r.nn ? stack_of(&r, sh, !aside) : UINT32_MAX;
         uint32_t k = site_of(code, offset, kind, stack, &created);
         if (k == UINT32_MAX)
             totals.dropped++;       /* no room for a new site: not counted at all */
@@ -571,6 +596,8 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
                 interval_max = totals.current;
                 interval_site = k;
             }
+            if (aside)
+                pp_threads_mem_aside(threads_gen, (int64_t)size, (int64_t)size, est_count);
         }
     }
     unlock_tables();
@@ -599,6 +626,19 @@ static int take_block(void *ptr, block *b)
     return had;
 }
 
+/* Tables locked, recording: a block of C code's charged to a line, freed by
+ * a thread without the GIL, is set aside for that thread (1), as its making
+ * was; else 0: the caller tells the thread, as for Python's blocks. */
+static int aside_free_locked(const block *b)
+{
+    int att;
+    if (b->site >= nsites || sites[b->site].kind != (PP_MEM_LINE | PP_MEM_NATIVE)
+        || (pp_signal_tstate(&att) && att))
+        return 0;
+    pp_threads_mem_aside(threads_gen, -(int64_t)b->size, 0, 0);
+    return 1;
+}
+
 /* Charges a freed block to its site (freed: by free, not moved by realloc).
  * Tables locked. */
 static void charge_locked(const block *b, int freed)
@@ -622,9 +662,11 @@ static void charge_locked(const block *b, int freed)
 static void charge_free(const block *b)
 {
     lock_tables();
+    int aside = atomic_load_explicit(&recording, memory_order_relaxed) && aside_free_locked(b);
     charge_locked(b, 0);
     unlock_tables();
-    pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
+    if (!aside)
+        pp_threads_mem_delta(-(int64_t)b->size, 0, 0);
 }
 
 /* A block freed (taken out and charged under one lock). */
@@ -636,12 +678,13 @@ static void release_block(void *ptr)
     lock_tables();
     int had = atomic_load_explicit(&recording, memory_order_relaxed)
               && block_take((uintptr_t)ptr, &b);
+    int aside = had && aside_free_locked(&b);
     if (had)
         charge_locked(&b, 1);
     else if (!sample_every && atomic_load_explicit(&recording, memory_order_relaxed))
         totals.unknown_frees++;
     unlock_tables();
-    if (had)
+    if (had && !aside)
         pp_threads_mem_delta(-(int64_t)b.size, 0, 0);
 }
 
@@ -873,6 +916,9 @@ int pp_memory_start(pp_memstate *p)
     if (with_native)
         pp_unwind_init_self();
     temporary = p->temporary;
+    lock_tables();
+    threads_gen = pp_threads_active_gen();  /* read by the hooks under the lock */
+    unlock_tables();
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
     pp_curve_start();
@@ -885,62 +931,6 @@ int pp_memory_start(pp_memstate *p)
     return 0;
 }
 
-void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run)
-{
-    if (run->peak > into->peak)
-        into->peak = run->peak;
-    into->allocated += run->allocated;
-    into->current += run->current;
-    into->unknown_frees += run->unknown_frees;
-    into->live_blocks += run->live_blocks;
-    into->dropped += run->dropped;
-    into->linked = run->linked;
-}
-
-/* *arr grown to hold `have + n` elements, the last n copied from src. */
-static int append(void *arr, size_t have, const void *src, size_t n, size_t elem)
-{
-    void *grown = realloc(*(void **)arr, (have + n + 1) * elem);
-    if (grown == NULL)
-        return -1;
-    *(void **)arr = grown;
-    if (n)
-        memcpy((char *)grown + have * elem, src, n * elem);
-    return 0;
-}
-
-/* This run's stacks after the earlier runs'; its rows are made to point there
- * (or to none, out of memory). */
-static void keep_stacks(pp_memstate *p, struct pp_memdata *m, pp_memrow *rows, uint32_t n)
-{
-    pp_memstacks st, *ms = &m->stacks;
-    int ok = pp_memory_stacks(p, &st) == 0;
-    if (!ok)
-        PyErr_Clear();
-    else {
-        for (uint32_t k = 0; k < st.n; k++) {       /* indexes into the kept arrays */
-            st.start[k] += ms->nframes;
-            st.nstart[k] += ms->nnative_all;
-        }
-        ok = append(&ms->frames, ms->nframes, st.frames, st.nframes, sizeof *st.frames) == 0
-             && append(&ms->native, ms->nnative_all, st.native, st.nnative_all,
-                       sizeof *st.native) == 0
-             && append(&ms->start, ms->n, st.start, st.n, sizeof *st.start) == 0
-             && append(&ms->depth, ms->n, st.depth, st.n, sizeof *st.depth) == 0
-             && append(&ms->nstart, ms->n, st.nstart, st.n, sizeof *st.nstart) == 0
-             && append(&ms->nnative, ms->n, st.nnative, st.n, sizeof *st.nnative) == 0;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        if (rows[i].stack != PP_NONE)
-            rows[i].stack = ok ? rows[i].stack + ms->n : PP_NONE;
-    if (ok) {
-        ms->n += st.n;
-        ms->nframes += st.nframes;
-        ms->nnative_all += st.nnative_all;
-    }
-    pp_memstacks_free(&st);
-}
-
 int pp_memory_stop(pp_memstate *p)
 {
     if (p->native)
@@ -951,32 +941,7 @@ int pp_memory_stop(pp_memstate *p)
     totals.linked = reached == (1 << NDOM) - 1;
     atomic_store(&recording, 0);
     unlock_tables();
-    pp_memrow *rows;
-    uint32_t n;
-    pp_meminfo info;
-    int rc = pp_memory_rows(p, &rows, &n, &info);
-    if (rc == 0) {
-        /* kept with the profiler, added to its earlier runs */
-        struct pp_memdata *m = p->data ? p->data : calloc(1, sizeof *m);
-        pp_memrow *all = m ? realloc(m->rows, ((size_t)m->nrows + n + 1) * sizeof *all) : NULL;
-        if (all == NULL) {
-            if (m != p->data)
-                free(m);
-            free(rows);
-            PyErr_NoMemory();
-            rc = -1;
-        }
-        else {
-            pp_curve_keep(m, rows, n);
-            keep_stacks(p, m, rows, n);
-            memcpy(all + m->nrows, rows, (size_t)n * sizeof *rows);
-            free(rows);
-            m->rows = all;
-            m->nrows += n;
-            pp_meminfo_add(&m->info, &info);
-            p->data = m;
-        }
-    }
+    int rc = pp_memory_keep_run(p);
     pp_memory_clear();                  /* drops the code objects: p's registry keeps them */
     return rc;
 }
@@ -1052,7 +1017,7 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
     for (size_t k = 0; copy && ents && k < n; k++)
         for (uint32_t i = 0; ents[k].nnative && i < ents[k].depth; i++)
             nwords += copy[ents[k].start + i].entry != 0;
-    out->frames = malloc((nf ? nf : 1) * sizeof *out->frames);
+    out->frames = calloc(nf ? nf : 1, sizeof *out->frames);    /* a shortened stack's rest: 0 */
     out->native = malloc((nwords ? nwords : 1) * sizeof *out->native);
     out->start = malloc((n ? n : 1) * sizeof *out->start);
     out->depth = malloc((n ? n : 1) * sizeof *out->depth);
@@ -1069,7 +1034,22 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
     }
     uint32_t w = 0;
     for (size_t k = 0; k < n; k++) {           /* innermost first -> root first */
-        const sentry *e = &ents[k];
+        sentry *e = &ents[k];
+        /* read without the GIL: a code object freed since leaves the stack's
+         * Python frames out (its bytes stay at the root); 3.13's shim frames
+         * are left out, as pp_frames_stack does */
+        uint32_t kept = 0;
+        for (uint32_t i = 0; !e->held && i < e->depth; i++) {
+            sframe *f = &copy[e->start + i];
+            if (!pp_frames_code_alive(f->code)) {
+                kept = 0;
+                break;
+            }
+            if (!pp_frames_code_is_shim((PyObject *)f->code))
+                copy[e->start + kept++] = *f;
+        }
+        if (!e->held)
+            e->depth = kept;
         out->start[k] = e->start;
         out->depth[k] = e->depth;
         out->nstart[k] = w;
@@ -1094,17 +1074,6 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
     free(ents);
     free(ips);
     return 0;
-}
-
-void pp_memory_free(pp_memstate *p)
-{
-    if (p->data) {
-        pp_memstacks_free(&p->data->stacks);
-        free(p->data->curve);
-        free(p->data->rows);
-        free(p->data);
-        p->data = NULL;
-    }
 }
 
 pp_memsite *pp_memory_sites(uint32_t *n, pp_meminfo *info)
@@ -1135,8 +1104,9 @@ void pp_memory_clear(void)
     for (size_t k = 0; k < nsites; k++)
         if (sites[k].code && sites[k].held)
             Py_DECREF((PyObject *)sites[k].code);
-    for (size_t k = 0; k < nsframes; k++)
-        Py_DECREF((PyObject *)sframes[k].code);
+    for (size_t k = 0; k < nstacks; k++)
+        for (uint32_t i = 0; stacks[k].held && i < stacks[k].depth; i++)
+            Py_DECREF((PyObject *)sframes[stacks[k].start + i].code);
     lock_tables();
     nsites = 0;
     nstacks = nsframes = nsnative = 0;

@@ -1,6 +1,7 @@
 /* memory_hooks.h — the allocation hooks' steps, private to memory.c and
  * memory_numpy.c (a second allocator family routed into the same tables),
- * memory_native.c (C code's malloc and mmap) and memory_curve.c.
+ * memory_native.c (C code's malloc and mmap), memory_curve.c and
+ * memory_runs.c.
  * Never: included outside the memory engine.
  */
 #ifndef PP_MEMORY_HOOKS_H
@@ -56,6 +57,8 @@ PP_MEM_HIDDEN void pp_curve_stop(void);
 PP_MEM_HIDDEN void pp_curve_lock(void);
 PP_MEM_HIDDEN void pp_curve_unlock(void);
 PP_MEM_HIDDEN void pp_curve_after_fork_child(void);
+/* The stopped run's rows, stacks and curve kept with p (memory_runs.c). */
+PP_MEM_HIDDEN int pp_memory_keep_run(pp_memstate *p);
 /* This run's curve (rows: its sites) after the earlier runs' in m. */
 PP_MEM_HIDDEN void pp_curve_keep(struct pp_memdata *m, const pp_memrow *rows, uint32_t n);
 

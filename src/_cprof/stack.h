@@ -8,6 +8,7 @@
 #ifndef PP_STACK_H
 #define PP_STACK_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct {
@@ -44,6 +45,12 @@ typedef struct {
      * frame's locals are gone (they are freed after the return event) */
     uint32_t mem_pending;       /* its function slot + 1, 0 if none */
     int64_t mem_pending_base;
+    /* memory: C code's blocks made or freed by this thread without the GIL,
+     * set aside by the allocation hooks (no GIL: so atomic) until the thread
+     * takes them in with the GIL (threads.h: pp_thread_mem_fold): net bytes,
+     * their most since the last take, bytes and blocks allocated */
+    _Atomic int64_t aside_net, aside_hw, aside_alloc, aside_blocks;
+    _Atomic int aside;
 } pp_stack;
 
 int pp_stack_grow(pp_stack *s);                 /* -1 on OOM */

@@ -261,6 +261,7 @@ void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks)
         || (net < 0 && !(pp_signal_tstate(&attached) && attached)))
         return;                 /* a free without the GIL: its stack is not to be touched */
     pp_stack *st = &pp_tls.ts->st;
+    pp_thread_mem_fold(&pp_tls.ts->t, st);      /* C code's blocks came first */
     if (net > 0)
         pp_thread_mem_settle(&pp_tls.ts->t, st);    /* a new allocation: the frame is gone */
     st->mem_cur += net;
@@ -268,4 +269,46 @@ void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks)
     st->mem_blocks += blocks;
     if (net > 0 && st->depth && st->mem_cur > st->f[st->depth - 1].mem_hw)
         st->f[st->depth - 1].mem_hw = st->mem_cur;
+}
+
+uint64_t pp_threads_active_gen(void)
+{
+    return pp_active_set ? pp_active_set->gen : 0;
+}
+
+/* No GIL: only atomics of the calling thread's own record. A signal handler's
+ * allocation may interleave with the thread's take; each update is atomic. */
+void pp_threads_mem_aside(uint64_t gen, int64_t net, int64_t alloc, int64_t blocks)
+{
+    pp_thread *ts = pp_tls.ts;
+    if (gen == 0 || pp_tls.gen != gen || ts == NULL)
+        return;
+    pp_stack *st = &ts->st;
+    int64_t now = atomic_fetch_add_explicit(&st->aside_net, net, memory_order_relaxed) + net;
+    if (now > atomic_load_explicit(&st->aside_hw, memory_order_relaxed))
+        atomic_store_explicit(&st->aside_hw, now, memory_order_relaxed);
+    if (alloc) {
+        atomic_fetch_add_explicit(&st->aside_alloc, alloc, memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->aside_blocks, blocks, memory_order_relaxed);
+    }
+    atomic_store_explicit(&st->aside, 1, memory_order_relaxed);
+}
+
+/* The set-aside bytes happened in the running activation (the innermost
+ * frame, whose call into C made them): its high point is the thread's net
+ * then plus their most. */
+void pp_thread_mem_take_aside(pp_tables *t, pp_stack *st)
+{
+    atomic_store_explicit(&st->aside, 0, memory_order_relaxed);
+    int64_t hw = atomic_exchange_explicit(&st->aside_hw, 0, memory_order_relaxed);
+    int64_t net = atomic_exchange_explicit(&st->aside_net, 0, memory_order_relaxed);
+    int64_t alloc = atomic_exchange_explicit(&st->aside_alloc, 0, memory_order_relaxed);
+    int64_t blocks = atomic_exchange_explicit(&st->aside_blocks, 0, memory_order_relaxed);
+    if (alloc > 0)
+        pp_thread_mem_settle(t, st);    /* a new allocation: the returned frame is gone */
+    if (st->depth && hw > 0 && st->mem_cur + hw > st->f[st->depth - 1].mem_hw)
+        st->f[st->depth - 1].mem_hw = st->mem_cur + hw;
+    st->mem_cur += net;
+    st->mem_alloc += alloc;
+    st->mem_blocks += blocks;
 }

@@ -132,6 +132,15 @@ static inline void pp_thread_mem_settle(pp_tables *t, pp_stack *st)
         st->mem_pending = 0;
     }
 }
+/* Memory with tracing: C code's blocks this thread made or freed without
+ * the GIL (set aside, stack.h) taken into its counters, before they are
+ * read. GIL held, the thread's own record (or a snapshot's copy). */
+void pp_thread_mem_take_aside(pp_tables *t, pp_stack *st);
+static inline void pp_thread_mem_fold(pp_tables *t, pp_stack *st)
+{
+    if (__builtin_expect(atomic_load_explicit(&st->aside, memory_order_relaxed), 0))
+        pp_thread_mem_take_aside(t, st);
+}
 /* Set by the memory engine while it records: the tracer's 3.11 hook forgets
  * a block it made CPython allocate (the frame object given to the profile
  * hook), as if never allocated. GIL held. */
@@ -142,5 +151,12 @@ void pp_threads_mem_frames(int on);
  * `net` (a new high point for the running activation), its cumulative bytes
  * and blocks allocated by `alloc` and `blocks` (negative: a block forgotten). */
 void pp_threads_mem_delta(int64_t net, int64_t alloc, int64_t blocks);
+/* The enabled profiler's generation (0: none). GIL held. */
+uint64_t pp_threads_active_gen(void);
+/* From the allocation hooks, any thread, no GIL needed, while the memory
+ * engine records under its lock (the records of `gen` outlive that): the
+ * calling thread's share of a block of C code's, made or freed without the
+ * GIL, set aside in its record for pp_thread_mem_fold. */
+void pp_threads_mem_aside(uint64_t gen, int64_t net, int64_t alloc, int64_t blocks);
 
 #endif

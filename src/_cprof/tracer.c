@@ -133,6 +133,7 @@ void pp_tracer_enter_slow(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *s
     f->pslot = ps;
     f->subt = 0;
     if (p->memory) {
+        pp_thread_mem_fold(t, st);
         pp_thread_mem_settle(t, st);
         f->mem_base = f->mem_hw = st->mem_cur;
     }
@@ -233,8 +234,10 @@ static inline void end_frame(int lines, pp_tables *t, pp_stack *st, int64_t now)
     if (lines) {
         pp_frame *f = &st->f[st->depth - 1];
         if (f->lslot != PP_NONE) {
-            if (UNLIKELY(pp_pop_hooks & PP_POP_MEM))
+            if (UNLIKELY(pp_pop_hooks & PP_POP_MEM)) {
+                pp_thread_mem_fold(t, st);
                 line_mem_end(t, st, f);
+            }
             end_segment(t, f, now);
         }
         if (f->crow != PP_NONE) {

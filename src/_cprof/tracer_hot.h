@@ -131,6 +131,8 @@ slow:
 
 HOT void stop_top(pp_tables *t, pp_stack *st, int64_t now)
 {
+    if (UNLIKELY(pp_pop_hooks & PP_POP_MEM))
+        pp_thread_mem_fold(t, st);      /* C code's bytes: the returning frame's */
     pp_frame *f = &st->f[--st->depth];
     int64_t tt = now - f->t0;
     int64_t it = tt - f->subt;
@@ -210,6 +212,8 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
     pp_tables *t = &ts->t;
     ts->events++;
     now -= ts->st.line_cost;    /* the clock without our bookkeeping (stack.h) */
+    if (UNLIKELY(p->memory))
+        pp_thread_mem_fold(t, &ts->st);
     if (f->lslot != PP_NONE) {
         if (UNLIKELY(p->memory))
             line_mem_end(t, &ts->st, f);

@@ -85,6 +85,14 @@ def _inclusive(session, funcs) -> dict:
     return out
 
 
+def _line_targets(session):
+    """With line tracing, the line targets that ran (the decorated functions,
+    --lines-of, --lines-all), as the line tables for time pick them; else None."""
+    if not session.info.get("lines"):
+        return None
+    return {fid for (fid, line), c in session.line_totals().items() if c.hits}
+
+
 def _elsewhere(session):
     """Bytes allocated outside any Python line, by reason."""
     out = {}
@@ -141,9 +149,20 @@ def write_summary(session, out):
 
 def write_functions(session, out, limit=30):
     """The function table: allocated, freed, net, and with tracing peak and
-    residual per function, largest allocation first."""
+    residual per function, largest allocation first (with line tracing, the
+    line targets' rows only)."""
     funcs = functions(session)
     write_summary(session, out)
+    targets = _line_targets(session)
+    if targets is not None:
+        funcs = [f for f in funcs if f["fid"] in targets]
+        if not targets:
+            out.write("\nNo line was profiled: no line target ran (decorate functions with "
+                      "@profile, or use --lines-of / --lines-all).\n")
+            return
+        if not funcs:
+            out.write("\nNo line target allocated on its own lines.\n")
+            return
     if not funcs:
         out.write("\nNo allocation on a Python line was recorded.\n")
         return
@@ -179,8 +198,9 @@ def write_functions(session, out, limit=30):
 def write_lines(session, out, limit=10, share=0.01):
     """Line tables of the functions that allocated most, at most `limit`, each
     with at least `share` of all bytes allocated or still live (memory_profiler's
-    layout, or time and memory side by side with line tracing). Runs of more
-    than three lines without data are shown as one "..." line."""
+    layout); with line tracing, of every line target that ran, time and memory
+    side by side, as the line tables for time. Runs of more than three lines
+    without data are shown as one "..." line."""
     funcs = functions(session)
     total_alloc = sum(f["mem"].alloc_bytes for f in funcs)
     total_net = sum(abs(f["mem"].net_bytes) for f in funcs)
@@ -197,10 +217,21 @@ def write_lines(session, out, limit=10, share=0.01):
         return (max(own[0], max(c.alloc_bytes for c in f["incl"].values())),
                 max(own[1], max(abs(c.net_bytes) for c in f["incl"].values())))
 
-    funcs = [f for f in funcs if size_of(f)[0] >= share * total_alloc
-             or size_of(f)[1] >= share * max(total_net, 1)]
-    funcs.sort(key=lambda f: -size_of(f)[0])
-    funcs = funcs[:limit]
+    targets = _line_targets(session)
+    if targets is not None:
+        known = {f["fid"] for f in funcs}
+        peaks = session.function_peaks()
+        funcs += [{"fid": fid, "function": session.functions[fid], "mem": MemCounters(),
+                   "peak": peaks.get(fid, (None, None))[0], "residual": None, "lines": {},
+                   "incl": {}, "extra": MemExtra(), "line_extra": {}}
+                  for fid in targets - known]
+        funcs = [f for f in funcs if f["fid"] in targets]
+        funcs.sort(key=lambda f: (f["function"].filename, f["function"].line))
+    else:
+        funcs = [f for f in funcs if size_of(f)[0] >= share * total_alloc
+                 or size_of(f)[1] >= share * max(total_net, 1)]
+        funcs.sort(key=lambda f: -size_of(f)[0])
+        funcs = funcs[:limit]
     if not funcs:
         return
     hits = session.line_totals() if timed else {}
@@ -209,7 +240,7 @@ def write_lines(session, out, limit=10, share=0.01):
     largest = max([max(abs(c.net_bytes), c.alloc_bytes) for f in funcs
                    for c in f["lines"].values()]
                   + [max(abs(c.net_bytes), c.alloc_bytes, c.peak_bytes) for f in funcs
-                     for c in f["incl"].values()])
+                     for c in f["incl"].values()], default=0)
     unit, size = byte_unit(largest)
     blank = f"{'':>11}"
     out.write(f"Memory unit: {unit}" + ("; time unit: 1e-06 s\n\n" if timed else "\n\n"))
@@ -217,8 +248,8 @@ def write_lines(session, out, limit=10, share=0.01):
     for f in funcs:
         fn, m = f["function"], f["mem"]
         src, note = read_source(fn.filename, hashes.get(fn.filename))
-        first = min(fn.line, min(f["lines"] or f["incl"]))
-        last = max(f["lines"] or f["incl"])
+        first = min(fn.line, min(f["lines"] or f["incl"] or [fn.line]))
+        last = max(f["lines"] or f["incl"] or [fn.line])
         timed_lines = {line: c for (fid, line), c in hits.items() if fid == f["fid"]}
         if timed_lines:
             last = max(last, max(timed_lines))
