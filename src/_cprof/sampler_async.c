@@ -42,6 +42,7 @@
 static PyObject *await_fids;            /* type -> fid of its <await NAME> frame (this run) */
 static int64_t prev_look, run_start;
 static void peek(pp_sampling *p, int64_t now);
+static void registries_forget(void);
 static Py_ssize_t registry_n;           /* the registries' size at the last scan */
 static int64_t full_after;              /* pp_async_fresh: no registry scan before */
 
@@ -299,6 +300,7 @@ void pp_async_reset(pp_sampling *p)
     run_start = pp_mono_ns();
     registry_n = 0;
     full_after = 0;
+    registries_forget();
     for (size_t k = 0; k < sizeof pp_known_coro / sizeof pp_known_coro[0]; k++)
         atomic_store_explicit(&pp_known_coro[k], 0, memory_order_relaxed);
     prev_look = run_start;              /* a task seen at the first look began since the start */
@@ -470,24 +472,72 @@ static int name_row(pp_sampling *p, uint32_t i)
 static int stopping_now;                /* stop's look: its time is the sampler's end */
 static uint64_t scan_from;              /* where the next scan of a registry starts */
 
+/* asyncio.tasks' registries and its _current_tasks, found once a run:
+ * module globals that asyncio never rebinds. A look then makes no attribute
+ * lookup (nor the AttributeError of a registry this version lacks): on a
+ * helper thread woken every 10 ms, with cold caches, those were most of a
+ * look's cost (tens of µs for a few tasks). */
+static struct {
+    PyObject *mod, *current, *sets[3];
+    int weak[3], n;
+} reg;
+
+static void registries_forget(void)
+{
+    for (int k = 0; k < reg.n; k++)
+        Py_CLEAR(reg.sets[k]);
+    reg.n = 0;
+    Py_CLEAR(reg.current);
+    Py_CLEAR(reg.mod);
+}
+
+/* 1 once asyncio.tasks is imported (its registries then in `reg`). */
+static int registries(void)
+{
+    static const char *names[] = {"_scheduled_tasks", "_eager_tasks", "_all_tasks"};
+    if (reg.mod != NULL)
+        return 1;
+    PyObject *name = PyUnicode_FromString("asyncio.tasks");
+    PyObject *mod = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (mod == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        PyObject *r = pp_attr(mod, names[k]);
+        if (r == NULL)
+            continue;
+        int weak = !PyAnySet_Check(r);
+        PyObject *items = weak ? pp_attr(r, "data") : Py_NewRef(r);
+        Py_DECREF(r);
+        if (items != NULL && PyAnySet_Check(items)) {
+            reg.sets[reg.n] = items;
+            reg.weak[reg.n++] = weak;
+        }
+        else
+            Py_XDECREF(items);
+    }
+    PyObject *cur = pp_attr(mod, "_current_tasks");
+    if (cur != NULL && !PyDict_Check(cur))
+        Py_CLEAR(cur);
+    reg.current = cur;
+    reg.mod = mod;
+    PyErr_Clear();
+    return 1;
+}
+
 /* The tasks asyncio knows of, new ones made rows: 3.12+ keeps them in
  * _scheduled_tasks (a WeakSet) and _eager_tasks (a set), 3.11 in _all_tasks
  * (a WeakSet). Each registry is copied (a list: nothing changes it under us)
  * and read from a rotating start, within the look's time budget. */
-static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
+static void scan_tasks(pp_sampling *p, int64_t now, int64_t t0)
 {
-    static const char *names[] = {"_scheduled_tasks", "_eager_tasks", "_all_tasks"};
     pp_tasks *t = &p->tasks;
     registry_n = 0;
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        PyObject *reg = pp_attr(mod, names[k]);
-        if (reg == NULL)
-            continue;
-        int weak = !PyAnySet_Check(reg);
-        PyObject *items = weak ? pp_attr(reg, "data") : Py_NewRef(reg);
-        Py_DECREF(reg);
-        PyObject *list = items && PyAnySet_Check(items) ? PySequence_List(items) : NULL;
-        Py_XDECREF(items);
+    for (int k = 0; k < reg.n; k++) {
+        int weak = reg.weak[k];
+        PyObject *list = PySequence_List(reg.sets[k]);
         Py_ssize_t n = list ? PyList_GET_SIZE(list) : 0;
         registry_n += n;
         Py_ssize_t from = n ? (Py_ssize_t)(scan_from % (uint64_t)n) : 0;
@@ -512,15 +562,6 @@ static void scan_tasks(pp_sampling *p, PyObject *mod, int64_t now, int64_t t0)
     }
 }
 
-static PyObject *tasks_module(void)
-{
-    PyObject *name = PyUnicode_FromString("asyncio.tasks");
-    PyObject *mod = name ? PyImport_GetModule(name) : NULL;
-    Py_XDECREF(name);
-    if (mod == NULL)
-        PyErr_Clear();
-    return mod;
-}
 
 static int64_t begin_cost;              /* the current look's first half (CPU) */
 
@@ -632,7 +673,7 @@ void pp_async_peek(pp_sampling *p, int64_t now)
     peek(p, now);
 }
 
-static int current_tasks(PyObject *mod, PyObject **out);
+static int current_tasks(PyObject **out);
 
 /* A sample asked (S.new_coro): the loops' running tasks first (a few µs;
  * the asking task is likely still in the burst it was sampled in), the
@@ -647,8 +688,8 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
     int gc_was = PyGC_Disable();
     pp_err_state es;
     pp_err_save(&es);
-    PyObject *mod = tasks_module(), *cur[MAX_LOOPS];
-    int ncur = current_tasks(mod, cur);
+    PyObject *cur[MAX_LOOPS];
+    int ncur = registries() ? current_tasks(cur) : 0;
     for (int c = 0; c < ncur; c++)
         Py_INCREF(cur[c]);              /* borrowed from the dict: held while new_row reads them */
     for (int c = 0; c < ncur; c++) {
@@ -657,7 +698,6 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
             new_row(p, cur[c], now);
         Py_DECREF(cur[c]);
     }
-    Py_XDECREF(mod);
     PyErr_Clear();
     pp_err_restore(&es);
     if (gc_was)
@@ -692,10 +732,8 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     int gc_was = PyGC_Disable();        /* no finalizer or weakref callback runs meanwhile */
     pp_err_state es;
     pp_err_save(&es);
-    PyObject *mod = tasks_module();
-    if (mod != NULL)
-        scan_tasks(p, mod, now, t0);
-    Py_XDECREF(mod);
+    if (registries())
+        scan_tasks(p, now, t0);
     if (t->held)
         map_workers(p);
     PyErr_Clear();
@@ -860,17 +898,15 @@ static void charge(pp_sampling *p, uint32_t row, int64_t until, PyObject *task)
 }
 
 /* The loops' running tasks (asyncio.tasks._current_tasks: loop -> task). */
-static int current_tasks(PyObject *mod, PyObject **out)
+static int current_tasks(PyObject **out)
 {
     int n = 0;
-    PyObject *cur = mod ? pp_attr(mod, "_current_tasks") : NULL;
-    if (cur != NULL && PyDict_Check(cur)) {
+    if (reg.current != NULL) {
         Py_ssize_t pos = 0;
         PyObject *k, *v;
-        while (n < MAX_LOOPS && PyDict_Next(cur, &pos, &k, &v))
+        while (n < MAX_LOOPS && PyDict_Next(reg.current, &pos, &k, &v))
             out[n++] = v;               /* compared by address only */
     }
-    Py_XDECREF(cur);
     return n;
 }
 
@@ -930,9 +966,8 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     int gc_was = PyGC_Disable();
     pp_err_state es;
     pp_err_save(&es);
-    PyObject *mod = t->held ? tasks_module() : NULL;
     PyObject *cur[MAX_LOOPS];
-    int ncur = current_tasks(mod, cur), changed = 0;
+    int ncur = t->held && registries() ? current_tasks(cur) : 0, changed = 0;
     uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
     uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
     uint32_t resume = PP_NONE;
@@ -1016,7 +1051,6 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     t->cursor = resume != PP_NONE ? resume : next;
     if (changed && tombs > t->held + 4096)
         reindex(t);
-    Py_XDECREF(mod);
     PyErr_Clear();
     pp_err_restore(&es);
     if (gc_was)
@@ -1041,6 +1075,7 @@ void pp_async_stop(pp_sampling *p, int64_t now)
 {
     look_end(p, now, 1);
     stopping_now = 0;
+    registries_forget();                /* another run may see another asyncio (reloaded) */
 }
 
 void pp_async_stop_begin(pp_sampling *p, int64_t now)
