@@ -81,6 +81,40 @@ def test_flask_query_parameter(tmp_path):
         assert c.get(bad).status_code == 404
 
 
+def test_index_shows_the_real_path(tmp_path):
+    app = make_flask(directory=str(tmp_path), param="pyprof", index="/_pyprof", html=False)
+    app.add_url_rule("/items/<int:n>", "items", lambda n: str(n))
+    c = app.test_client()
+    assert c.get("/items/7?pyprof=1").text == "7"
+    (name,) = captures(tmp_path)
+    assert f"-{os.getpid()}-" in name                   # the pid keeps workers apart
+    assert pyprof.load(tmp_path / name).meta["request"]["path"] == "/items/7"
+    page = c.get("/_pyprof/").text
+    assert "<td>/items/7</td>" in page and "items_7</td>" not in page
+    # an older name (no pid), its META unreadable: listed with its name's path
+    (tmp_path / "20240101-000000-00001-GET-old_path-3ms.cprof").write_bytes(b"junk")
+    page = c.get("/_pyprof/").text
+    assert "<td>/items/7</td>" in page and "<td>/old_path</td>" in page
+
+
+def test_same_name_twice_keeps_both(tmp_path, monkeypatch):
+    """Two recorders (two workers) naming a capture alike in the same second:
+    neither overwrites the other, and no temporary file is left."""
+    from pyprof import middleware
+    monkeypatch.setattr(middleware.time, "strftime", lambda fmt: "20240601-120000")
+    recs = [middleware.Recorder(directory=str(tmp_path), every=1, html=False)
+            for _ in range(2)]
+    for rec in recs:
+        prof = rec.start()
+        sum(range(1000))
+        rec.stop(prof)
+        assert rec.write(prof, 0.002, True, "GET", "/x") is not None
+    names = captures(tmp_path)
+    assert len(names) == 2 and sorted(os.listdir(tmp_path)) == names
+    for n in names:
+        assert pyprof.load(tmp_path / n).meta["request"]["path"] == "/x"
+
+
 def test_nothing_unless_configured(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)                         # no pyproject.toml above
     for k in list(os.environ):
@@ -323,3 +357,52 @@ def test_uvicorn_concurrent_requests(tmp_path):
     assert index[0] == 200 and all(n in index[1] for n in names)
     for n in names:
         assert function_calls(tmp_path / "prof" / n, "work") >= 1
+
+
+WORKERS_APP = """
+import os
+from flask import Flask
+from pyprof.middleware import WSGIProfiler
+
+app = Flask(__name__)
+
+@app.route("/ping")
+def ping():
+    return "pong"
+
+@app.route("/items/<int:n>")
+def items(n):
+    return f"{n} {os.getpid()}"
+
+wsgi = WSGIProfiler(app.wsgi_app, directory="prof", header="X-Pyprof", index="/_pyprof")
+"""
+
+
+def test_gunicorn_workers_keep_every_capture(tmp_path):
+    """Three worker processes, one directory: one capture per profiled request
+    (names once collided across workers), and the index lists the paths the
+    requests had."""
+    pytest.importorskip("gunicorn")
+    (tmp_path / "app.py").write_text(WORKERS_APP)
+    port, n = free_port(), 30
+    with Server(["gunicorn", "-w", "3", "-b", f"127.0.0.1:{port}", "app:wsgi"], tmp_path,
+                port):
+        results = concurrently(n, lambda i: get(f"http://127.0.0.1:{port}/items/7",
+                                                {"X-Pyprof": "1"}))
+        settled(tmp_path / "prof")
+        index = get(f"http://127.0.0.1:{port}/_pyprof/")
+    assert all(isinstance(r, tuple) and r[0] == 200 and r[1].startswith("7 ")
+               for r in results), results
+    served_by = {r[1].split()[1] for r in results}
+    assert len(served_by) >= 2, served_by               # several workers did serve
+    names = captures(tmp_path / "prof")
+    assert len(names) == n, names
+    assert {n.split("-")[2] for n in names} == served_by
+    for name in names:                                  # each one whole
+        s = pyprof.load(tmp_path / "prof" / name)
+        assert s.meta["request"]["path"] == "/items/7"
+        assert str(s.meta["pid"]) == name.split("-")[2]
+    assert not [p for p in os.listdir(tmp_path / "prof") if p.startswith(".")]
+    assert index[0] == 200 and all(name in index[1] for name in names)
+    assert index[1].count("<td>/items/7</td>") == n and "<td>/items_7</td>" not in index[1]
+

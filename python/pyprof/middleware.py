@@ -16,7 +16,9 @@ error line on the "pyprof" logger at start-up; requests are still served.
 One request is profiled at a time (a profiler is process-wide): a request
 chosen while another is profiled runs unprofiled. A WSGI or Django capture
 keeps the request's thread; an ASGI one has every coroutine the event loop ran
-meanwhile (they share its thread).
+meanwhile (they share its thread). Worker
+processes share the directory: a capture's name has its pid, and it is
+published whole under a name no file has yet.
 """
 from __future__ import annotations
 
@@ -31,7 +33,10 @@ import time
 log = logging.getLogger("pyprof")
 
 _KEYS = ("directory", "mode", "param", "header", "every", "slower_than", "index", "html")
-_NAME = re.compile(r"^(\d{8}-\d{6})-(\d{5})-([A-Z]+)-([A-Za-z0-9_.\-]*)-(\d+)ms\.(cprof|html)$")
+# DATE-TIME-PID-SEQ-METHOD-PATH-DURms: the pid keeps worker processes apart (names
+# without it are older pyprof's)
+_NAME = re.compile(r"^(?P<when>\d{8}-\d{6})-(?:(?P<pid>\d+)-)?(?P<seq>\d{5})-(?P<method>[A-Z]+)-"
+                   r"(?P<slug>[A-Za-z0-9_.\-]*)-(?P<ms>\d+)ms\.(?P<ext>cprof|html)$")
 REQUEST_RATE = 1000.0           # Hz: wall-clock samples per request (sample mode)
 
 
@@ -46,6 +51,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.seen = itertools.count(1)
         self.seq = itertools.count(1)
+        self.requests = {}              # capture name -> its META's request
         self.busy = 0                   # chosen requests left unprofiled: one at a time
         try:
             if unknown:
@@ -155,9 +161,6 @@ class Recorder:
             return None
         slug = re.sub(r"[^A-Za-z0-9_.\-]+", "_", path.strip("/"))[:60] or "root"
         method = re.sub(r"[^A-Z]", "", method.upper())[:10] or "X"
-        name = (f"{time.strftime('%Y%m%d-%H%M%S')}-{next(self.seq) % 100000:05d}-{method}-"
-                f"{slug}-{round(seconds * 1e3)}ms")
-        base = os.path.join(self.directory, name)
         try:
             session = prof.session()
             if thread is not None:      # the request's thread only
@@ -166,7 +169,9 @@ class Recorder:
                     session.drop_threads(others)
             session.meta["request"] = {"method": method, "path": path,
                                        "seconds": seconds}
-            session.save(base + ".cprof")
+            base = self._publish(session, lambda: (
+                f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-"
+                f"{next(self.seq) % 100000:05d}-{method}-{slug}-{round(seconds * 1e3)}ms"))
             if self.html:
                 from .export import export
                 export(session, "html", base + ".html")
@@ -174,6 +179,31 @@ class Recorder:
             log.error("pyprof: cannot write the capture of %s %s: %s", method, path, e)
             return None
         return base + ".cprof"
+
+    def _publish(self, session, name):
+        """Save `session` under a fresh DIR/name() + ".cprof", never over another
+        capture (workers share the directory): written whole under a private
+        name, then hard-linked to a name no file has yet. Returns the base."""
+        tmp = os.path.join(self.directory,
+                           f".pyprof-{os.getpid()}-{threading.get_ident()}.cprof.part")
+        session.save(tmp)
+        try:
+            for _ in range(100):
+                base = os.path.join(self.directory, name())
+                try:
+                    os.link(tmp, base + ".cprof")
+                    return base
+                except FileExistsError:
+                    continue
+                except OSError:         # no hard links here: the pid keeps names apart
+                    if os.path.lexists(base + ".cprof"):
+                        continue
+                    os.rename(tmp, base + ".cprof")
+                    return base
+            raise OSError(f"no free capture name in {self.directory}")
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
     # ---------------------------------------------------------- the index
     def serves(self, path) -> bool:
@@ -196,28 +226,54 @@ class Recorder:
                 else "application/octet-stream")
         return "200 OK", kind, body
 
+    def _request(self, name) -> dict:
+        """The request a capture was made of (its META), cached: a capture
+        never changes once it has its name."""
+        got = self.requests.get(name)
+        if got is None:
+            from .errors import PyprofError
+            from .model.codec import read_meta
+            try:
+                got = read_meta(os.path.join(self.directory, name)).get("request")
+            except PyprofError:
+                got = None
+            got = got if isinstance(got, dict) else {}
+            if len(self.requests) >= 10000:
+                self.requests.clear()
+            self.requests[name] = got
+        return got
+
     def _index_page(self) -> bytes:
         try:
-            names = sorted((n for n in os.listdir(self.directory) if _NAME.match(n)),
-                           reverse=True)
+            names = set(n for n in os.listdir(self.directory) if _NAME.match(n))
         except OSError:
-            names = []
+            names = set()
         rows = []
-        for n in names:
+        # newest first: the names' time, then their order within that second
+        for n in sorted((n for n in names if n.endswith(".cprof")),
+                        key=lambda n: (_NAME.match(n)["when"], self._mtime(n)), reverse=True):
             m = _NAME.match(n)
-            if m.group(6) != "cprof":
-                continue
+            req = self._request(n)
+            path = req.get("path")
+            path = path if isinstance(path, str) else "/" + m["slug"]
             stem = n[:-len(".cprof")]
             report = (f'<a href="{self.index}/{stem}.html">report</a> '
                       if stem + ".html" in names else "")
-            rows.append(f"<tr><td>{m.group(1)}</td><td>{m.group(3)}</td>"
-                        f"<td>/{html.escape(m.group(4))}</td><td>{m.group(5)} ms</td>"
+            rows.append(f"<tr><td>{m['when']}</td><td>{m['pid'] or ''}</td>"
+                        f"<td>{m['method']}</td><td>{html.escape(path)}</td>"
+                        f"<td>{m['ms']} ms</td>"
                         f'<td>{report}<a href="{self.index}/{n}">capture</a></td></tr>')
         body = ("<!doctype html><meta charset=utf-8><title>pyprof: profiled requests</title>"
-                "<h1>Profiled requests</h1><table><tr><th>when</th><th>method</th>"
+                "<h1>Profiled requests</h1><table><tr><th>when</th><th>pid</th><th>method</th>"
                 "<th>path</th><th>duration</th><th></th></tr>" + "".join(rows) +
                 "</table>")
         return body.encode()
+
+    def _mtime(self, name) -> int:
+        try:
+            return os.stat(os.path.join(self.directory, name)).st_mtime_ns
+        except OSError:
+            return 0
 
 
 class _Body:
