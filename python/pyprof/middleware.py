@@ -16,7 +16,8 @@ error line on the "pyprof" logger at start-up; requests are still served.
 One request is profiled at a time (a profiler is process-wide): a request
 chosen while another is profiled runs unprofiled. A WSGI or Django capture
 keeps the request's thread; an ASGI one has every coroutine the event loop ran
-meanwhile (they share its thread). Worker
+meanwhile (they share its thread), with asyncio's tasks (docs/async.md) so that
+the time a request awaits is under its task and where it waited. Worker
 processes share the directory: a capture's name has its pid, and it is
 published whole under a name no file has yet.
 """
@@ -38,6 +39,7 @@ _KEYS = ("directory", "mode", "param", "header", "every", "slower_than", "index"
 _NAME = re.compile(r"^(?P<when>\d{8}-\d{6})-(?:(?P<pid>\d+)-)?(?P<seq>\d{5})-(?P<method>[A-Z]+)-"
                    r"(?P<slug>[A-Za-z0-9_.\-]*)-(?P<ms>\d+)ms\.(?P<ext>cprof|html)$")
 REQUEST_RATE = 1000.0           # Hz: wall-clock samples per request (sample mode)
+WRITER = "pyprof-writer"        # the ASGI writer thread's name prefix
 
 
 class Recorder:
@@ -52,6 +54,8 @@ class Recorder:
         self.seen = itertools.count(1)
         self.seq = itertools.count(1)
         self.requests = {}              # capture name -> its META's request
+        self.writer = None              # (pid, executor): executor()'s
+        self.lock_writer = threading.Lock()
         self.busy = 0                   # chosen requests left unprofiled: one at a time
         try:
             if unknown:
@@ -155,7 +159,7 @@ class Recorder:
         finally:
             self.lock.release()
 
-    def write(self, prof, seconds, keep, method, path, thread=None):
+    def write(self, prof, seconds, keep, method, path, thread=None, task=None):
         """Write the capture (and report) of a request kept by the rules."""
         if not keep and not (self.slower_than and seconds > self.slower_than):
             return None
@@ -167,8 +171,13 @@ class Recorder:
                 others = [i for i, t in session.threads.items() if t.ident != thread]
                 if len(others) < len(session.threads):
                     session.drop_threads(others)
+            else:
+                session.drop_threads([i for i, t in session.threads.items()
+                                      if t.name.startswith(WRITER + "_")])
             session.meta["request"] = {"method": method, "path": path,
                                        "seconds": seconds}
+            if task is not None:
+                session.meta["request"]["task"] = task
             base = self._publish(session, lambda: (
                 f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-"
                 f"{next(self.seq) % 100000:05d}-{method}-{slug}-{round(seconds * 1e3)}ms"))
@@ -204,6 +213,15 @@ class Recorder:
         finally:
             if os.path.lexists(tmp):
                 os.unlink(tmp)
+
+    def executor(self):
+        """This process's writer thread (ASGI: the files are written off the
+        event loop); its work is left out of the captures taken meanwhile."""
+        with self.lock_writer:
+            if self.writer is None or self.writer[0] != os.getpid():   # forked
+                from concurrent.futures import ThreadPoolExecutor
+                self.writer = (os.getpid(), ThreadPoolExecutor(1, WRITER))
+            return self.writer[1]
 
     # ---------------------------------------------------------- the index
     def serves(self, path) -> bool:
@@ -350,6 +368,11 @@ class ASGIProfiler:
     def __init__(self, app, **options):
         self.app = app
         self.recorder = Recorder(**options)
+        rec = self.recorder
+        # a request's time is mostly awaited: --async puts it under the request's
+        # task (wall sampling: its awaiting stacks; tracing: coroutines' awaiting)
+        if rec.enabled and rec.mode in ("sample", "function"):
+            rec.options.asyncio = True
 
     async def __call__(self, scope, receive, send):
         rec = self.recorder
@@ -374,16 +397,22 @@ class ASGIProfiler:
         prof = rec.start() if profile else None
         if prof is None:
             return await self.app(scope, receive, send)
+        import asyncio
+        try:
+            task = asyncio.current_task()
+            task = task.get_name() if task is not None else None
+        except RuntimeError:            # not asyncio's loop (trio)
+            task = None
         t0 = time.perf_counter()
         try:
             await self.app(scope, receive, send)
         finally:
             seconds = time.perf_counter() - t0
             rec.stop(prof)
-            import asyncio
-            # the files are written off the event loop
+            # awaited: a server's graceful shutdown waits for the request's task
             await asyncio.get_running_loop().run_in_executor(
-                None, rec.write, prof, seconds, keep, scope.get("method", "GET"), path)
+                rec.executor(), rec.write, prof, seconds, keep, scope.get("method", "GET"),
+                path, None, task)
 
 
 class DjangoProfiler:
