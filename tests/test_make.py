@@ -26,30 +26,46 @@ def fake(bindir, name, body):
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
 
 
-def test_demo_installs_only_what_it_needs(tmp_path):
+def make(tmp_path, target, *args, timeout=900):
+    """`make TARGET ARGS` in a copy of the tree, as root on a Debian machine
+    with nothing installed: (the run, the packages apt-get was asked for)."""
     tree = tmp_path / "tree"
-    tree.mkdir()
-    for name in TREE:
-        src = os.path.join(ROOT, name)
-        if os.path.isdir(src):
-            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, tree / name)
+    if not tree.exists():
+        tree.mkdir()
+        for name in TREE:
+            src = os.path.join(ROOT, name)
+            if os.path.isdir(src):
+                shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(src, tree / name)
     bindir = tmp_path / "bin"
-    bindir.mkdir()
+    bindir.mkdir(exist_ok=True)
     log = tmp_path / "apt.log"
+    log.write_text("")
     fake(bindir, "dpkg", "exit 1\n")                            # nothing installed
     fake(bindir, "apt-get", f'echo "$*" >> {log}\n')
     fake(bindir, "id", 'if [ "$1" = -u ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
-    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     env.pop("MAKEFLAGS", None)
-    r = subprocess.run(["make", "demo", f"PYTHONS={base}", f"VENV_DIR={tmp_path / 'venv'}"],
-                       cwd=tree, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(["make", target, *args], cwd=tree, env=env, capture_output=True,
+                       text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     installs = [w for w in (line.split() for line in log.read_text().splitlines())
                 if "install" in w]
-    asked = {w for line in installs for w in line if not w.startswith("-") and w != "install"}
+    return r, {w for line in installs for w in line if not w.startswith("-") and w != "install"}
+
+
+def test_deps_installs_the_tests_tools(tmp_path):
+    """`make test` (through `make deps`) still installs every tool the tests use."""
+    _, asked = make(tmp_path, "deps", timeout=60)
+    assert asked == {"zlib1g-dev", "libunwind-dev", "libdw-dev", "graphviz", "valgrind",
+                     "golang-go", "chromium", "openmpi-bin", "libopenmpi-dev", "tmux"}, asked
+
+
+def test_demo_installs_only_what_it_needs(tmp_path):
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    r, asked = make(tmp_path, "demo", f"PYTHONS={base}", f"VENV_DIR={tmp_path / 'venv'}")
+    tree = tmp_path / "tree"
     assert asked == {"zlib1g-dev"}, asked                       # the build's, no test tool
     minor = "%d.%d" % sys.version_info[:2]
     venv = tmp_path / "venv" / f"demo-{minor}"
