@@ -457,10 +457,11 @@ def test_uvicorn_endpoint_awaited_time(tmp_path):
     Tolerance: awaiting time is charged at the sampler's looks at the tasks
     (docs/async.md), tens of ms apart at a profile's start, so one request's
     figures can be far off (0-1.6x seen for the endpoint, 0.5-3.5x for the
-    task, on a loaded machine: no bound per request); the median of ten is
-    within 0.75-1.25x of the measured time (0.9x typical), and a wait no look
-    saw is charged to the task's root, so the endpoint has its wait in most
-    requests, not all."""
+    task, on a loaded machine, and once in ~150 requests none under the
+    request's task: no bound per request); the median of ten is within
+    0.75-1.25x of the measured time (0.9x typical), and a wait no look saw is
+    charged to the task's root, so the endpoint has its wait in most requests,
+    not all."""
     pytest.importorskip("uvicorn")
     pytest.importorskip("fastapi")
     (tmp_path / "app.py").write_text(ASYNC_APP)
@@ -484,7 +485,6 @@ def test_uvicorn_endpoint_awaited_time(tmp_path):
         assert endpoint < req["seconds"] <= client
         assert not [t for t in s.threads.values() if t.name.startswith("pyprof-writer")]
         task, _ = sampled_under(s, f"<task {req.get('task')}>")   # the request's task
-        assert task > 0, (name, req)
         tasks.append(task / req["seconds"])
         total, awaiting = sampled_under(s, "read_items")
         views_total = next((r["time"] for r in views.view(s, "op")["rows"]
@@ -496,3 +496,4 @@ def test_uvicorn_endpoint_awaited_time(tmp_path):
         ratios.sort()
         assert 0.75 <= (ratios[n // 2 - 1] + ratios[n // 2]) / 2 <= 1.25, (endpoints, tasks)
     assert waits > n // 2, (waits, endpoints)
+    assert sum(r > 0 for r in tasks) >= n - 2, tasks
