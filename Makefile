@@ -1,14 +1,15 @@
 # pyprof developer entry points (GNU make).
 #
-#   make demo     set up, profile examples/demo.py, show the results
-#   make test     build (-Werror) and run tests/ on every CPython 3.11-3.13 found
+#   make demo     set up what the demo needs, profile examples/demo.py, show the results
+#   make test     set up what the tests need, build (-Werror) and run tests/ on every
+#                 CPython 3.11-3.13 found
 #   make asan     the test suite against an ASan+UBSan build (3.11 and the newest)
 #   make fuzz     differential tests and corrupt captures, longer (SEED= N= CAPTURES=)
 #   make bench    overhead vs peers on every CPython found -> benchmarks/RESULTS.md
 #   make accuracy the sampler's accuracy against known time splits -> benchmarks/RESULTS.md
 #   make bench-threads  wall sampling beside 1-1000 idle threads, against py-spy and pyinstrument
-#   make deps     system packages (apt-get when root)
-#   make venv     create/update .venv/3.X for every version found
+#   make deps     the tests' system packages (apt-get when root)
+#   make venv     create/update .venv/3.X (with the test extra) for every version found
 #   make pythons  list the interpreters that would be used
 #   make clean    remove build/, *.egg-info, .venv, .bench
 #
@@ -48,6 +49,7 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 # openmpi-bin/libopenmpi-dev: `mpirun` for tests/test_mpi.py, and mpicc should pip
 # have to build mpi4py from source where it has no wheel (ensure_mpi4py);
 # tmux: the live view's tests in a real terminal (tests/test_attach.py).
+# The demo needs the required ones and a C compiler only.
 APT_REQUIRED := zlib1g-dev
 APT_OPTIONAL := libunwind-dev libdw-dev graphviz valgrind golang-go chromium openmpi-bin \
                 libopenmpi-dev tmux
@@ -168,6 +170,35 @@ fetch_speedscope() {
   fi
 }
 
+# ensure_apt WHO "REQUIRED" "OPTIONAL": the Debian packages (and a C compiler)
+# installed with apt-get when root; otherwise named, and a missing required one stops.
+ensure_apt() {
+  local who=$$1 p req="" opt="" missing log
+  if ! command -v dpkg >/dev/null 2>&1; then
+    echo "$$who: no dpkg here; make sure these (Debian names) are installed: $$2 $$3 and a C compiler"
+    return 0
+  fi
+  installed() { [[ $$(dpkg -s "$$1" 2>/dev/null) == *"Status: install ok installed"* ]]; }
+  for p in $$2; do installed "$$p" || req="$$req $$p"; done
+  for p in $$3; do installed "$$p" || opt="$$opt $$p"; done
+  command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || req="$$req build-essential"
+  missing="$${req# }$$opt"; missing=$${missing# }
+  [ -n "$$missing" ] || return 0
+  if [ "$$(id -u)" = 0 ]; then
+    msg "$$who: installing $$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    log=$$(mktemp)
+    if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; } > "$$log" 2>&1; then
+      cat "$$log" >&2; rm -f "$$log"; die "apt-get failed (above)"
+    fi
+    rm -f "$$log"
+  elif [ -n "$$req" ]; then
+    die "missing packages:$$req (required)$${opt:+,$$opt (optional)}; run: sudo apt-get install -y --no-install-recommends $$missing"
+  else
+    echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
+  fi
+}
+
 # Where the newest found interpreter's venv is: sets NEW_MINOR NEW_PY NEW_VENV.
 newest() {
   pythons_or_die
@@ -180,31 +211,8 @@ help:
 	@awk 'NR > 1 && /^# Each venv/ { exit } NR > 1 { sub(/^# ?/, ""); print }' $(firstword $(MAKEFILE_LIST))
 
 deps:
-	@if ! command -v dpkg >/dev/null 2>&1; then
-	  echo "deps: no dpkg here; make sure these (Debian names) are installed: $(APT_REQUIRED) $(APT_OPTIONAL) and a C compiler"
-	  exit 0
-	fi
-	installed() { [[ $$(dpkg -s "$$1" 2>/dev/null) == *"Status: install ok installed"* ]]; }
-	req=""; opt=""
-	for p in $(APT_REQUIRED); do installed "$$p" || req="$$req $$p"; done
-	for p in $(APT_OPTIONAL); do installed "$$p" || opt="$$opt $$p"; done
-	command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || req="$$req build-essential"
-	missing="$${req# }$$opt"; missing=$${missing# }
-	[ -n "$$missing" ] || exit 0
-	if [ "$$(id -u)" = 0 ]; then
-	  echo "==> deps: installing $$missing"
-	  export DEBIAN_FRONTEND=noninteractive
-	  log=$$(mktemp)
-	  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; } > "$$log" 2>&1; then
-	    cat "$$log" >&2; rm -f "$$log"; echo "error: apt-get failed (above)" >&2; exit 1
-	  fi
-	  rm -f "$$log"
-	elif [ -n "$$req" ]; then
-	  echo "error: missing packages:$$req (required)$${opt:+,$$opt (optional)}; run: sudo apt-get install -y --no-install-recommends $$missing" >&2
-	  exit 1
-	else
-	  echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
-	fi
+	@$(SH_LIB)
+	ensure_apt deps "$(APT_REQUIRED)" "$(APT_OPTIONAL)"
 
 pythons:
 	@$(SH_LIB)
@@ -263,10 +271,14 @@ test: deps
 	echo "total: $$tp passed, $$tf failed, $$ts skipped"
 	exit $$failed
 
-demo: deps
+# The demo: the build's packages only, and a venv of its own (.venv/demo-3.X) with
+# pyprof and its run-time dependencies, none of the test extra.
+demo:
 	@$(SH_LIB)
+	ensure_apt demo "$(APT_REQUIRED)" ""
 	newest
-	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV" test
+	NEW_VENV="$(VENV_DIR)/demo-$$NEW_MINOR"
+	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV"
 	install_pkg "$$NEW_VENV" "cp$${NEW_MINOR/./}"
 	py="$$NEW_VENV/bin/python" out=build/demo
 	mkdir -p "$$out"

@@ -16,7 +16,10 @@ error line on the "pyprof" logger at start-up; requests are still served.
 One request is profiled at a time (a profiler is process-wide): a request
 chosen while another is profiled runs unprofiled. A WSGI or Django capture
 keeps the request's thread; an ASGI one has every coroutine the event loop ran
-meanwhile (they share its thread).
+meanwhile (they share its thread), with asyncio's tasks (docs/async.md) so that
+the time a request awaits is under its task and where it waited. Worker
+processes share the directory: a capture's name has its pid, and it is
+published whole under a name no file has yet.
 """
 from __future__ import annotations
 
@@ -31,8 +34,12 @@ import time
 log = logging.getLogger("pyprof")
 
 _KEYS = ("directory", "mode", "param", "header", "every", "slower_than", "index", "html")
-_NAME = re.compile(r"^(\d{8}-\d{6})-(\d{5})-([A-Z]+)-([A-Za-z0-9_.\-]*)-(\d+)ms\.(cprof|html)$")
+# DATE-TIME-PID-SEQ-METHOD-PATH-DURms: the pid keeps worker processes apart (names
+# without it are older pyprof's)
+_NAME = re.compile(r"^(?P<when>\d{8}-\d{6})-(?:(?P<pid>\d+)-)?(?P<seq>\d{5})-(?P<method>[A-Z]+)-"
+                   r"(?P<slug>[A-Za-z0-9_.\-]*)-(?P<ms>\d+)ms\.(?P<ext>cprof|html)$")
 REQUEST_RATE = 1000.0           # Hz: wall-clock samples per request (sample mode)
+WRITER = "pyprof-writer"        # the ASGI writer thread's name prefix
 
 
 class Recorder:
@@ -46,6 +53,9 @@ class Recorder:
         self.lock = threading.Lock()
         self.seen = itertools.count(1)
         self.seq = itertools.count(1)
+        self.requests = {}              # capture name -> its META's request
+        self.writer = None              # (pid, executor): executor()'s
+        self.lock_writer = threading.Lock()
         self.busy = 0                   # chosen requests left unprofiled: one at a time
         try:
             if unknown:
@@ -149,24 +159,28 @@ class Recorder:
         finally:
             self.lock.release()
 
-    def write(self, prof, seconds, keep, method, path, thread=None):
+    def write(self, prof, seconds, keep, method, path, thread=None, task=None):
         """Write the capture (and report) of a request kept by the rules."""
         if not keep and not (self.slower_than and seconds > self.slower_than):
             return None
         slug = re.sub(r"[^A-Za-z0-9_.\-]+", "_", path.strip("/"))[:60] or "root"
         method = re.sub(r"[^A-Z]", "", method.upper())[:10] or "X"
-        name = (f"{time.strftime('%Y%m%d-%H%M%S')}-{next(self.seq) % 100000:05d}-{method}-"
-                f"{slug}-{round(seconds * 1e3)}ms")
-        base = os.path.join(self.directory, name)
         try:
             session = prof.session()
             if thread is not None:      # the request's thread only
                 others = [i for i, t in session.threads.items() if t.ident != thread]
                 if len(others) < len(session.threads):
                     session.drop_threads(others)
+            else:
+                session.drop_threads([i for i, t in session.threads.items()
+                                      if t.name.startswith(WRITER + "_")])
             session.meta["request"] = {"method": method, "path": path,
                                        "seconds": seconds}
-            session.save(base + ".cprof")
+            if task is not None:
+                session.meta["request"]["task"] = task
+            base = self._publish(session, lambda: (
+                f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-"
+                f"{next(self.seq) % 100000:05d}-{method}-{slug}-{round(seconds * 1e3)}ms"))
             if self.html:
                 from .export import export
                 export(session, "html", base + ".html")
@@ -174,6 +188,40 @@ class Recorder:
             log.error("pyprof: cannot write the capture of %s %s: %s", method, path, e)
             return None
         return base + ".cprof"
+
+    def _publish(self, session, name):
+        """Save `session` under a fresh DIR/name() + ".cprof", never over another
+        capture (workers share the directory): written whole under a private
+        name, then hard-linked to a name no file has yet. Returns the base."""
+        tmp = os.path.join(self.directory,
+                           f".pyprof-{os.getpid()}-{threading.get_ident()}.cprof.part")
+        session.save(tmp)
+        try:
+            for _ in range(100):
+                base = os.path.join(self.directory, name())
+                try:
+                    os.link(tmp, base + ".cprof")
+                    return base
+                except FileExistsError:
+                    continue
+                except OSError:         # no hard links here: the pid keeps names apart
+                    if os.path.lexists(base + ".cprof"):
+                        continue
+                    os.rename(tmp, base + ".cprof")
+                    return base
+            raise OSError(f"no free capture name in {self.directory}")
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+
+    def executor(self):
+        """This process's writer thread (ASGI: the files are written off the
+        event loop); its work is left out of the captures taken meanwhile."""
+        with self.lock_writer:
+            if self.writer is None or self.writer[0] != os.getpid():   # forked
+                from concurrent.futures import ThreadPoolExecutor
+                self.writer = (os.getpid(), ThreadPoolExecutor(1, WRITER))
+            return self.writer[1]
 
     # ---------------------------------------------------------- the index
     def serves(self, path) -> bool:
@@ -196,28 +244,54 @@ class Recorder:
                 else "application/octet-stream")
         return "200 OK", kind, body
 
+    def _request(self, name) -> dict:
+        """The request a capture was made of (its META), cached: a capture
+        never changes once it has its name."""
+        got = self.requests.get(name)
+        if got is None:
+            from .errors import PyprofError
+            from .model.codec import read_meta
+            try:
+                got = read_meta(os.path.join(self.directory, name)).get("request")
+            except PyprofError:
+                got = None
+            got = got if isinstance(got, dict) else {}
+            if len(self.requests) >= 10000:
+                self.requests.clear()
+            self.requests[name] = got
+        return got
+
     def _index_page(self) -> bytes:
         try:
-            names = sorted((n for n in os.listdir(self.directory) if _NAME.match(n)),
-                           reverse=True)
+            names = set(n for n in os.listdir(self.directory) if _NAME.match(n))
         except OSError:
-            names = []
+            names = set()
         rows = []
-        for n in names:
+        # newest first: the names' time, then their order within that second
+        for n in sorted((n for n in names if n.endswith(".cprof")),
+                        key=lambda n: (_NAME.match(n)["when"], self._mtime(n)), reverse=True):
             m = _NAME.match(n)
-            if m.group(6) != "cprof":
-                continue
+            req = self._request(n)
+            path = req.get("path")
+            path = path if isinstance(path, str) else "/" + m["slug"]
             stem = n[:-len(".cprof")]
             report = (f'<a href="{self.index}/{stem}.html">report</a> '
                       if stem + ".html" in names else "")
-            rows.append(f"<tr><td>{m.group(1)}</td><td>{m.group(3)}</td>"
-                        f"<td>/{html.escape(m.group(4))}</td><td>{m.group(5)} ms</td>"
+            rows.append(f"<tr><td>{m['when']}</td><td>{m['pid'] or ''}</td>"
+                        f"<td>{m['method']}</td><td>{html.escape(path)}</td>"
+                        f"<td>{m['ms']} ms</td>"
                         f'<td>{report}<a href="{self.index}/{n}">capture</a></td></tr>')
         body = ("<!doctype html><meta charset=utf-8><title>pyprof: profiled requests</title>"
-                "<h1>Profiled requests</h1><table><tr><th>when</th><th>method</th>"
+                "<h1>Profiled requests</h1><table><tr><th>when</th><th>pid</th><th>method</th>"
                 "<th>path</th><th>duration</th><th></th></tr>" + "".join(rows) +
                 "</table>")
         return body.encode()
+
+    def _mtime(self, name) -> int:
+        try:
+            return os.stat(os.path.join(self.directory, name)).st_mtime_ns
+        except OSError:
+            return 0
 
 
 class _Body:
@@ -294,6 +368,11 @@ class ASGIProfiler:
     def __init__(self, app, **options):
         self.app = app
         self.recorder = Recorder(**options)
+        rec = self.recorder
+        # a request's time is mostly awaited: --async puts it under the request's
+        # task (wall sampling: its awaiting stacks; tracing: coroutines' awaiting)
+        if rec.enabled and rec.mode in ("sample", "function"):
+            rec.options.asyncio = True
 
     async def __call__(self, scope, receive, send):
         rec = self.recorder
@@ -318,16 +397,22 @@ class ASGIProfiler:
         prof = rec.start() if profile else None
         if prof is None:
             return await self.app(scope, receive, send)
+        import asyncio
+        try:
+            task = asyncio.current_task()
+            task = task.get_name() if task is not None else None
+        except RuntimeError:            # not asyncio's loop (trio)
+            task = None
         t0 = time.perf_counter()
         try:
             await self.app(scope, receive, send)
         finally:
             seconds = time.perf_counter() - t0
             rec.stop(prof)
-            import asyncio
-            # the files are written off the event loop
+            # awaited: a server's graceful shutdown waits for the request's task
             await asyncio.get_running_loop().run_in_executor(
-                None, rec.write, prof, seconds, keep, scope.get("method", "GET"), path)
+                rec.executor(), rec.write, prof, seconds, keep, scope.get("method", "GET"),
+                path, None, task)
 
 
 class DjangoProfiler:

@@ -129,6 +129,45 @@ def parse_file(data: bytes, name, session):
     return session
 
 
+def read_meta(path, limit=1 << 22) -> dict:
+    """The META record of a .cprof file ({} if it has none), decompressing only
+    the stream's start (INFO and META come first): a listing of many captures
+    reads each one's META without the rest. PyprofError on any problem."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size)
+            if len(head) < HEADER.size or not head.startswith(MAGIC):
+                raise PyprofError(f"{path} is not a pyprof capture file")
+            if HEADER.unpack(head)[1] > FORMAT_MAJOR:
+                raise PyprofError(f"{path} was written by a newer pyprof")
+            d, blob = zlib.decompressobj(), b""
+            while len(blob) < limit:
+                off = 0
+                while off + RECORD.size <= len(blob):
+                    rtype, _, rlen = RECORD.unpack_from(blob, off)
+                    if rtype not in (REC_INFO, REC_META):
+                        return {}
+                    if off + RECORD.size + rlen > len(blob):
+                        break
+                    if rtype == REC_META:
+                        payload = blob[off + RECORD.size:off + RECORD.size + rlen]
+                        meta = json.loads(payload)
+                        if not isinstance(meta, dict):
+                            raise ValueError("META is not a JSON object")
+                        return meta
+                    off += RECORD.size + rlen
+                chunk = f.read(1 << 16)
+                if not chunk or d.eof:
+                    break
+                blob += d.decompress(chunk)
+    except OSError as e:
+        raise PyprofError(f"cannot read {path}: {e.strerror or e}") from None
+    except (zlib.error, ValueError, RecursionError) as e:
+        raise PyprofError(f"{path} is corrupt ({e})") from None
+    raise PyprofError(f"{path} is truncated or corrupt (no META within its first records)")
+
+
 def write_file(path, session) -> None:
     """Write `session` as a .cprof file, atomically (the C core's writer)."""
     from .. import _cprof
