@@ -560,10 +560,13 @@ static pid_t own_thread_init(const char *name)
  * program without an event loop). */
 #define LOOK_NS (10 * 1000 * 1000)
 #define LOOK_MAX_NS (1000 * 1000 * 1000)
-static int64_t async_look_period(pp_sampling *p)
+static int64_t async_look_period(pp_sampling *p, int64_t cost_before)
 {
     const pp_tasks *t = &p->tasks;
-    int64_t period = t->last_look_ns * 400;
+    /* the cheaper of the last two: one dear look (a run's first, with its
+     * first-time costs; a helper kept off a CPU) does not space the next */
+    int64_t cost = t->last_look_ns < cost_before ? t->last_look_ns : cost_before;
+    int64_t period = cost * 400;
     /* no task yet; or CPU mode, where looks only name tasks (no awaiting time to
      * place), and each look takes the GIL from a loop that may be busy */
     if ((t->n == 0 || S.mode == PP_SAMPLE_CPU) && period < 5 * LOOK_NS)
@@ -578,6 +581,7 @@ static void *sampler_main(void *arg)
     int64_t tick = S.mode == PP_SAMPLE_WALL || S.async ? SCAN_NS : DRAIN_NS;
     int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0, next_look = 0, last_look = 0;
+    int looked = 0;
     while (!atomic_load(&S.stop)) {
         sleep_until(next);
         next += tick;
@@ -630,8 +634,10 @@ static void *sampler_main(void *arg)
                     pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
                 if (look) {
+                    int64_t cost_before = S.prof->tasks.last_look_ns;
                     pp_async_look_end(S.prof, now);
-                    next_look = now + async_look_period(S.prof);
+                    next_look = now + async_look_period(S.prof, looked ? cost_before : 0);
+                    looked = 1;
                 }
                 if (S.mode == PP_SAMPLE_WALL) {
                     pthread_mutex_lock(&pp_wall_mu);
