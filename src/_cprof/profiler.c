@@ -35,7 +35,9 @@ static pp_profiler *pp_suspended;   /* the background one under it (strong) */
 static int fork_depth;                      /* forks between before and after */
 static _Thread_local int in_wrapper;        /* this thread is in our os.fork */
 
-/* pthread_join returns before the kernel drops the thread from the count. */
+/* pthread_join returns before the kernel drops the thread from the count:
+ * the exiting thread may be kept off a CPU in between, tens of ms on a
+ * loaded machine (20 ms was not always enough: CPython's warning came). */
 static void wait_gone(pid_t tid)
 {
     if (tid <= 0)
@@ -44,7 +46,7 @@ static void wait_gone(pid_t tid)
     snprintf(path, sizeof path, "/proc/self/task/%ld", (long)tid);
     struct timespec ts = {0, 100000};
     Py_BEGIN_ALLOW_THREADS
-    for (int i = 0; i < 200 && access(path, F_OK) == 0; i++)
+    for (int i = 0; i < 20000 && access(path, F_OK) == 0; i++)
         nanosleep(&ts, NULL);
     Py_END_ALLOW_THREADS
 }
