@@ -455,3 +455,42 @@ def test_short_tasks_named_between_far_looks(tmp_path):
         got, want = rows[n].running / 1e9, truth[n]["running"]
         assert close(got, want) or abs(got - want) <= max(0.05 * want, 0.020) + truth[n]["stolen"], \
             (n, got, truth[n])
+
+
+COROS_PROG = """
+import asyncio
+
+async def step(i):
+    for _ in range(3):
+        await asyncio.sleep(0)      # each resume a call, as cProfile counts
+
+async def main():
+    await asyncio.gather(*(step(i) for i in range(50)))
+
+asyncio.run(main())
+"""
+
+
+def test_function_mode_follows_coroutines_only_when_asked(tmp_path):
+    """Without --async, function tracing counts a coroutine's resumes as its
+    calls, as cProfile does (the program does not pay for following each
+    coroutine from its first start to its end: issue 32, item 13); with
+    --async, the op view counts one call per coroutine and has its awaiting."""
+    import pstats
+    (tmp_path / "prog.py").write_text(COROS_PROG)
+    r = subprocess.run([sys.executable, "-m", "cProfile", "-o", "c.pstats", "prog.py"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cprofile = {fn: st[1] for (f, _, fn), st in pstats.Stats(str(tmp_path / "c.pstats")).stats.items()
+                if f.endswith("prog.py")}
+    from pyprof.analysis import views
+    for args, follows in (([], False), (["--async"], True)):
+        r = pyprof(*args, "-o", "run.cprof", "prog.py", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        s = Session.load(tmp_path / "run.cprof")
+        fid = next(f for f, fn in s.functions.items() if fn.name == "step")
+        assert s.function_totals()[fid].calls == cprofile["step"] == 50 * 4
+        rows = {x["name"]: x for x in views.view(s, "op")["rows"]}
+        assert bool(s.coroutines) is follows
+        assert ("awaiting" in rows["step"]) is follows, rows["step"]
+        assert rows["step"]["calls"] == (50 if follows else 200)

@@ -71,7 +71,7 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
         if (UNLIKELY(p->memory) && pp_mem_forget_hook)
             pp_mem_forget_hook((PyObject *)frame);  /* made for this hook, not by the program */
         enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
-        if (UNLIKELY(pp_is_coroutine((PyObject *)code)) && owned_by_coroutine(frame))
+        if (UNLIKELY(pp_follows_coroutine(p, (PyObject *)code)) && owned_by_coroutine(frame))
             pp_tracer_coro_run(p, (PyObject *)code, pp_frameobj_frame(frame), 0);
         if (UNLIKELY(p->lines) && (code->co_flags & GENERATOR_FLAGS)
             && PyFrame_GetLasti(frame) > first_resume_offset(p, code))
@@ -82,7 +82,7 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     case PyTrace_RETURN: {
         PyCodeObject *code = pp_frame_code_borrowed(frame);
         leave(p, (uint64_t)(uintptr_t)code);
-        if (UNLIKELY(pp_is_coroutine((PyObject *)code)) && owned_by_coroutine(frame))
+        if (UNLIKELY(pp_follows_coroutine(p, (PyObject *)code)) && owned_by_coroutine(frame))
             coro_leave(p, pp_frameobj_frame(frame));
         break;
     }
@@ -259,7 +259,7 @@ static PyObject *pp_eval_frame(PyThreadState *ts, struct _PyInterpreterFrame *f,
     if (UNLIKELY(pp_iframe_creates_generator(f, code)))
         return eval_next(ts, f, exc);
     enter(p, (uint64_t)(uintptr_t)code, (PyObject *)code, NULL, PP_KIND_PYTHON);
-    int coro = pp_is_coroutine((PyObject *)code);   /* owned by its coroutine (see above) */
+    int coro = pp_follows_coroutine(p, (PyObject *)code);  /* owned by its coroutine (see above) */
     if (UNLIKELY(coro))
         pp_tracer_coro_run(p, (PyObject *)code, (uintptr_t)f, 0);
     PyObject *r = eval_next(ts, f, exc);

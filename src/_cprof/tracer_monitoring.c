@@ -166,7 +166,7 @@ static PyObject *cb_py_enter(PyObject *self, PyObject *const *args, size_t nargs
     pp_tracer *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
-        if (UNLIKELY(pp_is_coroutine(args[0])))
+        if (UNLIKELY(pp_follows_coroutine(p, args[0])))
             pp_tracer_coro_run(p, args[0], pp_frames_running(), 1);
     }
     Py_RETURN_NONE;
@@ -181,7 +181,7 @@ static PyObject *cb_py_resume(PyObject *self, PyObject *const *args, size_t narg
     pp_tracer *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         enter(p, (uint64_t)(uintptr_t)args[0], args[0], NULL, PP_KIND_PYTHON);
-        if (UNLIKELY(pp_is_coroutine(args[0])))
+        if (UNLIKELY(pp_follows_coroutine(p, args[0])))
             pp_tracer_coro_run(p, args[0], pp_frames_running(), 0);
         if (UNLIKELY(p->lines))
             line_resume(p, args[0], args[1]);
@@ -210,7 +210,7 @@ static PyObject *cb_py_leave(PyObject *self, PyObject *const *args, size_t nargs
     pp_tracer *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         leave(p, (uint64_t)(uintptr_t)args[0]);
-        if (UNLIKELY(pp_is_coroutine(args[0])))
+        if (UNLIKELY(pp_follows_coroutine(p, args[0])))
             pp_tracer_coro_end(p, pp_frames_running());
     }
     Py_RETURN_NONE;
@@ -223,7 +223,7 @@ static PyObject *cb_py_yield(PyObject *self, PyObject *const *args, size_t nargs
     pp_tracer *p = ((pp_callback *)self)->prof;
     if (LIKELY(p->enabled)) {
         leave(p, (uint64_t)(uintptr_t)args[0]);
-        if (UNLIKELY(pp_is_coroutine(args[0])))
+        if (UNLIKELY(pp_follows_coroutine(p, args[0])))
             pp_tracer_coro_suspend(p, pp_frames_running());
     }
     Py_RETURN_NONE;
