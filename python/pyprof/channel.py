@@ -212,7 +212,9 @@ class _Server:
     def _run(self):
         import socket
         import threading
+        from . import _cprof
         self.ident = threading.get_ident()
+        _cprof._own_thread(True)        # its samples are pyprof's work
         try:
             while True:
                 try:            # closed meanwhile (the process is exiting): done
@@ -237,6 +239,7 @@ class _Server:
                 if not self.persistent or detached == "close":
                     break
         finally:
+            _cprof._own_thread(False)
             self._close()
 
     def _accept(self):
