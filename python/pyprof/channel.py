@@ -446,6 +446,8 @@ def _task_state(native_id) -> str:
 def thread_stacks(skip=None) -> list:
     """Every thread's Python stack now, root first, with its name and state."""
     import threading
+    from operator import itemgetter
+    from .files import program_frames
     by_ident = {t.ident: t for t in threading.enumerate()}
     main = threading.main_thread()
     try:
@@ -463,6 +465,7 @@ def thread_stacks(skip=None) -> list:
                            getattr(code, "co_qualname", code.co_name)])
             frame = frame.f_back
         frames.reverse()
+        frames = program_frames(frames, itemgetter(0))     # not pyprof's runner
         t = by_ident.get(ident)
         native_id = getattr(t, "native_id", None)
         if ident == main.ident and (native_id is None or tasks is not None
