@@ -501,15 +501,14 @@ SITE = os.path.dirname(os.path.dirname(os.path.abspath(_cprof.__file__)))
 
 HOT_MAIN = """
 import time
-def hot_loop_function(n):
+def hot_loop_function(end):
     s = 0
-    for i in range(n):
-        s += i * i
+    while time.monotonic() < end:
+        for i in range(20000):
+            s += i * i
     return s
 print("up", flush=True)
-end = time.monotonic() + 60
-while time.monotonic() < end:
-    hot_loop_function(20000)
+hot_loop_function(time.monotonic() + 60)
 """
 
 
@@ -553,6 +552,17 @@ def test_listen_dump_and_top_show_the_program_not_pyprofs_runner(tmp_path):
         roots = {(s.functions[st.frames[0][0]].name, s.functions[st.frames[0][0]].filename)
                  for st in s.stacks.values() if st.frames}
         assert roots == {("<module>", str(script))}, roots       # the channel's thread: none
+        # top --remote, sampled from outside: the main thread's stacks start there too
+        out = tmp_path / "remote.cprof"
+        r = pyprof("top", "--remote", p.pid, "--duration", "1", "-o", out)
+        assert r.returncode == 0, r.stderr
+        s = Session.load(str(out))
+        assert pyprof_own_functions(s) == []
+        main = {t for t, th in s.threads.items() if th.name == "MainThread"}
+        roots = {(s.functions[st.frames[0][0]].name, s.functions[st.frames[0][0]].filename)
+                 for (t, sid, _), st in ((k, s.stacks[k[1]]) for k in s.samples)
+                 if t in main and st.frames}
+        assert roots == {("<module>", str(script))}, roots
     finally:
         killed(p)
 
