@@ -428,8 +428,11 @@ def _target_running_code(prof) -> int:
             if id(code) not in seen:
                 seen.add(id(code))
                 if prof.line_targets(code):
-                    prof._add_line_target(code)
-                    n += 1
+                    try:
+                        prof._add_line_target(code)
+                        n += 1
+                    except ValueError:          # pyprof's own code: never profiled
+                        pass
             frame = frame.f_back
     return n
 

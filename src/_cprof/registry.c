@@ -268,7 +268,10 @@ uint32_t pp_registry_add_line_target(pp_registry *r, PyObject *code)
     }
     uint32_t fid = pp_registry_code(r, code);
     if (fid == PP_NONE) {
-        if (!PyErr_Occurred())
+        if (pp_registry_own(r, (uint64_t)(uintptr_t)code))
+            PyErr_Format(PyExc_ValueError, "%U is pyprof's own code, which is not profiled",
+                         ((PyCodeObject *)code)->co_qualname);
+        else if (!PyErr_Occurred())
             PyErr_NoMemory();
         return PP_NONE;
     }
