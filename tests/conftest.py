@@ -13,6 +13,18 @@ def run_python(args, timeout=120, **kw):
                           timeout=timeout, **kw)
 
 
+def pyprof_own_functions(session, package=None) -> list:
+    """pyprof's own functions in a capture: those of a file of its package
+    (this one's, or the directory `package`) and its C core's methods (the
+    profiler's disable). pyprof gives them no function id, so none may be
+    named (docs/how-it-works.md)."""
+    import pyprof
+    pkg = os.path.abspath(package or os.path.dirname(pyprof.__file__)) + os.sep
+    return sorted(f"{fn.qualname} ({fn.filename})" for fn in session.functions.values()
+                  if os.path.abspath(fn.filename).startswith(pkg)
+                  or "pyprof._cprof" in fn.name)
+
+
 _TRACER = """
 import ctypes, sys, time
 libc = ctypes.CDLL(None, use_errno=True)

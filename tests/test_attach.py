@@ -499,6 +499,74 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 SITE = os.path.dirname(os.path.dirname(os.path.abspath(_cprof.__file__)))
 
 
+HOT_MAIN = """
+import time
+def hot_loop_function(end):
+    s = 0
+    while time.monotonic() < end:
+        for i in range(20000):
+            s += i * i
+    return s
+print("up", flush=True)
+hot_loop_function(time.monotonic() + 60)
+"""
+
+
+def test_listen_dump_and_top_show_the_program_not_pyprofs_runner(tmp_path):
+    """`python -m pyprof --listen`: dump (read from outside, and through the
+    channel) and top's figures start at the program's <module>, as if it ran
+    directly; the runner's frames (cli.py) and the channel's thread are not
+    the program's."""
+    from conftest import pyprof_own_functions
+    from pyprof import attach
+    pkg = os.path.dirname(os.path.abspath(_cprof.__file__))
+    script = tmp_path / "hot.py"
+    script.write_text(HOT_MAIN)
+    p = subprocess.Popen([sys.executable, "-m", "pyprof", "--listen", str(script)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        wait_for(lambda: os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{p.pid}.sock"), 10,
+                 "the socket")
+        for args in (("dump",), ("dump", "--channel")):
+            r = pyprof(*args, p.pid)
+            assert r.returncode == 0, r.stderr
+            main = r.stdout.split(f"Thread {p.pid} (MainThread)")[1].split("\n\n")[0]
+            frames = [ln.strip() for ln in main.splitlines()[1:] if ln.startswith("    ")]
+            assert frames[-1].startswith(f"<module> ({script}:"), (args, r.stdout)
+            assert any(f.startswith(f"hot_loop_function ({script}:") for f in frames), frames
+            assert pkg not in r.stdout and "_run_listening" not in r.stdout, r.stdout
+        client = attach.connect(p.pid)
+        client.request("start", options={"mode": "sample", "wall": True})
+        time.sleep(1.0)
+        rows = client.request("stats")["functions"]             # what top shows
+        assert {("hot_loop_function", str(script)), ("<module>", str(script))} <= {
+            (r["name"], r["file"]) for r in rows}, rows
+        assert [r for r in rows if r["file"].startswith(pkg)] == []
+        snap = tmp_path / "snap.cprof"
+        client.request("stop", path=str(snap))
+        client.request("detach")
+        client.close()
+        s = Session.load(str(snap))
+        assert pyprof_own_functions(s) == []
+        roots = {(s.functions[st.frames[0][0]].name, s.functions[st.frames[0][0]].filename)
+                 for st in s.stacks.values() if st.frames}
+        assert roots == {("<module>", str(script))}, roots       # the channel's thread: none
+        # top --remote, sampled from outside: the main thread's stacks start there too
+        out = tmp_path / "remote.cprof"
+        r = pyprof("top", "--remote", p.pid, "--duration", "1", "-o", out)
+        assert r.returncode == 0, r.stderr
+        s = Session.load(str(out))
+        assert pyprof_own_functions(s) == []
+        main = {t for t, th in s.threads.items() if th.name == "MainThread"}
+        roots = {(s.functions[st.frames[0][0]].name, s.functions[st.frames[0][0]].filename)
+                 for (t, sid, _), st in ((k, s.stacks[k[1]]) for k in s.samples)
+                 if t in main and st.frames}
+        assert roots == {("<module>", str(script))}, roots
+    finally:
+        killed(p)
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or _nobody() is None or not os.path.exists(SYSTEM_PYTHON),
                     reason="needs root and /usr/bin/python3, to run a client as another user")
 def test_other_users_process(sleeper):

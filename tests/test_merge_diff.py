@@ -412,6 +412,49 @@ def test_diff_new_and_gone_and_mixed_modes(tmp_path):
                    "no column in common", "traced", "memory")
 
 
+NEW_PROGRAM = """
+class A:
+    pass
+
+def make(n):
+    for i in range(n):
+        object.__new__(A)
+        int.__new__(int, i)
+
+make(37)
+"""
+ADDRESSED = re.compile(r"<built-in method __new__ of type object at 0x[0-9a-f]+>")
+
+
+def test_builtins_named_with_an_address_match_across_runs(tmp_path):
+    """cProfile names type.__new__ with the address of `type` (it moves from
+    run to run): pyprof matches it by the name without the address, and
+    pstats still gets cProfile's spelling."""
+    (tmp_path / "newprog.py").write_text(NEW_PROGRAM)
+    ok(run(["-m", "cProfile", "-o", "c.prof", "newprog.py"], tmp_path))
+    theirs = pstats.Stats(str(tmp_path / "c.prof")).stats
+    (key,) = [k for k in theirs if k[0] == "~" and ADDRESSED.fullmatch(k[2])]
+    calls = theirs[key][1]
+    assert calls == 2 * 37
+    for run_name in ("r1", "r2"):
+        capture(tmp_path, f"{run_name}.cprof", script="newprog.py")
+        ok(pyprof(["convert", f"{run_name}.cprof", "-o", f"{run_name}.prof"], tmp_path))
+        ours = pstats.Stats(str(tmp_path / f"{run_name}.prof")).stats
+        (key,) = [k for k in ours if k[0] == "~" and ADDRESSED.fullmatch(k[2])]
+        assert ours[key][1] == calls
+    r = ok(pyprof(["diff", "r1.cprof", "r2.cprof", "--format", "json", "--threshold", "0",
+                   "--min-time", "0", "--min-count", "0"], tmp_path))
+    rows = [row for row in json.loads(r.stdout)["rows"] if "__new__" in row["function"]]
+    assert [row["function"] for row in rows] == ["<built-in method __new__ of type object>"]
+    assert rows[0]["values"]["calls"]["before"] == rows[0]["values"]["calls"]["after"] == calls
+    assert rows[0]["status"] not in ("new", "gone"), rows[0]
+    ok(pyprof(["merge", "r1.cprof", "r2.cprof", "-o", "both.cprof"], tmp_path))
+    both = Session.load(tmp_path / "both.cprof")
+    merged = [c.calls for fid, c in both.function_totals().items()
+              if ADDRESSED.fullmatch(both.functions[fid].name)]
+    assert merged == [2 * calls]
+
+
 def test_diff_bad_inputs(tmp_path):
     program(tmp_path)
     capture(tmp_path, "a.cprof", 1)

@@ -301,3 +301,48 @@ def test_bare_pyprof_before_a_path_and_bad_modes(tmp_path):
         r.stderr, r.stdout + r.stderr
     r = run_pytest(tmp_path, "--pyprof", "--pyprof-scope=module", "tests")
     assert r.returncode == 4 and "--pyprof-scope takes test or session" in r.stderr
+
+
+def test_captures_hold_the_tests_functions_and_none_of_pyprofs(tmp_path):
+    """pyprof installed inside the project (so lines mode traces all of its
+    files): no mode's capture holds a frame of the plugin or the profiler's
+    disable; the test's calls are cProfile's for the same test."""
+    import shutil
+    from conftest import pyprof_own_functions
+    shutil.copytree(os.path.dirname(pyprof.__file__), tmp_path / "pyprof",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    write(tmp_path / "test_o.py", HOG + """
+    def test_counted():
+        for i in range(1234):
+            f(i)
+
+    def test_spun():
+        spin(0.3)
+    """)
+    truth = subprocess.run(
+        [sys.executable, "-c", "import cProfile, json, pstats, test_o\n"
+         "p = cProfile.Profile()\np.enable()\ntest_o.test_counted()\np.disable()\n"
+         "print(json.dumps([[k[2], v[1]] for k, v in pstats.Stats(p).stats.items()\n"
+         "                  if k[0].endswith('test_o.py')]))"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert truth.returncode == 0, truth.stderr
+    theirs = dict(json.loads(truth.stdout))
+    assert theirs == {"f": 1234, "test_counted": 1}
+    for mode in ("function", "lines", "sample", "memory"):
+        r = run_pytest(tmp_path, f"--pyprof={mode}", "--pyprof-dir", mode, "test_o.py")
+        assert r.returncode == 0, r.stdout + r.stderr
+        for test in ("test_counted", "test_spun"):
+            s = pyprof.load(tmp_path / mode / f"test_o.py_{test}.cprof")
+            assert pyprof_own_functions(s, tmp_path / "pyprof") == [], (mode, test)
+        s = pyprof.load(tmp_path / mode / "test_o.py_test_counted.cprof")
+        if mode in ("function", "lines"):
+            ours = {s.functions[fid].name: c.calls for fid, c in s.function_totals().items()
+                    if s.functions[fid].filename.endswith("test_o.py")}
+            assert ours == theirs, mode
+        if mode == "lines":
+            assert {s.functions[fid].name for fid, _ in s.line_totals()} >= {"f",
+                                                                          "test_counted"}
+        if mode == "sample":
+            s = pyprof.load(tmp_path / mode / "test_o.py_test_spun.cprof")
+            assert "spin" in {s.functions[f].name for st in s.stacks.values()
+                              for f, _ in st.frames}

@@ -497,3 +497,76 @@ def test_uvicorn_endpoint_awaited_time(tmp_path):
         assert 0.75 <= (ratios[n // 2 - 1] + ratios[n // 2]) / 2 <= 1.25, (endpoints, tasks)
     assert waits > n // 2, (waits, endpoints)
     assert sum(r > 0 for r in tasks) >= n - 2, tasks
+
+
+# ------------------------------------------------------------------ pyprof's own frames
+def _spin_work():
+    t = time.perf_counter()
+    n = 0
+    while time.perf_counter() - t < 0.3:
+        n += 1
+    return n
+
+
+def test_captures_hold_the_apps_functions_and_none_of_pyprofs(tmp_path):
+    """The middleware's frames and the profiler's disable stay out of every
+    mode's capture; the app's calls are cProfile's for the same request."""
+    import cProfile
+    import pstats
+    from werkzeug.serving import make_server
+    from conftest import pyprof_own_functions
+    from pyprof.middleware import WSGIProfiler
+    app = flask.Flask("owntest")
+
+    def helper(i):
+        return i * i
+
+    @app.route("/work")
+    def work():
+        return str(sum(helper(i) for i in range(3000)))
+
+    @app.route("/spin")
+    def spin():
+        return str(_spin_work())
+
+    inner = app.wsgi_app
+    c = app.test_client()
+    cp = cProfile.Profile()
+    cp.enable()
+    c.get("/work")
+    cp.disable()
+    theirs = {(k[1], k[2]): v[1] for k, v in pstats.Stats(cp).stats.items() if k[0] == __file__}
+    assert theirs[(helper.__code__.co_firstlineno, "helper")] == 3000
+    for mode in ("function", "memory"):
+        app.wsgi_app = WSGIProfiler(inner, directory=str(tmp_path / mode), mode=mode, param="p")
+        assert c.get("/work?p=1").status_code == 200
+        (name,) = captures(tmp_path / mode)
+        s = pyprof.load(tmp_path / mode / name)
+        assert pyprof_own_functions(s) == [], mode
+        if mode == "function":
+            ours = {(s.functions[fid].line, s.functions[fid].name): cnt.calls
+                    for fid, cnt in s.function_totals().items()
+                    if s.functions[fid].filename == __file__}
+            assert ours == theirs
+        else:                           # the app's allocations, by its own lines
+            assert {"helper", "work"} & {s.functions[row[0]].name for row in s.memory_rows
+                                         if row[0] in s.functions}
+    # sampled, through a real server on 127.0.0.1
+    app.wsgi_app = WSGIProfiler(inner, directory=str(tmp_path / "sample"), mode="sample",
+                                param="p")
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        status, _ = get(f"http://127.0.0.1:{server.server_port}/spin?p=1")
+        assert status == 200
+        settled(tmp_path / "sample")
+    finally:
+        server.shutdown()
+    (name,) = captures(tmp_path / "sample")
+    s = pyprof.load(tmp_path / "sample" / name)
+    assert pyprof_own_functions(s) == []
+    spin_fids = {f for f, fn in s.functions.items() if fn.name in ("spin", "_spin_work")}
+    weight = sum(c.weight for (_, sid, _), c in s.samples.items()
+                 if spin_fids & {f for f, _ in s.stacks[sid].frames})
+    assert weight > 0.2e9, weight          # most of the 0.3 s spin, the app's own frames

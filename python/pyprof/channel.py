@@ -212,7 +212,9 @@ class _Server:
     def _run(self):
         import socket
         import threading
+        from . import _cprof
         self.ident = threading.get_ident()
+        _cprof._own_thread(True)        # its samples are pyprof's work
         try:
             while True:
                 try:            # closed meanwhile (the process is exiting): done
@@ -237,6 +239,7 @@ class _Server:
                 if not self.persistent or detached == "close":
                     break
         finally:
+            _cprof._own_thread(False)
             self._close()
 
     def _accept(self):
@@ -425,8 +428,11 @@ def _target_running_code(prof) -> int:
             if id(code) not in seen:
                 seen.add(id(code))
                 if prof.line_targets(code):
-                    prof._add_line_target(code)
-                    n += 1
+                    try:
+                        prof._add_line_target(code)
+                        n += 1
+                    except ValueError:          # pyprof's own code: never profiled
+                        pass
             frame = frame.f_back
     return n
 
@@ -443,6 +449,8 @@ def _task_state(native_id) -> str:
 def thread_stacks(skip=None) -> list:
     """Every thread's Python stack now, root first, with its name and state."""
     import threading
+    from operator import itemgetter
+    from .files import program_frames
     by_ident = {t.ident: t for t in threading.enumerate()}
     main = threading.main_thread()
     try:
@@ -460,6 +468,7 @@ def thread_stacks(skip=None) -> list:
                            getattr(code, "co_qualname", code.co_name)])
             frame = frame.f_back
         frames.reverse()
+        frames = program_frames(frames, itemgetter(0))     # not pyprof's runner
         t = by_ident.get(ident)
         native_id = getattr(t, "native_id", None)
         if ident == main.ident and (native_id is None or tasks is not None

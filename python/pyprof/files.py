@@ -49,3 +49,36 @@ def atomic_write_parts(path, parts) -> None:
         if isinstance(e, OSError):
             raise PyprofError(f"cannot write {path}: {e.strerror or e}") from None
         raise
+
+
+_PYPROF_DIRS: dict = {}
+
+
+def _pyprof_dir(d) -> bool:
+    """A pyprof package directory: named pyprof, holding pyprof's C core."""
+    found = _PYPROF_DIRS.get(d)
+    if found is None:
+        try:
+            names = os.listdir(d) if os.path.basename(d) == "pyprof" else ()
+        except OSError:
+            names = ()
+        found = _PYPROF_DIRS[d] = any(n.startswith("_cprof.") and n.endswith(".so")
+                                      for n in names)
+    return found
+
+
+def pyprof_file(path) -> bool:
+    """A file of pyprof's own package (of any installation): its frames are
+    left out of what a capture or a dump shows (docs/how-it-works.md)."""
+    d = os.path.dirname(path)
+    return _pyprof_dir(d) or _pyprof_dir(os.path.dirname(d))    # _boot/, analysis/...
+
+
+def program_frames(frames, file_of) -> list:
+    """The frames (root first) above pyprof's own innermost one: the stack of
+    the program that pyprof runs or wraps (its runner, a middleware, the pytest
+    plugin), as the C core trims sampled stacks."""
+    for i in range(len(frames) - 1, -1, -1):
+        if pyprof_file(file_of(frames[i])):
+            return frames[i + 1:]
+    return frames

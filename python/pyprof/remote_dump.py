@@ -9,8 +9,10 @@ from __future__ import annotations
 import errno
 import os
 import platform
+from operator import itemgetter
 
 from .errors import PyprofError
+from .files import program_frames
 
 # System calls a blocked thread commonly sits in, per architecture (the
 # numbers of the kernel's own tables; others are shown by number).
@@ -178,6 +180,8 @@ def read(target, stop=True, native=False) -> dict:
             raise PyprofError(f"process {pid} has exited") from None
         raise PyprofError(f"cannot read process {pid}: {e.strerror or e}") from None
     for t in threads:
+        # innermost first; the program's frames, not pyprof's runner's below them
+        t["frames"] = program_frames(t["frames"][::-1], itemgetter(0))[::-1]
         state, call, arg0 = kernel.get(t["native_id"], ("?", None, None))
         t["name"] = thread_name(pid, t)
         t["state"] = state

@@ -13,6 +13,7 @@ import threading
 import time
 
 from .errors import PyprofError
+from .files import program_frames
 
 # Session states (model/tables.py STATES): a thread waiting for the GIL is
 # "idle" there, as the in-process sampler records it without --native.
@@ -77,6 +78,7 @@ class RemoteSampler:
         # (native_id, ((function index, line), ...) root first, state) -> [count, ns]
         self.counts = {}
         self.functions = []             # index -> (filename, qualname, name, first line)
+        self._keys = {}                 # code id -> its function's key (filename first)
         self._by_code = {}              # the reader's code id -> function index
         self._by_key = {}               # (filename, qualname, name, first line) -> index
         self.threads = {}               # native_id -> (ident, name)
@@ -113,8 +115,8 @@ class RemoteSampler:
                 state = "python" if t["holds_gil"] else self.files.state(nid, self.gil_span)
                 if state == "python":
                     self.gil_ns += weight
-                key = (nid, tuple((self._function(cid), line)
-                                  for cid, line in reversed(t["frames"])), state)
+                frames = program_frames(t["frames"][::-1], self._file)
+                key = (nid, tuple((self._function(cid), line) for cid, line in frames), state)
                 c = self.counts.get(key)
                 if c is None:
                     self.counts[key] = [1, weight]
@@ -122,12 +124,18 @@ class RemoteSampler:
                     c[0] += 1
                     c[1] += weight
 
+    def _file(self, frame):
+        key = self._keys.get(frame[0])
+        if key is None:
+            key = self._keys[frame[0]] = self.proc.code(frame[0])
+        return key[0]
+
     def _function(self, cid):
         """A function index for a code id: code objects made again and again
         (exec, compile) with the same names count as one function."""
         f = self._by_code.get(cid)
         if f is None:
-            key = self.proc.code(cid)
+            key = self._keys.get(cid) or self.proc.code(cid)
             f = self._by_key.get(key)
             if f is None:
                 f = self._by_key[key] = len(self.functions)

@@ -972,6 +972,10 @@ int pp_memory_rows(pp_memstate *p, pp_memrow **out, uint32_t *nout, pp_meminfo *
             int l = s[i].offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(s[i].offset * 2)) : -1;
             line = l < 0 ? 0 : (uint32_t)l;
+            if (fid == PP_NONE && pp_registry_own(p->reg, s[i].code)) {
+                kind = PP_MEM_NO_FRAME | (kind & PP_MEM_NATIVE);   /* pyprof's own code */
+                line = 0;
+            }
         }
         rows[i] = (pp_memrow){fid, line, kind,
                               s[i].stack == UINT32_MAX ? PP_NONE : s[i].stack,
@@ -1055,16 +1059,25 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
         out->nstart[k] = w;
         for (uint32_t i = 0; i < e->nnative; i++)
             out->native[w++] = ips[e->nstart + i];
+        uint32_t kept = 0;
         for (uint32_t i = 0; i < e->depth; i++) {
             const sframe *f = &copy[e->start + e->depth - 1 - i];
             PyObject *code = (PyObject *)f->code;
             uint32_t fid = pp_registry_code(p->reg, code);
+            if (fid == PP_NONE && pp_registry_own(p->reg, f->code)) {
+                /* pyprof's own frame: the program's stack starts above it */
+                kept = 0;
+                w = out->nstart[k] + e->nnative;
+                continue;
+            }
             int l = f->offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
-            out->frames[e->start + i] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
+            out->frames[e->start + kept] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
             if (e->nnative && f->entry)
-                out->native[w++] = PP_MEMSTACK_ENTRY | i;
+                out->native[w++] = PP_MEMSTACK_ENTRY | kept;
+            kept++;
         }
+        out->depth[k] = kept;
         out->nnative[k] = w - out->nstart[k];
     }
     out->n = (uint32_t)n;

@@ -778,7 +778,20 @@ static PyObject *mod_release(PyObject *m, PyObject *unused)
                          "allocators", mem ? Py_True : Py_False);
 }
 
+static PyObject *mod_own_thread(PyObject *m, PyObject *on)
+{
+    (void)m;
+    int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    pp_threads_own(v);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"_own_thread", mod_own_thread, METH_O,
+     "_own_thread(on)\nThe calling thread is pyprof's own (the control channel's) or no "
+     "longer: its samples are left out of captures."},
     {"_release", mod_release, METH_NOARGS,
      "_release() -> {'signal': bool, 'allocators': bool}\nNo profiler enabled: give back "
      "SIGPROF's disposition and the allocators, where safe now (a detach: docs/attach.md)."},

@@ -8,7 +8,9 @@
  */
 #include "registry.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define COLD static __attribute__((noinline, cold))
 
@@ -65,6 +67,70 @@ static PyObject *builtin_name(PyObject *callable, PyObject *self_arg)
     return PyUnicode_FromFormat("<%s>", fn->m_ml->ml_name);
 }
 
+/* pyprof's package directory ("/.../pyprof/"), where this module was loaded
+ * from, and the module's base address: what tells pyprof's own code and C
+ * functions apart (found once, GIL held). */
+static char own_dir[4096];
+static size_t own_dir_len;
+static void *own_base;
+static int own_looked;
+
+static void find_own(void)
+{
+    own_looked = 1;
+    Dl_info info;
+    if (dladdr(own_dir, &info) == 0)
+        return;
+    own_base = info.dli_fbase;
+    const char *slash = info.dli_fname ? strrchr(info.dli_fname, '/') : NULL;
+    if (slash == NULL || (size_t)(slash - info.dli_fname) + 1 >= sizeof own_dir)
+        return;
+    own_dir_len = (size_t)(slash - info.dli_fname) + 1;
+    memcpy(own_dir, info.dli_fname, own_dir_len);
+}
+
+/* A code object in a file of pyprof's package, or a C function of this module
+ * (the key of a builtin is its PyMethodDef) but for the stand-ins of the
+ * program's calls it wraps (os.fork, threading's start: their self is the
+ * wrapped function). Once per function. */
+static int is_own(uint64_t key, PyObject *obj, int kind)
+{
+    if (!own_looked)
+        find_own();
+    if (kind == PP_KIND_BUILTIN) {
+        Dl_info info;
+        if (PyCFunction_Check(obj) && ((PyCFunctionObject *)obj)->m_self != NULL
+                && PyCFunction_Check(((PyCFunctionObject *)obj)->m_self))
+            return 0;
+        return own_base && dladdr((void *)(uintptr_t)key, &info) && info.dli_fbase == own_base;
+    }
+    if (kind != PP_KIND_PYTHON || own_dir_len == 0 || !PyCode_Check(obj))
+        return 0;
+    Py_ssize_t n;
+    const char *file = PyUnicode_AsUTF8AndSize(((PyCodeObject *)obj)->co_filename, &n);
+    if (file == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return (size_t)n > own_dir_len && memcmp(file, own_dir, own_dir_len) == 0;
+}
+
+/* Remembers an own key (its code object kept alive: the address is the key). */
+static void add_own(pp_registry *r, uint64_t key, PyObject *obj, int kind)
+{
+    if (r->own.e == NULL && pp_index_init(&r->own, 64) < 0)
+        return;
+    if (kind == PP_KIND_PYTHON) {
+        if (r->own_code == NULL)
+            r->own_code = PyList_New(0);
+        if (r->own_code == NULL || PyList_Append(r->own_code, obj) < 0) {
+            PyErr_Clear();
+            return;
+        }
+    }
+    pp_index_put(&r->own, key, 1);
+}
+
 /* Line mode: whether a code object seen for the first time is a line target.
  * Python code, run once per code object; its errors are unraisable. */
 COLD int line_filter_says(pp_registry *r, PyObject *code)
@@ -98,8 +164,18 @@ static uint32_t register_function_impl(pp_registry *r, uint64_t key, PyObject *o
                                        PyObject *self_arg, int kind)
 {
     uint32_t fid = pp_index_get(&r->idx, key);
-    if (fid != PP_NONE)
+    if (fid != PP_NONE || pp_registry_own(r, key))
         return fid;
+    if (kind != PP_KIND_GHOST) {
+        pp_err_state es;
+        pp_err_save(&es);
+        int own = is_own(key, obj, kind);
+        if (own)
+            add_own(r, key, obj, kind);
+        pp_err_restore(&es);
+        if (own)
+            return PP_NONE;
+    }
     if (r->nfun == r->capfun) {
         uint32_t ncap = r->capfun ? r->capfun * 2 : 256;
         PyObject **no = realloc(r->fobj, ncap * sizeof(PyObject *));
@@ -192,7 +268,10 @@ uint32_t pp_registry_add_line_target(pp_registry *r, PyObject *code)
     }
     uint32_t fid = pp_registry_code(r, code);
     if (fid == PP_NONE) {
-        if (!PyErr_Occurred())
+        if (pp_registry_own(r, (uint64_t)(uintptr_t)code))
+            PyErr_Format(PyExc_ValueError, "%U is pyprof's own code, which is not profiled",
+                         ((PyCodeObject *)code)->co_qualname);
+        else if (!PyErr_Occurred())
             PyErr_NoMemory();
         return PP_NONE;
     }
@@ -214,5 +293,8 @@ void pp_registry_free(pp_registry *r)
     r->ftarget = NULL;
     r->nfun = r->capfun = 0;
     pp_index_free(&r->idx);
+    if (r->own.e != NULL)
+        pp_index_free(&r->own);
+    Py_CLEAR(r->own_code);
     Py_CLEAR(r->line_filter);
 }

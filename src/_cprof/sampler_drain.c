@@ -176,7 +176,7 @@ static uint32_t code_fid(pp_sampling *p, PyObject *code)
         return dying_fid;
     }
     uint32_t fid = pp_registry_get(p->reg, key);
-    if (fid != PP_NONE)
+    if (fid != PP_NONE || pp_registry_own(p->reg, key))
         return fid;
     /* Checked again: a pointer read from a half-linked frame may name a code
      * object that was already freed when the handler read it, or has died
@@ -363,17 +363,28 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
     n = task_cut(p, r, raw, n, &row, &root_fid);
     if (root_fid != PP_NONE)
         fr[kept++] = (uint64_t)root_fid << 32;
+    uint32_t base = kept;
+    int own_leaf = 0;
     for (uint32_t i = n; i-- > 0;) {        /* leaf first -> root first */
         PyObject *code = (PyObject *)raw[i].code;
         uint32_t fid = code_fid(p, code);
-        if (fid == PP_NONE)
+        if (fid == PP_NONE) {
+            /* pyprof's own frame (a runner, a middleware, the pytest plugin):
+             * the program's stack starts above it; on top, pyprof's own work */
+            if (pp_registry_own(p->reg, raw[i].code)) {
+                kept = base;
+                own_leaf = 1;
+            }
             continue;
+        }
+        own_leaf = 0;
         uint32_t line = frame_line(s, fid, code, raw[i].offset);
         if (S.native && (raw[i].flags & PP_RAW_ENTRY))
             line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
         fr[kept++] = (uint64_t)fid << 32 | line;
     }
     n = kept;
+    runner_only |= own_leaf || pp_threads_is_own(r->tid);
     uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
     uint32_t st = thread == PP_NONE ? PP_NONE : stack_id(s, fr, n, nat, r->nnative);
     int64_t weight = r->weight_ns;

@@ -8,6 +8,8 @@
 #include "threads.h"
 
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 __thread pp_tls_t pp_tls __attribute__((tls_model("initial-exec")));
 __thread int pp_mem_self __attribute__((tls_model("initial-exec")));
@@ -131,6 +133,29 @@ int pp_threads_paused(const pp_threadset *s)
 void pp_threads_activate(pp_threadset *s)
 {
     pp_active_set = s;
+}
+
+/* pyprof's own Python threads (the control channel's), by kernel id. */
+#define OWN_THREADS 8
+static uint32_t own_tids[OWN_THREADS];
+
+void pp_threads_own(int on)
+{
+    uint32_t tid = (uint32_t)syscall(SYS_gettid);
+    for (int i = 0; i < OWN_THREADS; i++) {
+        if (on ? own_tids[i] == 0 : own_tids[i] == tid) {
+            own_tids[i] = on ? tid : 0;
+            return;
+        }
+    }
+}
+
+int pp_threads_is_own(uint32_t tid)
+{
+    for (int i = 0; tid != 0 && i < OWN_THREADS; i++)
+        if (own_tids[i] == tid)
+            return 1;
+    return 0;
 }
 
 int pp_threads_self_paused(void)

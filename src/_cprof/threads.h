@@ -111,6 +111,11 @@ void pp_threads_pause(pp_threadset *s, int paused);
 int pp_threads_paused(const pp_threadset *s);
 /* The records of the enabled profiler (NULL: none), for the checks below. */
 void pp_threads_activate(pp_threadset *s);
+/* The calling thread is pyprof's own (on) or no longer (GIL held): a
+ * Python thread of pyprof's (the control channel's), whose samples are
+ * pyprof's work, not the program's (at most 8 at a time). */
+void pp_threads_own(int on);
+int pp_threads_is_own(uint32_t tid);
 /* The calling thread is paused by the enabled profiler (GIL held). */
 int pp_threads_self_paused(void);
 /* Look the thread's name up again (bounded retries; GIL held). */

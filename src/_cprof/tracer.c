@@ -100,7 +100,10 @@ void pp_tracer_enter_slow(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *s
     if (UNLIKELY(fs == PP_NONE)) {
         fs = add_function_slot(p, ts, key, obj, self_arg, kind);
         if (fs == PP_NONE) {
-            p->oom = 1;
+            /* pyprof's own function is not recorded: its callees count
+             * under its caller (its return finds it not on the stack) */
+            if (!pp_registry_own(p->reg, key))
+                p->oom = 1;
             return;
         }
     }

@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..errors import PyprofError
+from ..model.names import stable_name
 from ..model.session import (NO_FUNCTION, TABLES, CoroCounters, MemCounters, MemExtra, PathNode,
                              Session, Stack, Step, Thread, process_records)
 
@@ -68,7 +69,11 @@ class _Merged:
 
 def function_identity(fn) -> tuple:
     """What makes two captures' functions the same function in a merge."""
-    return (fn.kind, fn.filename, fn.line, fn.name, fn.qualname)
+    if fn.kind == "python":
+        return (fn.kind, fn.filename, fn.line, fn.name, fn.qualname)
+    # a C function by its stable name: cProfile's may hold an address (model/names.py)
+    name = stable_name(fn.name)
+    return (fn.kind, fn.filename, fn.line, name, name)
 
 
 # ------------------------------------------------------------------ one function per table

@@ -540,7 +540,7 @@ def scope_path(session, fid) -> list:
         if m:
             *mod, name = m.group(1).split(".")
             return [(p, "module") for p in (mod or ["builtins"])] + [(name, "function")]
-        return [("builtins", "module"), (f.name, "function")]
+        return [("builtins", "module"), (f.qualname, "function")]
     module = [(p, "module") for p in module_of(f.filename, session).split(".")]
     quals = [q for q in f.qualname.split(".") if q != "<locals>"]
     # a qualname's inner parts are classes or enclosing functions

@@ -26,6 +26,7 @@ from ..errors import PyprofError
 from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
                      LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode,
                      SampleCounters, Stack, Step, TASK_STATES, CoroCounters, TaskRow, Thread)
+from .names import stable_name
 from .validate import RECORD_NAMES, Corrupt, check
 
 MAGIC = b"\x89CPROF\r\n"
@@ -454,8 +455,10 @@ def _parse_functions(ctx, payload):
                 _string(ctx, "FUNCTIONS", i, index)
             if kind >= nk:
                 raise Corrupt(f"FUNCTIONS row {i} has kind {kind} (at most {nk - 1})")
+    # a C function's qualname is its stable name (the name stays cProfile's)
     out = ctx.session.functions = {
-        fid: Function(fid, s[fl], line, s[nm], s[qn], KINDS[kind])
+        fid: Function(fid, s[fl], line, s[nm], stable_name(s[qn]) if kind else s[qn],
+                      KINDS[kind])
         for fid, fl, line, nm, qn, kind in rows}
     if len(out) != n:
         raise Corrupt(f"FUNCTIONS has {n} rows but {n - len(out)} of them repeat the id of "

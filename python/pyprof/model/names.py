@@ -6,6 +6,17 @@ import re
 
 BUILTIN_METHOD = re.compile(r"<method '([^']+)' of '([^']+)' objects>")
 BUILTIN_FUNC = re.compile(r"<built-in method ([\w.]+)>")
+# cProfile's name of a method bound to a C object carries the object's
+# address: "<built-in method __new__ of type object at 0x7eff3b1615a0>"
+_ADDRESS = re.compile(r"^(<built-in method \S+ of .+ object) at 0x[0-9a-fA-F]+>$")
+
+
+def stable_name(name: str) -> str:
+    """A C function's name without the address that changes with every run
+    (``<built-in method __new__ of type object>``): what pyprof matches
+    functions by across captures (diff, merge, views, gates); pstats and the
+    other cProfile-compatible outputs keep cProfile's own spelling."""
+    return _ADDRESS.sub(r"\1>", name)
 
 
 def plain_builtin_name(name: str) -> str:
