@@ -1059,25 +1059,25 @@ int pp_memory_stacks(pp_memstate *p, pp_memstacks *out)
         out->nstart[k] = w;
         for (uint32_t i = 0; i < e->nnative; i++)
             out->native[w++] = ips[e->nstart + i];
-        uint32_t kept = 0;
+        uint32_t shown = 0;
         for (uint32_t i = 0; i < e->depth; i++) {
             const sframe *f = &copy[e->start + e->depth - 1 - i];
             PyObject *code = (PyObject *)f->code;
             uint32_t fid = pp_registry_code(p->reg, code);
             if (fid == PP_NONE && pp_registry_own(p->reg, f->code)) {
                 /* pyprof's own frame: the program's stack starts above it */
-                kept = 0;
+                shown = 0;
                 w = out->nstart[k] + e->nnative;
                 continue;
             }
             int l = f->offset < (uint32_t)Py_SIZE(code)
                     ? PyCode_Addr2Line((PyCodeObject *)code, (int)(f->offset * 2)) : -1;
-            out->frames[e->start + kept] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
+            out->frames[e->start + shown] = (uint64_t)fid << 32 | (uint32_t)(l < 0 ? 0 : l);
             if (e->nnative && f->entry)
-                out->native[w++] = PP_MEMSTACK_ENTRY | kept;
-            kept++;
+                out->native[w++] = PP_MEMSTACK_ENTRY | shown;
+            shown++;
         }
-        out->depth[k] = kept;
+        out->depth[k] = shown;
         out->nnative[k] = w - out->nstart[k];
     }
     out->n = (uint32_t)n;

@@ -838,9 +838,12 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
         if (!pp_frames_gen_where(o, &code, &off))
             break;
         uint32_t fid = pp_sampler_code_fid(p, code);
-        if (fid == PP_NONE)
+        if (fid == PP_NONE && !pp_registry_own(p->reg, (uint64_t)(uintptr_t)code))
             break;
-        fr[n++] = (uint64_t)fid << 32 | pp_samples_line(&p->samples, fid, code, off);
+        if (fid == PP_NONE)
+            n = 1;                      /* pyprof's own (a middleware): the chain starts above it */
+        else
+            fr[n++] = (uint64_t)fid << 32 | pp_samples_line(&p->samples, fid, code, off);
         PyObject *next = pp_attr(o, PyCoro_CheckExact(o) ? "cr_await" : "gi_yieldfrom");
         Py_DECREF(o);
         o = next;
