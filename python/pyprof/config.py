@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 
 from .errors import PyprofError
-from .options import MAX_RATE, SORT_KEYS, RunOptions
+from .options import MAX_RATE, SORT_KEYS, RunOptions, set_mode
 
 MODES = ("function", "sample", "memory", "lines")
 
@@ -342,12 +342,7 @@ def apply(opts: RunOptions, given, cfg: Config | None = None) -> dict:
         origins["mode"] = (_mode_of(opts), "command line")
     else:
         mode, origin = cfg.get("", "mode")
-        if mode == "sample":
-            opts.sample = True
-        elif mode == "memory":
-            opts.memory = True
-        elif mode == "lines":
-            opts.lines = True
+        set_mode(opts, mode)
         origins["mode"] = (mode, origin)
     mode = _mode_of(opts)
     # timeline first: its own keys depend on it

@@ -66,6 +66,12 @@ PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", 
                 "timeline_max_events", "asyncio")
 
 
+
+def set_mode(opts, mode):
+    """The flag that selects `mode` on opts (function tracing: none)."""
+    if mode in RUN_MODES[1:]:
+        setattr(opts, mode, True)
+
 class RunOptions:
     """The options of one profiled run, in one place (see the module's doc).
 
@@ -113,12 +119,7 @@ class RunOptions:
             raise OptionError(f"--mode function and {', '.join(others)} do not combine "
                               f"(--mode function traces calls; with --memory: --memory "
                               f"--functions)")
-        if mode == "sample":
-            self.sample = True
-        elif mode == "memory":
-            self.memory = True
-        elif mode == "lines":
-            self.lines = True
+        set_mode(self, mode)
 
     @classmethod
     def from_profile(cls, **kw) -> "RunOptions":
