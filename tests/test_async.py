@@ -544,3 +544,31 @@ def test_report_opens_on_the_programs_code(tmp_path):
     files = [f["file"] for f in json.loads(m.group(1))["heatmap"]["files"]]
     assert files[0].endswith("bi.py"), files
     assert any(f.endswith("selectors.py") for f in files), files   # still there, later
+
+
+@needs_timely_looks
+def test_async_timeline_size_is_bounded(tmp_path):
+    """--async --timeline of thousands of short tasks for 2 s: the trace stays
+    under 5 MB (it was 130 MB: a million calls of the loop's), loads as JSON,
+    and holds the named task that ran longest with each of its steps."""
+    r = pyprof("--async", "--timeline", "-o", "many.trace.json",
+               os.path.join(HERE, "asyncmany.py"), "truth.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["tasks"] > 5000, truth           # what makes the trace big
+    size = (tmp_path / "many.trace.json").stat().st_size
+    assert size < 5 * 2**20, size
+    trace = json.loads((tmp_path / "many.trace.json").read_text())
+    tracks = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+              if e.get("name") == "thread_name" and e["pid"] == 1 << 23}
+    tid = next(t for t, name in tracks.items() if name == "task ticker")
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "task-step"
+             and e["tid"] == tid and e["pid"] == 1 << 23]
+    assert len(steps) == truth["ticker_steps"]
+    ran = sum(e["dur"] for e in steps) / 1e6
+    # each step is its burn plus a few µs of the loop's and the sleep's
+    assert truth["ticker_running"] <= ran <= truth["ticker_running"] + 0.01 + \
+        0.05 * truth["ticker_running"], (ran, truth)
+    other = trace["otherData"]
+    assert other["tasks_dropped"] > 0 and len(tracks) == other["tasks"] == 5000
+    assert other["tasks"] + other["tasks_dropped"] >= truth["tasks"]
