@@ -42,9 +42,9 @@ def has_content(session) -> bool:
 
 
 TASKS_PID = 1 << 23                         # past Linux's largest pid and merged ones
-# Task steps written at most (the longest kept): thousands of short tasks make
-# steps by the hundred thousand, ~115 bytes of JSON each.
-# Likewise task tracks (those that ran longest kept): ~210 bytes each.
+# Task tracks (those that ran longest kept, ~210 bytes of JSON each) and steps
+# (the longest kept, ~115 bytes each) written at most: thousands of short tasks
+# make them by the hundred thousand.
 MAX_TASK_STEPS, MAX_TASK_TRACKS = 20_000, 5_000
 
 
