@@ -233,7 +233,8 @@ def test_tasks_view(capture):
                "--order-by", "awaiting", cwd=d)
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    by = {row["name"]: row for row in rows}
+    assert r.stdout.startswith("task,"), r.stdout[:80]      # the documented column name
+    by = {row["task"]: row for row in rows}
     assert {"tg-a", "consumer", "cancelled"} <= set(by)
     assert [float(x["awaiting"]) for x in rows] == sorted((float(x["awaiting"]) for x in rows),
                                                           reverse=True)
@@ -247,8 +248,20 @@ def test_tasks_view(capture):
     assert "tg-a" in r.stdout and "consumer" not in r.stdout
     r = pyprof("view", "run.cprof", "--view", "tasks", "--thread", "loop-thread",
                "--format", "csv", cwd=d)
-    assert [x["name"] for x in csv.DictReader(io.StringIO(r.stdout))] == ["thread-w", "Task-2"] \
-        or {x["name"] for x in csv.DictReader(io.StringIO(r.stdout))} >= {"thread-w"}
+    assert [x["task"] for x in csv.DictReader(io.StringIO(r.stdout))] == ["thread-w", "Task-2"] \
+        or {x["task"] for x in csv.DictReader(io.StringIO(r.stdout))} >= {"thread-w"}
+
+
+def test_created_says_why_it_is_empty(capture):
+    """Outside asyncio's debug mode no task has a creation place: the table
+    says so rather than leave a silent empty column."""
+    d, s, truth, loop = capture
+    assert not any(t.created for t in s.tasks)
+    r = pyprof("view", "run.cprof", "--view", "tasks", cwd=d)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().splitlines()[-1] == (
+        "created: needs PYTHONASYNCIODEBUG=1 (asyncio keeps where a task was made only in "
+        "debug mode)")
 
 
 def test_capture_round_trip(capture, tmp_path):
@@ -273,8 +286,10 @@ def test_created_in_debug_mode(tmp_path):
     r = pyprof("--sample", "--wall", "--async", "-o", "d.cprof", prog, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     r = pyprof("view", "d.cprof", "--view", "tasks", "--format", "csv", cwd=tmp_path)
-    row = {x["name"]: x for x in csv.DictReader(io.StringIO(r.stdout))}["made-here"]
+    row = {x["task"]: x for x in csv.DictReader(io.StringIO(r.stdout))}["made-here"]
     assert row["created"].endswith("dbg.py:7"), row
+    r = pyprof("view", "d.cprof", "--view", "tasks", cwd=tmp_path)
+    assert "made-here" in r.stdout and "PYTHONASYNCIODEBUG" not in r.stdout
 
 
 def test_no_event_loop_is_plain_sampling(tmp_path):
@@ -494,3 +509,105 @@ def test_function_mode_follows_coroutines_only_when_asked(tmp_path):
         assert bool(s.coroutines) is follows
         assert ("awaiting" in rows["step"]) is follows, rows["step"]
         assert rows["step"]["calls"] == (50 if follows else 200)
+
+
+# A task that runs (its own clock) and one that only waits: the exit table and
+# the report against them.
+BUSY_IDLE = '''import asyncio, json, sys, time
+def burn(seconds):
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+truth = {}
+async def busy():
+    t = time.perf_counter()
+    for _ in range(6):
+        burn(0.05)
+        await asyncio.sleep(0.01)
+    truth["busy"] = time.perf_counter() - t
+async def sleeper():
+    t = time.perf_counter()
+    await asyncio.sleep(0.8)
+    truth["sleeper"] = time.perf_counter() - t
+async def main():
+    await asyncio.gather(asyncio.create_task(busy(), name="busy"),
+                         asyncio.create_task(sleeper(), name="sleeper"))
+t = time.perf_counter()
+asyncio.run(main())
+truth["burn"] = 6 * 0.05
+with open(sys.argv[1], "w") as f:
+    json.dump(truth, f)
+'''
+
+
+@needs_timely_looks
+def test_exit_table_puts_running_first(tmp_path):
+    """The awaiting pseudo-samples get their own table: the function table is
+    the threads' own time, and the sleeper's wait is in the awaiting one."""
+    (tmp_path / "bi.py").write_text(BUSY_IDLE)
+    r = pyprof("--sample", "--wall", "--rate", "1000", "--async", "bi.py", "truth.json",
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    out = r.stdout
+    run_at, aw_at = out.find("Threads' own time (running or blocked; awaiting left out"), \
+        out.find("Awaiting (by task and where it waits")
+    assert 0 <= run_at < aw_at, out[:3000]
+    running = out[run_at:aw_at]
+    assert "[awaiting]" not in running
+    burn = next(ln for ln in running.splitlines() if ln.rstrip().endswith(
+        tuple(f"burn (bi.py:{n})" for n in range(1, 9))))
+    total_s = float(burn.split()[5])
+    # a loaded machine's time off a CPU in a burn can go to what runs after it
+    assert abs(total_s - truth["burn"]) <= max(0.15 * truth["burn"], 0.05), burn
+    awaiting = out[aw_at:].split("\n\n")[0].splitlines()[2:]
+    slept = sum(float(ln.split()[2]) for ln in awaiting if "<task sleeper>:" in ln)
+    # the sleeper runs for microseconds: its awaiting time is its lifetime
+    assert abs(slept - truth["sleeper"]) <= max(0.1 * truth["sleeper"], 0.05), awaiting
+    assert any("<task sleeper>: sleeper (bi.py:15) > sleep (tasks.py:" in ln and
+               ln.endswith("> <await Future>") for ln in awaiting)
+
+
+def test_report_opens_on_the_programs_code(tmp_path):
+    """The wall samples of an asyncio run are mostly the loop's selector wait:
+    the heatmap's first file (the one it opens on) is the program's."""
+    import re
+    (tmp_path / "bi.py").write_text(BUSY_IDLE)
+    r = pyprof("--sample", "--wall", "--rate", "1000", "--async", "-o", "bi.cprof", "bi.py",
+               "truth.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = pyprof("convert", "bi.cprof", "-o", "bi.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "bi.html").read_text()
+    m = re.search(r'<script type="application/json" id="data">(.*?)</script>', text, re.S)
+    files = [f["file"] for f in json.loads(m.group(1))["heatmap"]["files"]]
+    assert files[0].endswith("bi.py"), files
+    assert any(f.endswith("selectors.py") for f in files), files   # still there, later
+
+
+@needs_timely_looks
+def test_async_timeline_size_is_bounded(tmp_path):
+    """--async --timeline of thousands of short tasks for 2 s: the trace stays
+    under 5 MB (it was 130 MB: a million calls of the loop's), loads as JSON,
+    and holds the named task that ran longest with each of its steps."""
+    r = pyprof("--async", "--timeline", "-o", "many.trace.json",
+               os.path.join(HERE, "asyncmany.py"), "truth.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["tasks"] > 5000, truth           # what makes the trace big
+    size = (tmp_path / "many.trace.json").stat().st_size
+    assert size < 5 * 2**20, size
+    trace = json.loads((tmp_path / "many.trace.json").read_text())
+    tracks = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+              if e.get("name") == "thread_name" and e["pid"] == 1 << 23}
+    tid = next(t for t, name in tracks.items() if name == "task ticker")
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "task-step"
+             and e["tid"] == tid and e["pid"] == 1 << 23]
+    assert len(steps) == truth["ticker_steps"]
+    ran = sum(e["dur"] for e in steps) / 1e6
+    # each step is its burn plus a few µs of the loop's and the sleep's
+    assert truth["ticker_running"] <= ran <= truth["ticker_running"] + 0.01 + \
+        0.05 * truth["ticker_running"], (ran, truth)
+    other = trace["otherData"]
+    assert other["tasks_dropped"] > 0 and len(tracks) == other["tasks"] == 5000
+    assert other["tasks"] + other["tasks_dropped"] >= truth["tasks"]

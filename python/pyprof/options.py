@@ -24,6 +24,10 @@ from __future__ import annotations
 from .errors import OptionError
 
 DEFAULT_MAX_EVENTS = 1_000_000          # timeline events, 24 bytes each: about 24 MB
+# --async --timeline: an event loop makes calls by the million (130 MB of trace
+# for a 2 s run); the tasks' steps are what such a timeline is for.
+ASYNC_MIN_DURATION_NS = 1_000_000
+ASYNC_MAX_EVENTS = 20_000
 MAX_RATE = 100000                       # Hz
 MAX_MEMORY_SAMPLE = 1 << 40             # bytes
 MODES = ("trace", "sample", "memory")
@@ -263,10 +267,13 @@ class RunOptions:
                          "(also with memory=True), not line mode, mode='sample' or "
                          "mode='memory'")
             from .analysis.timeline import duration_ns
+            if self.timeline_min_duration is None and self.asyncio:
+                self.timeline_min_duration = ASYNC_MIN_DURATION_NS
             self.timeline_min_duration = duration_ns(self.timeline_min_duration or 0,
                                                      n("timeline_min_duration"))
             if self.timeline_max_events is None:
-                self.timeline_max_events = DEFAULT_MAX_EVENTS
+                self.timeline_max_events = ASYNC_MAX_EVENTS if self.asyncio else \
+                    DEFAULT_MAX_EVENTS
             self.timeline_max_events = int(self.timeline_max_events)
             if not 0 <= self.timeline_max_events < 2**32:
                 raise OptionError(f"{n('timeline_max_events')} must be in [0, 2**32), not "

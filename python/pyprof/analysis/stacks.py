@@ -147,10 +147,13 @@ def memory_stack_frames(session, sid, lines=False) -> list:
     return merge_native(session, py, Stack(session.memory_stacks[sid], *native), lines)
 
 
-def totals(session, lines=False):
-    """{frame: [self samples, total samples, self ns, total ns]} over all samples."""
+def totals(session, lines=False, skip=()):
+    """{frame: [self samples, total samples, self ns, total ns]} over all samples
+    but those of the states in `skip`."""
     out: dict = {}
     for t, state, frames, count, weight in named_stacks(session, lines=lines, threads=False):
+        if state in skip:
+            continue
         seen = set()
         for i, f in enumerate(frames):
             row = out.setdefault(f, [0, 0, 0, 0])

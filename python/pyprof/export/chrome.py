@@ -15,7 +15,8 @@ timeline of a capture (docs/timeline.md).
 - pyprof.step() markers as process-wide ``i`` instant events;
 - asyncio tasks (--async, docs/async.md): a process "asyncio tasks" with one
   track per task, named ``task NAME``: an ``X`` event for its lifetime (named
-  by its coroutine) and, traced with a timeline, one per step inside it.
+  by its coroutine) and, traced with a timeline, one per step inside it
+  (at most MAX_TASK_TRACKS tracks and MAX_TASK_STEPS steps, docs/async.md).
 
 No ``args`` on X events: speedscope keys frames by name and args, so per-call
 args would split a function into many frames. Strings are escaped by
@@ -41,18 +42,41 @@ def has_content(session) -> bool:
 
 
 TASKS_PID = 1 << 23                         # past Linux's largest pid and merged ones
+# Task tracks (those that ran longest kept, ~210 bytes of JSON each) and steps
+# (the longest kept, ~115 bytes each) written at most: thousands of short tasks
+# make them by the hundred thousand.
+MAX_TASK_STEPS, MAX_TASK_TRACKS = 20_000, 5_000
 
 
-def _task_events(session, end_ns):
+def _kept_tasks(session) -> set:
+    n = len(session.tasks)
+    if n <= MAX_TASK_TRACKS:
+        return set(range(n))
+    import heapq
+    return set(heapq.nlargest(MAX_TASK_TRACKS, range(n), key=lambda i: (
+        session.tasks[i].running, -i)))
+
+
+def _kept_steps(session, tasks) -> list:
+    steps = [s for s in session.task_steps if s[0] in tasks]
+    if len(steps) <= MAX_TASK_STEPS:
+        return steps
+    import heapq
+    return heapq.nlargest(MAX_TASK_STEPS, steps, key=lambda s: s[2])
+
+
+def _task_events(session, end_ns, kept, tasks):
     """The tasks' tracks: metadata, then per task its lifetime and its steps."""
     if not session.tasks:
         return
     yield (f'{{"name":"process_name","ph":"M","pid":{TASKS_PID},"tid":0,'
            f'"args":{{"name":"asyncio tasks"}}}}')
     steps: dict = {}
-    for task, start, dur in session.task_steps:
+    for task, start, dur in kept:
         steps.setdefault(task, []).append((start, dur))
     for i, t in enumerate(session.tasks):
+        if i not in tasks:
+            continue
         label = session.functions[t.fid].name
         name = label[1:-1] if label.startswith("<") else label
         coro = session.functions.get(t.coro_fid) if t.coro_fid is not None else None
@@ -157,6 +181,14 @@ def build(session, min_duration_ns: int = 0):
         "export_min_duration_ns": int(min_duration_ns),
         "open_calls_clipped": int(info.get("timeline_open", 0)),
     }
+    kept_tasks = _kept_tasks(session)
+    kept_steps = _kept_steps(session, kept_tasks)
+    if session.tasks:
+        summary["tasks"] = len(kept_tasks)
+        summary["tasks_dropped"] = len(session.tasks) - len(kept_tasks)
+    if session.task_steps:
+        summary["task_steps"] = len(kept_steps)
+        summary["task_steps_dropped"] = len(session.task_steps) - len(kept_steps)
 
     def parts():
         yield '{"traceEvents":[\n'
@@ -198,7 +230,8 @@ def build(session, min_duration_ns: int = 0):
                 ts = us(round(pt.t * 1e9) + proc["shift_ns"])
                 yield (f',\n{{"name":"memory","ph":"C","ts":{ts},"pid":{proc["id"]},"tid":0,'
                        f'"args":{{"rss_bytes":{int(pt.rss)},"heap_bytes":{int(pt.heap)}}}}}')
-        tasks = list(_task_events(session, int(info.get("duration_ns", 0) or 0)))
+        tasks = list(_task_events(session, int(info.get("duration_ns", 0) or 0), kept_steps,
+                                  kept_tasks))
         if tasks:
             yield ",\n" + ",\n".join(tasks)
         for m in meta.get("steps", []):
@@ -231,4 +264,10 @@ def write(session, path, min_duration_ns: int = 0, report=None):
         print(f"pyprof: {summary['dropped_at_export']} calls shorter than "
               f"{format_ns(min_duration_ns)} left out of {os.fspath(path)} "
               f"({summary['timeline_events']} kept)", file=report)
+    if report is not None and summary.get("tasks_dropped"):
+        print(f"pyprof: {summary['tasks_dropped']} asyncio tasks left out of "
+              f"{os.fspath(path)} (the {summary['tasks']} that ran longest kept)", file=report)
+    if report is not None and summary.get("task_steps_dropped"):
+        print(f"pyprof: {summary['task_steps_dropped']} asyncio task steps left out of "
+              f"{os.fspath(path)} (the {summary['task_steps']} longest kept)", file=report)
     return summary

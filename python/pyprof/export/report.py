@@ -194,6 +194,24 @@ def _weight_column(cols) -> str | None:
     return next((c for c in ("self-samples", "time", "hits", "bytes") if c in cols), None)
 
 
+def _running_by_file(session) -> dict:
+    """--wall --async: file -> on-CPU samples of its own lines. The wall
+    samples of such a run are mostly the loop's idle wait (selectors.py) and
+    tasks' awaiting: ranked by them, the heatmap would open on asyncio's code."""
+    si = session.info.get("sampling") or {}
+    if not session.tasks or si.get("mode") != "wall":
+        return {}
+    cpu = {views.STATES.index("python"), views.STATES.index("native")}
+    out: dict = {}
+    for (_, sid, state), c in session.samples.items():
+        frames = session.stacks[sid].frames
+        if state in cpu and frames:
+            f = session.functions.get(frames[-1][0])
+            if f is not None and f.filename:
+                out[f.filename] = out.get(f.filename, 0) + c.count
+    return out
+
+
 def heatmap(session) -> dict | None:
     """Per file: its source lines with the figures of the lines view."""
     available = views.available_columns(session, "lines")
@@ -220,7 +238,9 @@ def heatmap(session) -> dict | None:
     def weight(lines):     # a file's largest share of any column
         return max(sum(v.get(c) or 0 for v in lines.values()) / totals[c] for c in cols)
 
-    ranked = sorted(by_file.items(), key=lambda kv: (-weight(kv[1]), kv[0]))
+    running = _running_by_file(session)
+    ranked = sorted(by_file.items(),
+                    key=lambda kv: (-running.get(kv[0], 0), -weight(kv[1]), kv[0]))
     hashes = session.meta.get("sources", {})
     files = []
     for filename, lines in ranked[:MAX_FILES]:

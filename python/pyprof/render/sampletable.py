@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import os
 
-from ..analysis.stacks import totals
+from ..analysis.stacks import named_stacks, totals
 from ..model.sources import read_source
+from ..model.tables import STATES
+
+AWAITING = STATES.index("awaiting")
+
+
+def _awaiting(session) -> bool:
+    """--async --wall: suspended tasks' pseudo-samples, tabled apart (they
+    are not time a thread spent, and would bury the program's own code)."""
+    return any(state == AWAITING for (_, _, state) in session.samples)
+
+
+def _own_count(session) -> int:
+    return sum(c.count for (_, _, s), c in session.samples.items() if s != AWAITING) or 1
 
 
 def header(session) -> str:
@@ -49,10 +62,15 @@ def order_note(sort):
 
 
 def write_functions(session, out, limit=40, sort="cumulative"):
-    rows = totals(session)
-    n = sum(c.count for c in session.samples.values()) or 1
+    split = _awaiting(session)
+    rows = totals(session, skip=("awaiting",) if split else ())
+    n = _own_count(session) if split else sum(c.count for c in session.samples.values()) or 1
     order = ORDERS.get(sort, ORDERS["cumulative"])
     out.write(header(session) + "\n")
+    if split:
+        secs = sum(r[2] for r in rows.values()) / 1e9
+        out.write(f"Threads' own time (running or blocked; awaiting left out: {n} samples, "
+                  f"{secs:.3f} s; % of these)\n")
     out.write(f"{'Self':>8} {'Self %':>7} {'Self s':>9} {'Total':>8} {'Total %':>7} "
               f"{'Total s':>9} {'Calls':>6}  Function\n")
     for f, (sc, tc, sw, tw) in sorted(rows.items(), key=lambda kv: order(*kv))[:limit]:
@@ -60,14 +78,42 @@ def write_functions(session, out, limit=40, sort="cumulative"):
         where = f" ({os.path.basename(file)}:{line})" if file else ""
         out.write(f"{sc:>8} {100 * sc / n:>6.1f}% {sw / 1e9:>9.3f} {tc:>8} {100 * tc / n:>6.1f}% "
                   f"{tw / 1e9:>9.3f} {'?':>6}  {label}{where}\n")
+    if split:
+        write_awaiting(session, out)
+
+
+def write_awaiting(session, out, limit=40):
+    """The awaiting pseudo-samples per task and the chain it waits in."""
+    rows: dict = {}
+    for _, state, frames, count, weight in named_stacks(session, lines=True, threads=False,
+                                                        states=("awaiting",)):
+        # with lines, a frame is "name:line": shown as name (file:line)
+        names = [lb.rsplit(":", 1)[0] for lb, _, _ in frames]
+        task = names[0] if names else "?"
+        chain = " > ".join(f"{nm} ({os.path.basename(fl)}:{ln})" if fl else nm
+                           for nm, (_, fl, ln) in zip(names[1:-1], frames[1:-1]))
+        r = rows.setdefault((task, chain), [0, 0])
+        r[0] += count
+        r[1] += weight
+    n = sum(r[0] for r in rows.values()) or 1
+    total = sum(r[1] for r in rows.values())
+    out.write(f"\nAwaiting (by task and where it waits: {n} samples, {total / 1e9:.3f} s "
+              f"summed over the tasks, which wait at once, so it can exceed the wall time; "
+              f"% of these)\n")
+    out.write(f"{'Samples':>8} {'%':>7} {'Seconds':>9}  Task: where it waits\n")
+    for (task, chain), (c, w) in sorted(rows.items(), key=lambda kv: (-kv[1][1], kv[0]))[:limit]:
+        out.write(f"{c:>8} {100 * c / n:>6.1f}% {w / 1e9:>9.3f}  {task}: {chain}\n")
+    if len(rows) > limit:
+        out.write(f"... {len(rows) - limit} more\n")
 
 
 def write_lines(session, out, limit=20, header_line=True, sort="cumulative"):
     """The functions with the most samples (self samples when sorted by self
     time), line by line: the lines with samples, a line of context around
     them, ``...`` for the rest."""
-    n = sum(c.count for c in session.samples.values()) or 1
-    per_line = totals(session, lines=True)
+    split = _awaiting(session)
+    n = _own_count(session) if split else sum(c.count for c in session.samples.values()) or 1
+    per_line = totals(session, lines=True, skip=("awaiting",) if split else ())
     by_func: dict = {}
     for (label, file, line), row in per_line.items():
         if not file:

@@ -24,12 +24,21 @@ def render(session, name: str, fmt: str = "table", options: Options | None = Non
         return json.dumps(data, indent=1, allow_nan=False) + "\n"
     flat = list(flatten(data[key]))
     if fmt == "csv":
-        return _csv(flat, data["columns"], key == "roots")
+        return _csv(flat, data["columns"], key == "roots", "task" if name == "tasks" else "name")
     if not flat:
         return f"no entries match (filters: {data['filters'] or 'none'})\n"
     if color is None:
         color = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
-    return _table(session, name, flat, data["columns"], color)
+    text = _table(session, name, flat, data["columns"], color)
+    if name == "tasks" and "created" in data["columns"] and \
+            not any(r.get("created") for _, _, r in flat):
+        text += CREATED_NOTE + "\n"
+    return text
+
+
+# An empty column would read as "pyprof could not tell": say why.
+CREATED_NOTE = ("created: needs PYTHONASYNCIODEBUG=1 (asyncio keeps where a task was made "
+                "only in debug mode)")
 
 
 def _cell(col, v) -> str:
@@ -73,10 +82,10 @@ def _table(session, name, flat, columns, color) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _csv(flat, columns, tree) -> str:
+def _csv(flat, columns, tree, first="name") -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    head = (["depth", "path"] if tree else []) + ["name", "kind", "file", "line"] + \
+    head = (["depth", "path"] if tree else []) + [first, "kind", "file", "line"] + \
         [c for c in columns if c != "file"]
     if any("source" in r for _, _, r in flat):
         head.append("source")
