@@ -301,4 +301,3 @@ def test_bare_pyprof_before_a_path_and_bad_modes(tmp_path):
         r.stderr, r.stdout + r.stderr
     r = run_pytest(tmp_path, "--pyprof", "--pyprof-scope=module", "tests")
     assert r.returncode == 4 and "--pyprof-scope takes test or session" in r.stderr
-
