@@ -208,6 +208,7 @@ class Runtime:
         self.session_prof = None
         self.worker = getattr(config, "workerinput", {}).get("workerid")
         self.warned = set()
+        from . import profiler  # noqa: F401  (loaded here, not inside the first test's call)
         if self.active:
             os.makedirs(self.directory, exist_ok=True)
 
