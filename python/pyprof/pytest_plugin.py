@@ -116,13 +116,6 @@ def item_budget(item):
     return parse_budget(mark) if mark is not None else None
 
 
-def _harness(name, file) -> bool:
-    """pytest's and pluggy's own functions, around the test's call: not what
-    a summary of the test's time should name."""
-    parts = os.path.normpath(file or "").split(os.sep)
-    return "_pytest" in parts or "pluggy" in parts
-
-
 def _repr(exc):
     """pytest's own representation of `exc` (serializable by pytest-xdist), its
     first line shown in the short summary: 'pyprof_limit: ...'."""
@@ -215,6 +208,7 @@ class Runtime:
         self.session_prof = None
         self.worker = getattr(config, "workerinput", {}).get("workerid")
         self.warned = set()
+        from . import profiler  # noqa: F401  (loaded here, not inside the first test's call)
         if self.active:
             os.makedirs(self.directory, exist_ok=True)
 
@@ -334,13 +328,17 @@ class Runtime:
 
     def _record(self, item, plan, wall, row, rep):
         from .analysis import gates
+        from .render.testsummary import harness, time_basis
         session = plan.profile.session()
         row["mode"] = plan.mode
-        row["top"] = [list(r) for r in gates.top_functions(session, skip=_harness)]
+        # the profiler's window (it holds the call): what the self times are within
+        row["wall"] = max(wall, (session.info.get("duration_ns") or 0) * 1e-9)
+        row["clock"], row["threads"] = time_basis(session)
+        row["top"] = [list(r) for r in gates.top_functions(session, skip=harness)]
         mem = session.info.get("memory")
         if mem:
             row["peak"] = mem.get("peak_bytes", 0)
-            row["top_memory"] = [list(r) for r in gates.top_memory(session)]
+            row["top_memory"] = [list(r) for r in gates.top_memory(session, skip=harness)]
         if plan.budget is not None and plan.budget.calls is not None:
             # the calls made inside the test function (not pytest's own, around it)
             code = getattr(getattr(item, "function", None), "__code__", None)

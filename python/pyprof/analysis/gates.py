@@ -397,20 +397,22 @@ def calls_below(session, filename, firstline):
     return sum(per_fid.values()), per_fid
 
 
-def top_memory(session, n=3, share=0.01) -> list:
+def top_memory(session, n=3, share=0.01, skip=None) -> list:
     """The n lines that held the most bytes when the traced total peaked:
-    (function name, file, line, bytes); they add up to the peak."""
+    (function name, file, line, bytes); they add up to the peak unless
+    `skip(name, file)` leaves some out."""
     rows = {}
     for (fid, line, kind), c in session.memory.items():
         if kind != "line" or fid not in session.functions:
             continue
         rows[(fid, line)] = rows.get((fid, line), 0) + c.at_peak_bytes
     peak = sum(rows.values())
-    top = sorted(rows.items(), key=lambda kv: -kv[1])[:n]
     out = []
-    for (fid, line), b in top:
-        if b > 0 and b >= share * peak:
-            fn = session.functions[fid]
+    for (fid, line), b in sorted(rows.items(), key=lambda kv: -kv[1]):
+        fn = session.functions[fid]
+        if len(out) == n or b <= 0 or b < share * peak:
+            break
+        if not (skip and skip(fn.qualname, fn.filename)):
             out.append((fn.qualname, fn.filename, line, b))
     return out
 
