@@ -18,7 +18,7 @@
 #   PYTHONS       explicit interpreter paths, skipping discovery
 #   PYTEST_ARGS   arguments for pytest                 (default: -q)
 #   TESTS         test files or folders to run         (default: tests)
-#   TEST_TIMEOUT  seconds allowed for one pytest run   (default: 1200)
+#   TEST_TIMEOUT  seconds allowed for one pytest run   (default: 1500)
 #   BENCH_ARGS    arguments for benchmarks/run.py or accuracy.py (e.g. --rounds 3 --only richards)
 #
 # Each venv gets its own *built* copy of pyprof (never an editable install), so
@@ -37,7 +37,7 @@ PYTHONS      ?=
 VENV_DIR     ?= .venv
 PYTEST_ARGS  ?= -q
 TESTS        ?= tests
-TEST_TIMEOUT ?= 1200
+TEST_TIMEOUT ?= 1500
 BENCH_ARGS   ?=
 DEMO_LINES   ?= 45
 SPEEDSCOPE_VERSION ?= 1.25.0
