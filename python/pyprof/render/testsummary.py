@@ -42,7 +42,10 @@ def time_basis(session) -> tuple:
         return "wall", len({t for t, _ in session.fstats})
     if session.samples:
         mode = (session.info.get("sampling") or {}).get("mode")
-        return ("wall" if mode == "wall" else "CPU"), len({t for t, _, _ in session.samples})
+        # threads whose samples hold Python frames: a C thread caught running
+        # (ASan's own, a library's) adds no self time to any function
+        return ("wall" if mode == "wall" else "CPU"), len(
+            {t for t, sid, _ in session.samples if session.stacks[sid].frames})
     return None, 0
 
 
