@@ -45,6 +45,7 @@ static void peek(pp_sampling *p, int64_t now);
 static void registries_forget(void);
 static Py_ssize_t registry_n;           /* the registries' size at the last scan */
 static int64_t full_after;              /* pp_async_fresh: no registry scan before */
+static int64_t last_scan;               /* the last scan that read the registries whole */
 
 static int grow(void **a, size_t each, uint32_t cap)
 {
@@ -299,7 +300,7 @@ void pp_async_reset(pp_sampling *p)
 {
     run_start = pp_mono_ns();
     registry_n = 0;
-    full_after = 0;
+    full_after = last_scan = 0;
     registries_forget();
     for (size_t k = 0; k < sizeof pp_known_coro / sizeof pp_known_coro[0]; k++)
         atomic_store_explicit(&pp_known_coro[k], 0, memory_order_relaxed);
@@ -402,8 +403,10 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     memset(row, 0, sizeof *row);
     row->fid = row->coro_fid = row->created_fid = row->thread = PP_NONE;
     row->state = PP_TASK_PENDING;
-    /* made since the previous look: halfway, on average */
-    row->start_ns = prev_look + (now - prev_look) / 2;
+    /* made since the previous look or whole scan (a new task's sample asks
+     * for one between looks): halfway, on average */
+    int64_t since = last_scan > prev_look ? last_scan : prev_look;
+    row->start_ns = since + (now - since) / 2;
     t->ref[i] = ref;
     t->obj[i] = NULL;
     t->label[i] = pp_task_name(task);
@@ -534,6 +537,7 @@ static int registries(void)
 static void scan_tasks(pp_sampling *p, int64_t now, int64_t t0)
 {
     pp_tasks *t = &p->tasks;
+    int whole = 1;
     registry_n = 0;
     for (int k = 0; k < reg.n; k++) {
         int weak = reg.weak[k];
@@ -544,6 +548,7 @@ static void scan_tasks(pp_sampling *p, int64_t now, int64_t t0)
         for (Py_ssize_t j = 0; j < n; j++) {
             if (!stopping_now && (j & 255) == 255 && pp_mono_ns() - t0 > LOOK_BUDGET_NS) {
                 scan_from = (uint64_t)((from + j) % n);     /* the others at the next look */
+                whole = 0;
                 break;
             }
             PyObject *o = PyList_GET_ITEM(list, (from + j) % n);
@@ -560,6 +565,8 @@ static void scan_tasks(pp_sampling *p, int64_t now, int64_t t0)
         Py_XDECREF(list);
         PyErr_Clear();
     }
+    if (whole)
+        last_scan = now;                /* a task not seen here was made after it */
 }
 
 
