@@ -682,6 +682,29 @@ void pp_async_peek(pp_sampling *p, int64_t now)
 
 static int current_tasks(PyObject **out);
 
+/* Around the helper's own work with the GIL: its allocations are not the
+ * program's, no finalizer or weakref callback runs meanwhile, and the
+ * thread's pending exception is kept. */
+typedef struct {
+    int mem, gc;
+    pp_err_state err;
+} aside;
+
+static void aside_begin(aside *a)
+{
+    a->mem = pp_memory_self_begin();
+    a->gc = PyGC_Disable();
+    pp_err_save(&a->err);
+}
+
+static void aside_end(aside *a)
+{
+    pp_err_restore(&a->err);
+    if (a->gc)
+        PyGC_Enable();
+    pp_memory_self_end(a->mem);
+}
+
 /* A sample asked (S.new_coro): the loops' running tasks first (a few µs;
  * the asking task is likely still in the burst it was sampled in), the
  * registries (hundreds of µs with thousands of tasks) only if that did not
@@ -691,10 +714,8 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
     pp_tasks *t = &p->tasks;
     if (!S.async || ensure_ready(t) < 0)
         return;
-    int was = pp_memory_self_begin();
-    int gc_was = PyGC_Disable();
-    pp_err_state es;
-    pp_err_save(&es);
+    aside a;
+    aside_begin(&a);
     PyObject *cur[MAX_LOOPS];
     int ncur = registries() ? current_tasks(cur) : 0;
     for (int c = 0; c < ncur; c++)
@@ -706,10 +727,7 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
         Py_DECREF(cur[c]);
     }
     PyErr_Clear();
-    pp_err_restore(&es);
-    if (gc_was)
-        PyGC_Enable();
-    pp_memory_self_end(was);
+    aside_end(&a);
     if (pp_index_get(&t->bycoro, asked) == PP_NONE && now >= full_after
         && registry_n < RESCAN_MAX_TASKS) {
         int64_t c0 = own_cpu_ns();
@@ -735,19 +753,14 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     int64_t t0 = pp_mono_ns(), c0 = own_cpu_ns();
     if (now < t0 && !stopping_now)
         now = t0;                       /* the time the registries are read (the GIL took a while) */
-    int was = pp_memory_self_begin();
-    int gc_was = PyGC_Disable();        /* no finalizer or weakref callback runs meanwhile */
-    pp_err_state es;
-    pp_err_save(&es);
+    aside a;
+    aside_begin(&a);
     if (registries())
         scan_tasks(p, now, t0);
     if (t->held)
         map_workers(p);
     PyErr_Clear();
-    pp_err_restore(&es);
-    if (gc_was)
-        PyGC_Enable();
-    pp_memory_self_end(was);
+    aside_end(&a);
     t->look_ns += pp_mono_ns() - t0;
     begin_cost += own_cpu_ns() - c0;
 }
@@ -972,10 +985,8 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     int64_t t0 = pp_mono_ns(), c0 = own_cpu_ns();
     if (!stopping && now < t0)
         now = t0;                       /* after the drain: its samples reach about now */
-    int was = pp_memory_self_begin();
-    int gc_was = PyGC_Disable();
-    pp_err_state es;
-    pp_err_save(&es);
+    aside a;
+    aside_begin(&a);
     PyObject *cur[MAX_LOOPS];
     int ncur = t->held && registries() ? current_tasks(cur) : 0, changed = 0;
     uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
@@ -1062,10 +1073,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     if (changed && tombs > t->held + 4096)
         reindex(t);
     PyErr_Clear();
-    pp_err_restore(&es);
-    if (gc_was)
-        PyGC_Enable();
-    pp_memory_self_end(was);
+    aside_end(&a);
     if (now - prev_look > t->gap_ns)
         t->gap_ns = now - prev_look;    /* what bounds the error of a start or an end */
     prev_look = now;
