@@ -11,7 +11,7 @@ import sys
 import time
 
 import pyprof
-from pyprof.pytest_plugin import BUDGET_RATE
+from pyprof.integrations.pytest_plugin import BUDGET_RATE
 
 
 def body():

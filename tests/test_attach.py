@@ -477,7 +477,7 @@ def test_target_not_answering(sleeper):
 def test_ptrace_refusals_say_why(monkeypatch, scope, cap, says):
     """Yama's ptrace_scope cannot be changed here: each refusal's line, from the
     values attach.py reads (/proc/sys/kernel/yama/ptrace_scope, CapEff)."""
-    from pyprof import attach
+    from pyprof.live import attach
     monkeypatch.setattr(attach, "_ptrace_scope", lambda: scope)
     monkeypatch.setattr(attach, "_has_cap_ptrace", lambda: cap)
     line = attach.check_ptrace(1, {"tracer": 0}, denied=True)
@@ -518,7 +518,7 @@ def test_listen_dump_and_top_show_the_program_not_pyprofs_runner(tmp_path):
     directly; the runner's frames (cli.py) and the channel's thread are not
     the program's."""
     from conftest import pyprof_own_functions
-    from pyprof import attach
+    from pyprof.live import attach
     pkg = os.path.dirname(os.path.abspath(_cprof.__file__))
     script = tmp_path / "hot.py"
     script.write_text(HOT_MAIN)
@@ -571,7 +571,7 @@ def test_listen_dump_and_top_show_the_program_not_pyprofs_runner(tmp_path):
                     reason="needs root and /usr/bin/python3, to run a client as another user")
 def test_other_users_process(sleeper):
     p = sleeper()
-    probe = (f"import sys\nsys.path.insert(0, {SITE!r})\nfrom pyprof import attach\n"
+    probe = (f"import sys\nsys.path.insert(0, {SITE!r})\nfrom pyprof.live import attach\n"
              f"from pyprof.errors import PyprofError\ntry:\n    attach.connect({p.pid})\n"
              f"except PyprofError as e:\n    print(e)\n")
     r = subprocess.run([SYSTEM_PYTHON, "-c", probe], capture_output=True, text=True,
@@ -685,7 +685,7 @@ def test_listen_reaches_without_injection_and_stays(tmp_path):
 
 def test_protocol_snapshot_and_errors(tmp_path):
     """The channel's requests as docs/attach.md lists them, through attach.Client."""
-    from pyprof import attach
+    from pyprof.live import attach
     from pyprof.errors import PyprofError
     script = tmp_path / "listener.py"
     script.write_text(LISTENER.format(here=HERE, seconds=20))

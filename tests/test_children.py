@@ -575,7 +575,7 @@ def test_api_children(tmp_path):
 def test_lean_child_meta_is_the_json_of_json_dumps():
     # a lean child writes its meta without the json module (start-up cost)
     import json
-    from pyprof.children import decode_config, encode_config, json_text
+    from pyprof.runtime.children import decode_config, encode_config, json_text
     weird = ["plain", 'quote " and \\ backslash', "tab\tnew\nline\r\x00\x1f\x7f",
              "é ü 中文", "emoji \U0001F600", "lone \udcff surrogate", ""]
     value = {"argv": weird, "n": 3, "big": 2 ** 70, "f": 0.1, "neg": -1.5e-300, "t": True,

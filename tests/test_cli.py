@@ -658,7 +658,7 @@ def test_counts_equal_cprofile_cli(tmp_path):
         # functions (the callers entries whose caller is in the script). That leaves
         # out what the runners do themselves and which differs by runner:
         # {built-in method builtins.exec} (called by cProfile.py's runctx vs by
-        # pyprof/cli.py, it is the <module>'s only caller), the profilers' own
+        # pyprof/cli/run.py, it is the <module>'s only caller), the profilers' own
         # {method 'disable' ...}/enable calls.
         own = {k for k in stats if k[0] == script}
         view = {}

@@ -15,13 +15,26 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python
 ROOT = os.path.normpath(_SOURCE if os.path.isdir(_SOURCE) else os.path.dirname(pyprof.__file__))
 
 # Bottom to top. A module may import its own layer's modules and lower ones.
-BASE = {"pyprof.errors", "pyprof._version", "pyprof._cprof", "pyprof.files"}
-LAYERS = [("base", lambda m: m in BASE),
+BASE = {"pyprof.errors", "pyprof._version", "pyprof._cprof"}
+# options.py and config.py are turning into one sub-package (pyprof/options/):
+# read by the runtime, the live tools, the integrations and the command line
+SETTINGS = {"pyprof.options", "pyprof.config"}
+LAYERS = [("base", lambda m: m in BASE or m.startswith("pyprof.base")),
           ("model", lambda m: m.startswith("pyprof.model")),
           ("analysis", lambda m: m.startswith("pyprof.analysis")),
           ("render", lambda m: m.startswith("pyprof.render")),
           ("export", lambda m: m.startswith("pyprof.export")),
-          ("entry", lambda m: True)]    # cli, magic, the API, the public paths
+          ("settings", lambda m: m in SETTINGS or m.startswith("pyprof.options")),
+          ("runtime", lambda m: m.startswith("pyprof.runtime")),
+          ("live", lambda m: m.startswith("pyprof.live")),
+          ("cli", lambda m: m.startswith("pyprof.cli")),
+          ("integrations", lambda m: m.startswith("pyprof.integrations")),
+          ("entry", lambda m: True)]    # the package root: the API, the public paths
+
+# The package root is its public face (issue 30): these and the public paths.
+# options.py and config.py are on their way out (pyprof/options/).
+ROOT_MAX = 14
+ROOT_LEAVING = {"options", "config"}
 
 
 def layer(module):
@@ -86,7 +99,9 @@ EDGES = edges()
 def test_the_layers_exist():
     for m in ("pyprof.model.session", "pyprof.model.codec", "pyprof.model.tables",
               "pyprof.model.names", "pyprof.model.sources", "pyprof.analysis.views",
-              "pyprof.analysis.merge", "pyprof.render.units", "pyprof.render.printout"):
+              "pyprof.analysis.merge", "pyprof.render.units", "pyprof.render.printout",
+              "pyprof.base.files", "pyprof.runtime.profiler", "pyprof.live.channel",
+              "pyprof.cli", "pyprof.cli.run", "pyprof.integrations.pytest_plugin"):
         assert m in MODULES
 
 
@@ -159,6 +174,75 @@ def test_no_cycles():
     assert not cycles, "\n".join(cycles)
 
 
+
+
+def root_modules():
+    """The modules in the package's directory itself (not its sub-packages)."""
+    return {n.rpartition(".")[2] for n, path in MODULES.items()
+            if os.path.dirname(path) == ROOT and not path.endswith("__init__.py")}
+
+
+# The root modules that are the package itself rather than a public path to
+# a module elsewhere.
+ROOT_OWN = {"__main__", "errors", "_version"}
+
+
+def test_the_root_is_the_public_face():
+    root = root_modules() - ROOT_LEAVING
+    assert len(root) <= ROOT_MAX, sorted(root)
+    for sub in ("base", "model", "analysis", "render", "export", "runtime", "live", "cli",
+                "integrations"):
+        assert f"pyprof.{sub}" in MODULES, sub
+
+
+def test_no_module_imports_a_public_path():
+    """The root's shims are for users; pyprof imports the real modules."""
+    shims = {f"pyprof.{m}" for m in root_modules() - ROOT_OWN - ROOT_LEAVING}
+    bad = [f"{name}:{line} imports {target}"
+           for name, targets in EDGES.items() for target, _, line in targets
+           if target in shims and target != name]
+    assert not bad, "\n".join(bad)
+
+
+# Profile and the C profiler it is built on: their private members are used
+# only where they are defined.
+PROFILE_MODULES = {"pyprof.runtime.profiler", "pyprof.runtime.core"}
+
+
+def profile_private_members():
+    """The private attributes and methods of Profile (runtime/profiler.py) and
+    of the C core's Profiler (runtime/core.py gives them public names)."""
+    path = MODULES["pyprof.runtime.profiler"]
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Profile")
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "self":
+            names.add(node.attr)
+    from pyprof import _cprof
+    names.update(dir(_cprof.Profiler))
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_profile_private_members_stay_in_profiler():
+    """Other modules use Profile's named interface (thread_paused,
+    set_sample_root(), refresh_meta()...: runtime/core.py), never its private
+    members."""
+    private = profile_private_members()
+    assert private, "Profile has no private members? (the check reads runtime/profiler.py)"
+    bad = []
+    for name, path in MODULES.items():
+        if name in PROFILE_MODULES:
+            continue
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in private \
+                    and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                bad.append(f"{name}:{node.lineno} uses .{node.attr}")
+    assert not bad, "\n".join(bad)
 
 
 # ------------------------------------------------------------------ the C core

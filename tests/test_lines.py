@@ -328,7 +328,7 @@ async def first(agen):
 
 def test_pyprofs_own_code_is_no_line_target():
     """pyprof's own functions are never profiled: asked for, one clear error."""
-    from pyprof import profiler
+    from pyprof.runtime import profiler
     prof = pyprof.Profile(lines=True)
     with pytest.raises(ValueError, match="pyprof's own code, which is not profiled"):
         prof.add_function(profiler.Profile.session)

@@ -171,7 +171,7 @@ def test_cxx_names_are_demangled(tmp_path):
 
 
 def test_demangle_rust_legacy_and_itanium():
-    from pyprof.native import demangle
+    from pyprof.runtime.native import demangle
     assert demangle("_ZN3geo4Grid5relaxEl") == "geo::Grid::relax(long)"
     assert demangle("_ZN4core3fmt5write17h0123456789abcdefE") == "core::fmt::write"
     assert demangle("_ZN5alloc3vec12Vec$LT$T$GT$4push17h0123456789abcdefE") == \

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 import pyprof
-from pyprof import _cprof, cli, magic
-from pyprof.children import decode_config, encode_config
+from pyprof import _cprof, cli
+from pyprof.integrations import magic
+from pyprof.runtime.children import decode_config, encode_config
 from pyprof.errors import OptionError, PyprofError
 from pyprof.options import SORT_KEYS, RunOptions, parse_run_args, run_parser, split_argv
 
@@ -301,10 +302,10 @@ def test_import_pyprof_is_light():
     before = _loaded(show, "-")
     after = _loaded("import pyprof\n" + show, "-")
     assert not (after - before) & set(HEAVY), sorted((after - before) & set(HEAVY))
-    assert "pyprof.model.session" not in after and "pyprof.profiler" not in after
+    assert "pyprof.model.session" not in after and "pyprof.runtime.profiler" not in after
     # the names still resolve, on first use
     after = _loaded("import pyprof\npyprof.Profile, pyprof.Session, pyprof.load\n" + show, "-")
-    assert "pyprof.model.session" in after and "pyprof.profiler" in after
+    assert "pyprof.model.session" in after and "pyprof.runtime.profiler" in after
 
 
 @pytest.mark.parametrize("mode", [[], ["--sample"]])

@@ -4,7 +4,9 @@ import io
 
 import pytest
 
-from pyprof import cli, magic
+from pyprof import cli
+from pyprof.cli import run as cli_run
+from pyprof.integrations import magic
 from pyprof.model.session import Session
 from pyprof.render.printout import print_capture
 
@@ -68,7 +70,7 @@ def test_stdout_file_view_and_magic_print_the_same(capture, capsys):
     expected = expected.getvalue()
     # the CLI's stdout at the end of a run
     buf = io.StringIO()
-    cli.write_tables(None, _opts(), buf, session)
+    cli_run.write_tables(None, _opts(), buf, session)
     assert buf.getvalue() == expected
     # -o x.txt (the text export of the same capture)
     txt = tmp / "run.txt"

@@ -270,8 +270,9 @@ def test_an_ordinary_run_loads_nothing_of_pyprofs_core(tmp_path):
     r = run_pytest(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     loaded = json.loads((tmp_path / "modules.json").read_text())
-    assert "pyprof.pytest_plugin" in loaded           # registered by the entry point
-    assert set(loaded) <= {"pyprof", "pyprof.pytest_plugin", "pyprof._version",
+    assert "pyprof.integrations.pytest_plugin" in loaded          # registered by the entry point
+    assert set(loaded) <= {"pyprof", "pyprof.integrations", "pyprof.integrations.pytest_plugin",
+                           "pyprof._version",
                            "pyprof.errors"}, loaded
 
 

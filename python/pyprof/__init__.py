@@ -27,23 +27,28 @@ __all__ = ["Profile", "profile", "run", "runctx", "step", "Session", "Function",
 # The public names load on first use (PEP 562): `import pyprof` stays cheap for
 # @profile users and for `python -m pyprof`, which needs neither the data model
 # nor the exporters to write a capture.
-_LAZY = {"profile": "decorator", "Profile": "profiler", "run": "profiler", "runctx": "profiler",
-         "step": "steps", "Session": "model.session", "Function": "model.session",
-         "Counters": "model.session", "LineCounters": "model.session",
-         "LineMemory": "model.session", "CallRow": "model.session",
-         "Thread": "model.session", "load": "model.session"}
+_LAZY = {"profile": "runtime.decorator", "Profile": "runtime.profiler", "run": "runtime.profiler",
+         "runctx": "runtime.profiler", "step": "runtime.steps", "Session": "model.session",
+         "Function": "model.session", "Counters": "model.session",
+         "LineCounters": "model.session", "LineMemory": "model.session",
+         "CallRow": "model.session", "Thread": "model.session", "load": "model.session"}
 
 
-# Submodules `import pyprof` used to load, reachable as attributes (pyprof._cprof).
-_SUBMODULES = ("_cprof", "_meta", "control", "errors", "export", "lines", "options",
-               "profiler", "session", "steps", "views", "diff", "merge", "stats")
+# Submodules `import pyprof` used to load, reachable as attributes (pyprof._cprof),
+# some of them now in a sub-package.
+_SUBMODULES = {"_cprof": "_cprof", "errors": "errors", "export": "export", "options": "options",
+               "session": "session", "views": "views", "diff": "diff", "merge": "merge",
+               "stats": "stats", "_meta": "runtime._meta", "control": "live.control",
+               "lines": "runtime.lines", "profiler": "runtime.profiler", "steps": "runtime.steps"}
 
 
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is None and name in _SUBMODULES:
         import importlib
-        return importlib.import_module("." + name, __name__)   # sets the attribute too
+        value = importlib.import_module("." + _SUBMODULES[name], __name__)
+        globals()[name] = value
+        return value
     if module is None:
         raise AttributeError(f"module 'pyprof' has no attribute {name!r}")
     import importlib
@@ -52,14 +57,15 @@ def __getattr__(name):
     # `python -m pyprof`): the import is pyprof's work, not the program's.
     cprof = sys.modules.get(__name__ + "._cprof")
     prof = cprof.active() if cprof is not None else None
-    paused = prof is not None and not prof._thread_paused
+    # (a bare _cprof.Profiler, not pyprof's, has no thread_paused: left alone)
+    paused = prof is not None and not getattr(prof, "thread_paused", True)
     if paused:
-        prof._thread_paused = True
+        prof.thread_paused = True
     try:
         value = getattr(importlib.import_module("." + module, __name__), name)
     finally:
         if paused:
-            prof._thread_paused = False
+            prof.thread_paused = False
     globals()[name] = value
     return value
 
@@ -70,13 +76,13 @@ def __dir__():
 
 def load_ipython_extension(ip):
     """``%load_ext pyprof``: registers the %cprof / %%cprof magics."""
-    from .magic import load_ipython_extension as load
+    from .integrations.magic import load_ipython_extension as load
     load(ip)
 
 
-if _os.environ.get("PYPROF_SIGNAL"):       # sampling on a signal (control.py)
-    from . import control as _control
+if _os.environ.get("PYPROF_SIGNAL"):       # sampling on a signal (live/control.py)
+    from .live import control as _control
     _control.install_from_environment()
-if _os.environ.get("PYPROF_LISTEN", "") not in ("", "0"):   # the control channel (channel.py)
-    from . import channel as _channel
+if _os.environ.get("PYPROF_LISTEN", "") not in ("", "0"):   # the control channel (live/channel.py)
+    from .live import channel as _channel
     _channel.install_from_environment()

@@ -13,8 +13,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 
 def _load_children():
-    """pyprof.children, pyprof._cprof and the two small modules children.py
-    uses (_version, _meta) without importing the pyprof package
+    """pyprof.runtime.children, pyprof._cprof and the small modules children.py
+    uses (_version, runtime._meta, runtime.core) without importing the pyprof package
     (tens of milliseconds: its data model and exporters), which the child
     needs only if the program imports it. None without pyprof."""
     # importlib's frozen halves are loaded at start-up; the importlib package
@@ -29,11 +29,12 @@ def _load_children():
     pkg = PathFinder.find_spec("pyprof")
     if pkg is None or not pkg.submodule_search_locations:
         return None
-    where = list(pkg.submodule_search_locations)
-    for name in ("_cprof", "_version", "_meta", "children"):
-        full = "pyprof." + name
+    where = {"pyprof": list(pkg.submodule_search_locations)}
+    # runtime/__init__.py is a docstring: loading the sub-package costs nothing
+    for full in ("pyprof._cprof", "pyprof._version", "pyprof.runtime", "pyprof.runtime._meta",
+                 "pyprof.runtime.core", "pyprof.runtime.children"):
         if full not in sys.modules:
-            spec = PathFinder.find_spec(full, where)
+            spec = PathFinder.find_spec(full, where[full.rpartition(".")[0]])
             if spec is None:
                 return None
             module = module_from_spec(spec)
@@ -43,12 +44,18 @@ def _load_children():
             except BaseException:
                 del sys.modules[full]
                 raise
-    return sys.modules["pyprof.children"]
+        module = sys.modules[full]
+        if getattr(module, "__path__", None) is not None:
+            where[full] = list(module.__path__)
+        parent = sys.modules.get(full.rpartition(".")[0])
+        if parent is not None:
+            setattr(parent, full.rpartition(".")[2], module)
+    return sys.modules["pyprof.runtime.children"]
 
 
 def _full_profile(kwargs):
     """The modes a lean child profiler does not cover: the package's Profile."""
-    from pyprof.profiler import Profile
+    from pyprof.runtime.profiler import Profile
     return Profile(_warn=False, **kwargs)
 
 

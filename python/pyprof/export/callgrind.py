@@ -19,7 +19,7 @@ file); C functions are in the file ``<built-in>``.
 from __future__ import annotations
 
 from .._version import __version__
-from ..files import atomic_write
+from ..base.files import atomic_write
 
 
 class _Names:

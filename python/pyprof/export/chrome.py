@@ -32,7 +32,7 @@ import os
 from .._version import __version__
 from ..errors import PyprofError
 from ..analysis.timeline import thin
-from ..files import atomic_write_parts
+from ..base.files import atomic_write_parts
 from ..render.units import format_ns
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..model.tables import MemExtra
 
 COLUMNS = ("file", "function", "line", "site", "allocated_bytes", "allocated_blocks",

@@ -7,7 +7,7 @@ import os
 from html import escape
 
 from ..errors import PyprofError
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..render.units import byte_unit
 
 W, H = 900, 360

@@ -6,7 +6,7 @@ stacks (recorded with --memory-sample, or --memory-stacks in exact mode)."""
 from __future__ import annotations
 
 from ..errors import PyprofError
-from ..files import atomic_write
+from ..base.files import atomic_write
 from .flamegraph import add_path, new_root, pack, page
 from ..analysis.stacks import memory_stack_frames
 

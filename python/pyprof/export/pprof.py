@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..analysis.stacks import frame_name, named_stacks
 from ..model.names import plain_builtin_name
 

@@ -14,7 +14,7 @@ import marshal
 
 from ..analysis.pstatsdict import to_dict
 from ..errors import PyprofError
-from ..files import atomic_write
+from ..base.files import atomic_write
 
 
 def write(session, path) -> None:

@@ -29,7 +29,7 @@ from .._version import __version__
 from ..errors import PyprofError
 from .flamegraph import FLAME_CSS, FLAME_JS, add_path, json_for_html, new_root, pack
 from ..analysis.stacks import has_stacks, memory_stack_frames, named_stacks
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..model.sources import read_source
 from ..render.units import format_bytes, format_time
 

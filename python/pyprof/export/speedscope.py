@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from .._version import __version__
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..analysis.stacks import named_stacks
 
 

@@ -1,7 +1,7 @@
 """The text export (`-o x.txt`): what the capture prints (render.printout)."""
 from __future__ import annotations
 
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..render.printout import render
 
 

@@ -9,7 +9,7 @@ import sys
 
 from ..analysis.stats import LABELLED, collect, stat_names, table, write_csv
 from ..analysis.views import COLUMNS
-from ..files import atomic_write
+from ..base.files import atomic_write
 from ..model.session import Session
 from .units import format_bytes, format_time
 

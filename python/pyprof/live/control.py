@@ -21,8 +21,8 @@ _state = {"prof": None, "n": 0, "signum": None, "previous": None}
 
 
 def _toggle(signum, frame):
-    from .errors import PyprofError
-    from .profiler import Profile
+    from ..errors import PyprofError
+    from ..runtime.profiler import Profile
     prof = _state["prof"]
     if prof is None:
         settings = _settings()
@@ -48,8 +48,8 @@ def _toggle(signum, frame):
 def _settings() -> dict:
     """rate, wall and output: PYPROF_* > [tool.pyprof] (config.py); a bad
     configuration is said once and the environment alone is used."""
-    from . import config
-    from .errors import PyprofError
+    from .. import config
+    from ..errors import PyprofError
     try:
         cfg = config.load()
     except PyprofError as e:
@@ -69,7 +69,7 @@ def install_from_environment():
     name = os.environ.get("PYPROF_SIGNAL")
     if not name or _state["signum"] is not None:
         return
-    from .options import usable_signal
+    from ..options import usable_signal
     num = usable_signal(name)
     if num is None:
         print(f"pyprof: PYPROF_SIGNAL={name!r} is not a signal pyprof can use "

@@ -69,7 +69,7 @@ class Recorder:
             self.index = None
 
     def _configure(self, **given):
-        from . import config
+        from .. import config
         cfg = config.load()
         if given.get("slower_than") is not None and not isinstance(given["slower_than"], str):
             given["slower_than"] = float(given["slower_than"])
@@ -99,8 +99,8 @@ class Recorder:
                       "header=, every= or slower_than=)")
             return
         directory = os.path.abspath(directory)
-        from .errors import PyprofError
-        from .options import check_writable
+        from ..errors import PyprofError
+        from ..options import check_writable
         try:
             os.makedirs(directory, exist_ok=True)
             check_writable(os.path.join(directory, "pyprof-probe.cprof"))
@@ -144,7 +144,7 @@ class Recorder:
             self.busy += 1
             return None
         try:
-            from .profiler import Profile
+            from ..runtime.profiler import Profile
             prof = Profile(options=self.options, _warn=False)
             prof.enable()
         except Exception as e:          # another tool holds the hooks
@@ -182,7 +182,7 @@ class Recorder:
                 f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-"
                 f"{next(self.seq) % 100000:05d}-{method}-{slug}-{round(seconds * 1e3)}ms"))
             if self.html:
-                from .export import export
+                from ..export import export
                 export(session, "html", base + ".html")
         except Exception as e:
             log.error("pyprof: cannot write the capture of %s %s: %s", method, path, e)
@@ -249,8 +249,8 @@ class Recorder:
         never changes once it has its name."""
         got = self.requests.get(name)
         if got is None:
-            from .errors import PyprofError
-            from .model.codec import read_meta
+            from ..errors import PyprofError
+            from ..model.codec import read_meta
             try:
                 got = read_meta(os.path.join(self.directory, name)).get("request")
             except PyprofError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from . import _cprof
+from .. import _cprof
 
 _MODULES = ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath")
 _state = {"status": "numpy not loaded", "finder": None}

@@ -18,7 +18,7 @@ import sys
 import time
 
 from .channel import private_dir, run_dir, socket_path, status_path
-from .errors import PyprofError
+from ..errors import PyprofError
 
 SUPPORTED = ((3, 11), (3, 13))          # the CPython versions pyprof attaches to
 CONNECT_TIMEOUT = 10.0
@@ -221,7 +221,8 @@ def bootstrap_code(status, deadline, client=0, main_thread=None) -> bytes:
     main_thread: (address, ident) of the interpreter's main thread's ident,
     put back first (3.11: the client made another thread the main one to run
     the call)."""
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # live/attach.py -> the directory that holds the pyprof package
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     src = (
         "import sys, os, time\n"
         "if M:\n"
@@ -289,7 +290,7 @@ def kill_at_step(step) -> None:
 
 def _open_remote(pid, info):
     """The target's interpreter found from outside (remote.c), or one line."""
-    from . import _cprof
+    from .. import _cprof
     try:
         remote = _cprof.RemoteProcess(pid)
     except OSError as e:

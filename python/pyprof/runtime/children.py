@@ -49,7 +49,7 @@ import sys
 from ._meta import json_text, process_meta
 
 ENV = "PYPROF_CHILDREN"
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_boot")
 
 # config: the run's configuration (dict, as in ENV); prof: this process's
 # profiler; pid: the process the state belongs to; path: its capture file.
@@ -112,7 +112,7 @@ def start(prof, outfile=None, profile=None, flush_interval=1.0):
               "temporary": outfile is None, "profile": dict(profile or {}),
               "flush": float(flush_interval or 0.0), "root_pid": os.getpid(),
               "errors": tempfile.mkdtemp(prefix="pyprof-children-errors-")}
-    from . import _cprof
+    from .. import _cprof
     config["ns_per_tick"] = _cprof.clock_info()["ns_per_tick"]
     os.environ[ENV] = encode_config(config)
     path = os.environ.get("PYTHONPATH", "")
@@ -150,7 +150,7 @@ def start_from_environment(full_profile):
         config = decode_config(text)
         cprof = sys.modules.get("pyprof._cprof")
         if cprof is None:
-            from . import _cprof as cprof
+            from .. import _cprof as cprof
         if config.get("ns_per_tick"):   # the parent's TSC calibration: no wait at exit
             cprof._set_ns_per_tick(float(config["ns_per_tick"]))
         prof = _lean_profiler(config["profile"])
@@ -178,18 +178,15 @@ class _LeanProfiler:
     here, the capture written by the C writer. Other modes use Profile."""
 
     def __init__(self, kw):
-        # loaded by _boot/sitecustomize.py; a relative import would import the package
-        _cprof = sys.modules.get("pyprof._cprof")
-        if _cprof is None:
-            from . import _cprof
-        self.c = _cprof.Profiler(None, 0.0, True, bool(kw.get("builtins", True)),
-                                 exact_builtins=bool(kw.get("exact_builtins", False)),
-                                 paths=bool(kw.get("paths", True)))
+        from .core import Core      # `from .x import y`: no package import (above)
+        self.c = Core(None, 0.0, True, bool(kw.get("builtins", True)),
+                      exact_builtins=bool(kw.get("exact_builtins", False)),
+                      paths=bool(kw.get("paths", True)))
         self.meta = {}
         if sys.version_info < (3, 12) and "threading" not in sys.modules:
             # 3.11's profile hook reaches new threads through threading.setprofile;
             # importing threading for it would cost every child ~1.5 ms
-            self.c._lazy_threading = True
+            self.c.lazy_threading = True
             sys.meta_path.insert(0, _ThreadingImportHook(self.c))
 
     @property
@@ -205,10 +202,10 @@ class _LeanProfiler:
     def set_flush(self, path, interval=0.0):
         self.c.set_flush(path, interval)
 
-    def _after_fork(self):
-        self.c._after_fork()
+    def after_fork(self):
+        self.c.after_fork()
 
-    def _refresh_meta(self):
+    def refresh_meta(self):
         names = {}
         threading = sys.modules.get("threading")
         if threading is not None:
@@ -219,7 +216,7 @@ class _LeanProfiler:
 
     def dump(self, path):
         self.disable()
-        self._refresh_meta()
+        self.refresh_meta()
         try:
             self.c.write_capture(os.fspath(path))
         except OSError as e:
@@ -259,7 +256,7 @@ class _ThreadingImportHook:
                     del loader.exec_module      # the loader's own method again
                 except AttributeError:
                     pass
-            c._hook_threading()
+            c.hook_threading()
 
         try:
             loader.exec_module = exec_then_hook     # this import's loader only
@@ -273,7 +270,7 @@ def _lean_profiler(kw):
     plain = (kw.get("mode", "trace") == "trace" and not kw.get("memory")
              and not kw.get("timeline") and not kw.get("lines") and not kw.get("lines_of")
              and not kw.get("lines_all") and not kw.get("include"))
-    if not plain or "pyprof.profiler" in sys.modules:
+    if not plain or "pyprof.runtime.profiler" in sys.modules:
         return None
     return _LeanProfiler(kw)
 
@@ -353,9 +350,9 @@ def _restart_in_child():
     enabled = prof.enabled or _state.pop("enable_in_child", False)
     try:
         prof.disable()
-        prof._after_fork()
-        if hasattr(prof, "_step_recorder"):
-            prof._step_recorder.clear()
+        prof.after_fork()
+        if hasattr(prof, "step_recorder"):
+            prof.step_recorder.clear()
     except Exception as e:
         _report(config, f"cannot restart profiling after fork: {type(e).__name__}: {e}")
         return
@@ -369,7 +366,7 @@ def _become_child(prof, config, enable):
     prof.meta.update(children_run=config["run"], parent_pid=os.getppid())
     if config.get("mpi"):
         prof.meta["mpi"] = config["mpi"]    # an MPI rank's children count in its rank
-    prof._refresh_meta()                # what a periodic flush writes: this process's
+    prof.refresh_meta()                # what a periodic flush writes: this process's
     if config.get("flush"):
         prof.set_flush(path, config["flush"])
     else:
@@ -490,9 +487,9 @@ def collect(main_session, config=None, report=None):
     """The main Session merged with the captures its children wrote for this
     run; returns (session, paths merged). Children's errors are reported."""
     import glob
-    from .errors import PyprofError
-    from .analysis.merge import merge
-    from .model.session import Session
+    from ..errors import PyprofError
+    from ..analysis.merge import merge
+    from ..model.session import Session
     config = config or _state["config"]
     report = report or sys.stderr
     errors = config.get("errors")

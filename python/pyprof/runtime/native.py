@@ -19,7 +19,7 @@ import os
 import re
 import struct
 
-from . import _cprof
+from .. import _cprof
 
 _tables: dict = {}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from .errors import PyprofError
+from ..errors import PyprofError
 
 SORTS = {"o": ("own", 0, "%Own"), "t": ("total", 0, "%Total"),
          "O": ("own", 2, "OwnTime"), "T": ("total", 2, "TotalTime")}
@@ -141,7 +141,7 @@ def run(client, rate=100.0, native=False, memory_sample=None, interval=1.0) -> i
     """Start wall sampling in the process behind `client` and show it until
     the user quits (or the process ends); then detach."""
     import curses
-    from .options import RunOptions
+    from ..options import RunOptions
     opts = RunOptions.from_profile(mode="sample", wall=True, rate=rate, native=native,
                                    memory=memory_sample is not None,
                                    memory_sample=memory_sample or 0).check()

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import _cprof
 from ._meta import json_text, process_meta
-from .errors import PyprofError
-from .options import DEFAULT_MAX_EVENTS, RunOptions
+from .core import Core
+from ..errors import PyprofError
+from ..options import DEFAULT_MAX_EVENTS, RunOptions
 
 # Imported where used, so that a run writing a .cprof capture loads neither the
 # data model nor the exporters (start-up: docs/cli.md): lines, session, steps,
@@ -32,7 +32,7 @@ def _entry_shapes():
     return _SHAPES
 
 
-class Profile(_cprof.Profiler):
+class Profile(Core):
     """Profile(timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
     exact_builtins=False, flush_to=None, flush_interval=10.0,
     lines=False, lines_of=(), lines_all=None, include=(), exclude=(), paths=True,
@@ -113,8 +113,9 @@ class Profile(_cprof.Profiler):
         self._child_kwargs = kw
         self._child_flush = float(flush_interval or 0.0)
         self._steps = None              # pyprof.step()'s recorder, made at the first step
-        self._objects_at_steps = False
-        self._objects_steps = []
+        # internal (the runner's --objects, steps.py): an objects summary at each step
+        self.objects_at_steps = False
+        self.objects_steps = []
         self._thread_names = {}
         self.meta = {}
         self.stats = {}
@@ -127,11 +128,12 @@ class Profile(_cprof.Profiler):
         if opts.timeline:
             self._set_timeline(opts.timeline_min_duration, opts.timeline_max_events)
         if flush_to is not None:
-            self._refresh_meta()
+            self.refresh_meta()
             self.set_flush(os.fspath(flush_to), float(flush_interval or 0.0))
 
     @property
-    def _step_recorder(self):
+    def step_recorder(self):
+        """Internal (steps.py, children.py): pyprof.step()'s recorder, made at first use."""
         if self._steps is None:
             from .steps import StepRecorder
             self._steps = StepRecorder(self)
@@ -157,7 +159,7 @@ class Profile(_cprof.Profiler):
 
     def dump_stats(self, file):
         """Write pstats (marshal) to `file`, as cProfile does."""
-        from .export import pstats as pstats_export
+        from ..export import pstats as pstats_export
         self.create_stats()
         pstats_export.write_dict(self.stats, file)
 
@@ -166,7 +168,7 @@ class Profile(_cprof.Profiler):
         self.snapshot_stats()
 
     def snapshot_stats(self):
-        from .export import pstats as pstats_export
+        from ..export import pstats as pstats_export
         self.stats = pstats_export.to_dict(self.session())
 
     def getstats(self):
@@ -240,7 +242,7 @@ class Profile(_cprof.Profiler):
         if not codes:
             raise TypeError(f"cannot line-profile a {type(func).__name__} object")
         for code in codes:
-            self._add_line_target(code)
+            self.add_line_target(code)
         return func
 
     def session(self):
@@ -256,7 +258,7 @@ class Profile(_cprof.Profiler):
         """Disable, then write `path` in the format its name asks for: a .cprof
         capture, callgrind (``callgrind.out.*``, ``.callgrind``), line tables
         (``.txt``), else pstats."""
-        from .export import export, format_for_path
+        from ..export import export, format_for_path
         self.disable()
         if self._steps is not None:
             self._steps.close()
@@ -266,7 +268,7 @@ class Profile(_cprof.Profiler):
         elif fmt == "cprof" and self.run_options.native:
             self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
-            self._refresh_meta()
+            self.refresh_meta()
             try:
                 self.write_capture(os.fspath(path))
             except OSError as e:
@@ -278,8 +280,8 @@ class Profile(_cprof.Profiler):
 
     # -------------------------------------------------------- internals
     def _session(self, include_open):
-        from .model.session import Session
-        self._refresh_meta()
+        from ..model.session import Session
+        self.refresh_meta()
         session = Session.from_blob(self.snapshot(include_open))
         # the step running now, up to now
         running = self._steps.running() if self._steps is not None else None
@@ -290,7 +292,9 @@ class Profile(_cprof.Profiler):
             _name_native_frames(session)
         return session
 
-    def _refresh_meta(self):
+    def refresh_meta(self):
+        """Internal (the live channel, children.py): the capture's meta as of now,
+        handed to the C writer (a periodic flush writes it)."""
         threading = sys.modules.get("threading")   # no threads of its making without it
         for t in threading.enumerate() if threading is not None else ():
             if t.ident is not None:
@@ -306,8 +310,8 @@ class Profile(_cprof.Profiler):
             meta["steps"] = list(self._steps.markers)
         if self._steps is not None and self._steps.dropped:
             meta["steps_dropped"] = self._steps.dropped
-        if self._objects_steps:
-            meta["objects_steps"] = list(self._objects_steps)
+        if self.objects_steps:
+            meta["objects_steps"] = list(self.objects_steps)
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)

@@ -10,7 +10,7 @@ import atexit
 import os
 import sys
 
-from .errors import PyprofError
+from ..errors import PyprofError
 from .lines import DECORATED, code_objects
 
 
@@ -31,13 +31,13 @@ def profile(func=None):
     if not codes:
         raise TypeError(f"pyprof.profile: cannot line-profile a {type(func).__name__!s} "
                         f"object ({func!r:.60}); decorate a function or method")
-    from . import _cprof
+    from .. import _cprof
     running = _cprof.active()
     for code in codes:
         DECORATED.add(code)
         for prof in {running, _auto} - {None}:
             if prof.lines:
-                prof._add_line_target(code)     # it may have met this code already
+                prof.add_line_target(code)     # it may have met this code already
     if running is None:
         _start_at_exit_reporting()
     return func
@@ -58,7 +58,7 @@ def _start_at_exit_reporting():
     _auto_tried = True
     from .profiler import Profile
     _auto = Profile(lines=True)
-    _auto._set_background(True)         # explicit profilers take precedence
+    _auto.set_background(True)         # explicit profilers take precedence
     try:
         _auto.enable()
     except (ValueError, RuntimeError) as e:   # another tool holds the hooks
@@ -76,7 +76,7 @@ def _report_at_exit():
     prof.disable()
     out = os.environ.get("PYPROF_OUTPUT")
     if out is None:                     # else [tool.pyprof] output (config.py)
-        from . import config
+        from .. import config
         try:
             out = config.load().value("", "output")
         except PyprofError as e:
@@ -85,7 +85,7 @@ def _report_at_exit():
         if out:
             prof.dump(out)
         else:
-            from .render.printout import print_capture
+            from ..render.printout import print_capture
             print_capture(prof.session(), sys.stdout)
     except PyprofError as e:
         print(f"pyprof: error: {e}", file=sys.stderr)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html as _html
 
-from .export import report
+from ..export import report
 
 
 def html(result) -> str:

@@ -50,7 +50,7 @@ def rank_path(path, rank) -> str:
     ``out.flame.html`` -> ``out.rank2.flame.html``), else before the last
     suffix, else at the end (``prof`` -> ``prof.rank2``,
     ``callgrind.out`` -> ``callgrind.out.rank2``)."""
-    from .export import FORMATS
+    from ..export import FORMATS
     head, base = os.path.split(os.fspath(path))
     lower = base.lower()
     known = [s for _, suffixes in FORMATS.values() for s in suffixes

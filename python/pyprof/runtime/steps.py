@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from . import _cprof
+from .. import _cprof
 
 # The data model (session) is imported at the first mark, not here: pyprof.step
 # resolves at the program's first use (pyprof/__init__.py), inside its run.
@@ -35,7 +35,7 @@ def _profiler():
 
 
 def _now(p) -> float:
-    return (time.monotonic_ns() - p._start_mono_ns) / 1e9
+    return (time.monotonic_ns() - p.start_mono_ns) / 1e9
 
 
 class StepRecorder:
@@ -57,7 +57,7 @@ class StepRecorder:
         prof.set_records(self.records)
 
     def start(self, name) -> None:
-        counters = self.prof._step_counters()       # since the last mark
+        counters = self.prof.step_counters()       # since the last mark
         t = _now(self.prof)
         if self.open is not None:
             self._record(counters, t)
@@ -69,7 +69,7 @@ class StepRecorder:
     def end(self, name) -> None:
         if self.open is None:
             return
-        counters = self.prof._step_counters()
+        counters = self.prof.step_counters()
         t = _now(self.prof)
         self.markers.append({"index": self.open[0], "name": name, "event": "end", "t": t})
         self._record(counters, t)
@@ -77,10 +77,10 @@ class StepRecorder:
     def close(self) -> None:
         """Profiling stopped: the open step ends here."""
         if self.open is not None:
-            self._record(self.prof._step_counters(), _now(self.prof))
+            self._record(self.prof.step_counters(), _now(self.prof))
 
     def _record(self, counters: bytes, t) -> None:
-        from .model import codec
+        from ..model import codec
         index, name, start = self.open
         self.open = None
         rec = codec.step_record(index, name, start, t, counters)
@@ -94,9 +94,9 @@ class StepRecorder:
         """The open step as a Step up to now (for a live Session), or None."""
         if self.open is None:
             return None
-        from .model.session import Session, Step
+        from ..model.session import Session, Step
         index, name, start = self.open
-        data = Session.from_blob(self.prof._step_counters(peek=True))
+        data = Session.from_blob(self.prof.step_counters(peek=True))
         return Step(index, name, start, _now(self.prof), data)
 
     def clear(self) -> None:
@@ -110,28 +110,28 @@ class StepRecorder:
 
 def _mark(event, name):
     p = _profiler()
-    rec = getattr(p, "_step_recorder", None) if p is not None else None
+    rec = getattr(p, "step_recorder", None) if p is not None else None
     if rec is None:
         return
     # pyprof's own work at a mark is not the program's: the thread's events are
     # not recorded meanwhile, so only the call of pyprof.step shows (its time
     # is what a mark costs). Set here, in the frame that unsets it, so the
     # profiler's shadow stack stays balanced.
-    was_paused = p._thread_paused
-    p._thread_paused = True
+    was_paused = p.thread_paused
+    p.thread_paused = True
     try:
         if event == "start":
             rec.start(name)
             if getattr(p, "_objects_at_steps", False):
                 from .objects import summary
                 m = rec.markers[-1]
-                p._objects_steps.append({"index": m["index"], "name": name, "t": m["t"],
+                p.objects_steps.append({"index": m["index"], "name": name, "t": m["t"],
                                          "objects": summary(limit=15)})
         else:
             rec.end(name)
     finally:
         if not was_paused:
-            p._thread_paused = False
+            p.thread_paused = False
 
 
 class step:

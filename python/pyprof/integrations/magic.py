@@ -20,7 +20,7 @@ import shlex
 import sys
 import threading
 
-from .errors import PyprofError
+from ..errors import PyprofError
 
 USAGE = "%%cprof [options] (cell) | %cprof [options] statement   (options: %cprof --help)"
 # Run options that make no sense for a cell.
@@ -28,13 +28,13 @@ _NOT_FOR_CELLS = ("module", "code", "signal", "dump_every", "version", "strict")
 
 
 def _parser():
-    from . import cli
-    from .options import run_parser
+    from ..cli import args
+    from ..options import run_parser
     p = run_parser(prog="%%cprof")
     p.usage = USAGE
     p.description = ("Profile a notebook cell (%%cprof) or one statement (%cprof) with "
                      "pyprof; the options are the command line's (docs/cli.md).")
-    cli.add_view_options(p)
+    args.add_view_options(p)
     p.add_argument("-r", "--return", dest="return_result", action="store_true",
                    help="return the result (a CprofResult) as the magic's value")
     return p
@@ -43,7 +43,7 @@ def _parser():
 def parse(line: str, cell: str | None):
     """(options, code to run): the parsed arguments, with the run options
     checked in ``options.run`` (a RunOptions). Raises PyprofError with the reason."""
-    from .options import RunOptions, split_argv
+    from ..options import RunOptions, split_argv
     parser = _parser()
     if cell is None:                            # %cprof [options] statement
         tokens = [m for m in re.finditer(r"\S+", line)]
@@ -97,12 +97,13 @@ class CprofResult:
 
 
 def _tables(session, prof, opts) -> str:
-    from . import cli, views
-    if opts.view or cli.view_filters_given(opts) or opts.view_format != "table":
-        return views.render(session, opts.view or "code", opts.view_format,
-                            cli.view_options(opts), color=False)
+    from ..cli import args, run
+    from ..render import viewtable
+    if opts.view or args.view_filters_given(opts) or opts.view_format != "table":
+        return viewtable.render(session, opts.view or "code", opts.view_format,
+                                args.view_options(opts), color=False)
     buf = io.StringIO()
-    cli.write_tables(prof, opts.run, buf, session)
+    run.write_tables(prof, opts.run, buf, session)
     return buf.getvalue()
 
 
@@ -125,7 +126,7 @@ def _line_targets(shell, patterns):
 
 
 def run(shell, opts, code) -> CprofResult:
-    from .profiler import Profile
+    from ..runtime.profiler import Profile
     run_opts = opts.run
     functions, patterns = _line_targets(shell, run_opts.lines_of)
     # the notebook's functions are given to the profiler itself
@@ -140,30 +141,30 @@ def run(shell, opts, code) -> CprofResult:
 
     # Only the cell's code is recorded: the thread is paused outside it.
     async def run_code(code_obj, result=None, *, async_=False):
-        prof._thread_paused = False
+        prof.thread_paused = False
         try:
             return await original(code_obj, result, async_=async_)
         finally:
-            prof._thread_paused = True
+            prof.thread_paused = True
 
     # Showing the cell's last value is IPython's work, not the cell's.
     shown = sys.displayhook
 
     def displayhook(value):
-        prof._thread_paused = True
+        prof.thread_paused = True
         try:
             shown(value)
         finally:
-            prof._thread_paused = False
+            prof.thread_paused = False
 
     if prof.sampling:
-        prof._set_sample_root(run_code.__code__)
+        prof.set_sample_root(run_code.__code__)
     # The kernel's own threads (I/O, heartbeat, control) are not the cell's.
     kernel_threads = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
     shell.run_code = run_code
     sys.displayhook = displayhook
     prof.enable()
-    prof._thread_paused = True
+    prof.thread_paused = True
     try:
         outcome = _run_cell(shell, code)
     finally:

@@ -85,8 +85,8 @@ class Budget:
 
 def parse_budget(mark) -> Budget:
     """A marker's budget; pyprof_limit (the exception) when it does not parse."""
-    from .analysis.gates import parse_bytes, parse_count, parse_seconds
-    from .errors import PyprofError
+    from ..analysis.gates import parse_bytes, parse_count, parse_seconds
+    from ..errors import PyprofError
     if mark.args:
         raise pyprof_limit(f"takes keywords only (time=, memory=, calls=), not {mark.args!r}")
     unknown = [k for k in mark.kwargs if k not in _BUDGET_KEYS]
@@ -180,8 +180,8 @@ class Runtime:
     """What runs once --pyprof is asked for or a budget was collected."""
 
     def __init__(self, config, asked):
-        from . import config as cfgmod
-        from .errors import PyprofError
+        from .. import config as cfgmod
+        from ..errors import PyprofError
         self.config = config
         try:
             self.cfg = cfgmod.load(start=str(config.rootpath))
@@ -208,13 +208,13 @@ class Runtime:
         self.session_prof = None
         self.worker = getattr(config, "workerinput", {}).get("workerid")
         self.warned = set()
-        from . import profiler  # noqa: F401  (loaded here, not inside the first test's call)
+        from ..runtime import profiler  # noqa: F401  (loaded here, not inside the first test's call)
         if self.active:
             os.makedirs(self.directory, exist_ok=True)
 
     # ---------------------------------------------------------- profiles
     def _options(self, base, memory, rate=None, wall=None):
-        from . import config as cfgmod
+        from .. import config as cfgmod
         opts = cfgmod.run_options(base, self.cfg, memory, str(self.config.rootpath), rate, wall)
         if memory:
             opts.memory_sample = None           # exact
@@ -235,10 +235,10 @@ class Runtime:
         opts = self._options(base, memory)
         if timed:                               # the budget's sampler, whatever the defaults
             opts.rate, opts.wall = BUDGET_RATE, True
-        from .profiler import Profile
+        from ..runtime.profiler import Profile
         prof = Profile(options=opts, _warn=False)
         if self.session_prof is None:
-            prof._set_background(True)          # a test's own profiler takes precedence
+            prof.set_background(True)          # a test's own profiler takes precedence
         return _Plan(prof, base or "memory", budget)
 
     # ---------------------------------------------------------- hooks
@@ -246,11 +246,11 @@ class Runtime:
         # pytest-xdist's controller runs no test: its workers profile theirs
         self.controller = self.config.pluginmanager.has_plugin("dsession")
         if self.active and self.scope == "session" and not self.controller:
-            from .profiler import Profile
+            from ..runtime.profiler import Profile
             self.session_prof = Profile(options=self._options(
                 self.mode if self.mode != "memory" else None, self.mode == "memory"),
                 _warn=False)
-            self.session_prof._set_background(True)
+            self.session_prof.set_background(True)
             try:
                 self.session_prof.enable()
             except (ValueError, RuntimeError) as e:
@@ -262,7 +262,7 @@ class Runtime:
         if self.session_prof is None:
             yield
             return
-        from .steps import step
+        from ..runtime.steps import step
         with step(item.nodeid):
             yield
 
@@ -315,7 +315,7 @@ class Runtime:
         if plan is not None:
             bg = self.session_prof              # pyprof's work is not the session's
             if bg is not None:
-                bg._thread_paused = True
+                bg.thread_paused = True
             try:
                 self._record(item, plan, wall, row, rep)
             except Exception as e:              # never lose the test's own outcome
@@ -323,12 +323,12 @@ class Runtime:
                                         f"{type(e).__name__}: {e}")
             finally:
                 if bg is not None:
-                    bg._thread_paused = False
+                    bg.thread_paused = False
         rep.user_properties.append(("pyprof", row))
 
     def _record(self, item, plan, wall, row, rep):
-        from .analysis import gates
-        from .render.testsummary import harness, time_basis
+        from ..analysis import gates
+        from ..render.testsummary import harness, time_basis
         session = plan.profile.session()
         row["mode"] = plan.mode
         # the profiler's window (it holds the call): what the self times are within
@@ -364,7 +364,7 @@ class Runtime:
             session.save(path)
             row["capture"] = path
             if self.html:
-                from .export import export
+                from ..export import export
                 export(session, "html", path[:-len(".cprof")] + ".html")
         if plan.budget is not None:
             row["budget"] = plan.budget.text
@@ -376,7 +376,7 @@ class Runtime:
 
     @staticmethod
     def _over(budget, wall, session, row) -> list:
-        from .render import gatetext
+        from ..render import gatetext
         out = []
         if budget.time is not None and wall > budget.time:
             out.append(gatetext.limit_text("time", wall, budget.time,
@@ -427,7 +427,7 @@ class Runtime:
     def pytest_terminal_summary(self, terminalreporter):
         if not self.active or self.worker is not None:
             return
-        from .render.testsummary import summary_lines
+        from ..render.testsummary import summary_lines
         tr = terminalreporter
         title, lines = summary_lines(self.rows, self.mode, self.scope, self.top,
                                      self.directory, getattr(self, "session_capture", None))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import PyprofError
+from ..errors import PyprofError
 
 
 def atomic_write(path, data) -> None:

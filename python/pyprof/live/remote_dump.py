@@ -11,8 +11,8 @@ import os
 import platform
 from operator import itemgetter
 
-from .errors import PyprofError
-from .files import program_frames
+from ..errors import PyprofError
+from ..base.files import program_frames
 
 # System calls a blocked thread commonly sits in, per architecture (the
 # numbers of the kernel's own tables; others are shown by number).
@@ -119,7 +119,8 @@ def cmdline(pid) -> str:
 
 def open_process(pid):
     """A RemoteProcess for `pid`, or one PyprofError line saying why not."""
-    from . import _cprof, attach
+    from .. import _cprof
+    from . import attach
     info = attach.check_process(pid)
     attach.check_version(pid, attach.python_version_hint(pid))
     try:

@@ -12,8 +12,8 @@ import os
 import threading
 import time
 
-from .errors import PyprofError
-from .files import program_frames
+from ..errors import PyprofError
+from ..base.files import program_frames
 
 # Session states (model/tables.py STATES): a thread waiting for the GIL is
 # "idle" there, as the in-process sampler records it without --native.
@@ -205,8 +205,8 @@ class RemoteSampler:
     # ---------------------------------------------------------- the capture
     def session(self):
         """The samples as a wall-clock sampling Session."""
-        from ._version import __version__
-        from .model.session import Function, SampleCounters, Session, Stack, Thread
+        from .._version import __version__
+        from ..model.session import Function, SampleCounters, Session, Stack, Thread
         s = Session()
         stacks = {}
         with self.lock:
@@ -259,8 +259,8 @@ def record(pid, rate, duration, output, say=None) -> int:
     """Sample `pid` for `duration` seconds (or until it exits or Ctrl-C) and
     write the capture or export to `output`."""
     from . import remote_dump
-    from .export import export, format_for_path
-    from .options import check_writable
+    from ..export import export, format_for_path
+    from ..options import check_writable
     target = remote_dump.open_process(pid)
     sampler = RemoteSampler(target, rate)
     try:

@@ -48,7 +48,7 @@ def private_dir(uid=None) -> str:
     """The per-user directory, made (0700) or checked: a real directory owned
     by `uid`, closed to everybody else. A different one is refused, never used."""
     import stat
-    from .errors import PyprofError
+    from ..errors import PyprofError
     uid = os.geteuid() if uid is None else uid
     d = run_dir(uid)
     try:
@@ -176,7 +176,7 @@ class _Server:
     def __init__(self, persistent, client=None):
         import socket
         import threading
-        from .errors import PyprofError
+        from ..errors import PyprofError
         self.persistent = persistent
         self.client = client            # (pid, start time): an injected channel's client
         private_dir()
@@ -212,7 +212,7 @@ class _Server:
     def _run(self):
         import socket
         import threading
-        from . import _cprof
+        from .. import _cprof
         self.ident = threading.get_ident()
         _cprof._own_thread(True)        # its samples are pyprof's work
         try:
@@ -331,8 +331,8 @@ class _Server:
         self.send({"event": "exit", "path": output, "released": released})
 
     def cmd_hello(self, req):
-        from . import _cprof
-        from ._version import __version__
+        from .. import _cprof
+        from .._version import __version__
         active = _cprof.active()
         return {"ok": True, "protocol": PROTOCOL, "pid": os.getpid(), "pyprof": __version__,
                 "python": sys.version.split()[0], "argv": list(sys.argv),
@@ -340,8 +340,8 @@ class _Server:
                 "other_profiler": active is not None and active is not self.prof}
 
     def cmd_start(self, req):
-        from . import _cprof
-        from .profiler import Profile
+        from .. import _cprof
+        from ..runtime.profiler import Profile
         if self.prof is not None:
             return {"ok": False, "error": "this channel is profiling already"}
         if _cprof.active() is not None:
@@ -354,7 +354,7 @@ class _Server:
         self.output = req.get("output")
         self.previous = None
         prof.enable()
-        prof._thread_paused = True      # this thread's requests are not the program's work
+        prof.thread_paused = True      # this thread's requests are not the program's work
         self.prof = prof
         import atexit
         atexit.register(self._at_exit)
@@ -377,7 +377,7 @@ class _Server:
         if prof.run_options.native:
             prof.session().save(path)           # native frames named while they mean something
         else:
-            prof._refresh_meta()
+            prof.refresh_meta()
             prof.write_capture(path, final=False)
         return {"ok": True, "path": path}
 
@@ -403,10 +403,10 @@ def release() -> dict:
     SIGPROF's disposition once no SIGPROF is pending, the allocators, NumPy's
     handler and its import hook. What could not be given back is reported."""
     import time
-    from . import _cprof
+    from .. import _cprof
     if _cprof.active() is not None:
         return {"signal": False, "allocators": False, "reason": "a profiler is enabled"}
-    numpy_mod = sys.modules.get("pyprof._numpy")
+    numpy_mod = sys.modules.get("pyprof.runtime._numpy")
     if numpy_mod is not None:
         numpy_mod.release()
     end = time.monotonic() + RELEASE_WAIT
@@ -429,7 +429,7 @@ def _target_running_code(prof) -> int:
                 seen.add(id(code))
                 if prof.line_targets(code):
                     try:
-                        prof._add_line_target(code)
+                        prof.add_line_target(code)
                         n += 1
                     except ValueError:          # pyprof's own code: never profiled
                         pass
@@ -450,7 +450,7 @@ def thread_stacks(skip=None) -> list:
     """Every thread's Python stack now, root first, with its name and state."""
     import threading
     from operator import itemgetter
-    from .files import program_frames
+    from ..base.files import program_frames
     by_ident = {t.ident: t for t in threading.enumerate()}
     main = threading.main_thread()
     try:
@@ -536,7 +536,7 @@ def live_stats(prof, previous, skip=None):
     state; the share of the wall time some thread held the GIL; RSS and the
     traced heap. Returns (stats, totals for the next call)."""
     import time
-    from .analysis.stacks import named_stacks
+    from ..analysis.stacks import named_stacks
     session = prof.session()
     skip_t = {t for t, th in session.threads.items() if th.ident == skip}
     totals = {"own": {}, "total": {}, "states": {}, "t": time.monotonic()}
@@ -574,4 +574,4 @@ def live_stats(prof, previous, skip=None):
 
 def prof_start(prof) -> float:
     """When `prof` was first enabled, in time.monotonic()'s clock."""
-    return prof._start_mono_ns / 1e9
+    return prof.start_mono_ns / 1e9

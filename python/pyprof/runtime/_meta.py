@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from ._version import __version__
+from .._version import __version__
 
 
 def hostname() -> str:
