@@ -36,11 +36,6 @@ def native_frames(session, ip, lines=False) -> list:
     return [(sym[0], sym[1], 0)]
 
 
-def native_label(session, ip):
-    """The innermost frame of a native address (native_frames)."""
-    return native_frames(session, ip)[0]
-
-
 def frame_name(label) -> str:
     """A frame's function without its line (labels made with ``lines``)."""
     head, sep, tail = label.rpartition(":")

@@ -12,6 +12,7 @@ import os
 import time
 
 from ..errors import PyprofError
+from ..render.units import format_bytes, format_time
 
 SORTS = {"o": ("own", 0, "%Own"), "t": ("total", 0, "%Total"),
          "O": ("own", 2, "OwnTime"), "T": ("total", 2, "TotalTime")}
@@ -21,18 +22,12 @@ HELP = ("o/t: sort by %Own/%Total  O/T: by own/total time  tab/\u2192 \u2190: th
 
 
 def _bytes(n) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    return "-" if n is None else format_bytes(n, sep=" ")
 
 
 def _secs(ns) -> str:
     s = ns / 1e9
-    return f"{s:.2f}s" if s < 100 else f"{s:.0f}s"
+    return format_time(s, digits=(2 if s < 100 else 0,), zero=None)
 
 
 class View:

@@ -79,10 +79,6 @@ class Session:
         return codec.read_file(path, cls())
 
     @classmethod
-    def from_file_bytes(cls, data: bytes, name: str = "<bytes>") -> "Session":
-        return codec.parse_file(data, name, cls())
-
-    @classmethod
     def from_blob(cls, blob: bytes, name: str = "<snapshot>") -> "Session":
         """Parse the record stream the C core produces (Profiler.snapshot())."""
         return codec.parse_blob(blob, name, cls())
