@@ -10,7 +10,7 @@
 #ifndef PP_PROFILER_H
 #define PP_PROFILER_H
 
-#include "capture.h"
+#include "capture/capture.h"
 
 typedef struct pp_profiler {
     PyObject_HEAD
