@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
+#include "sampler_ring.h"
 
 #include "clock.h"
 #include "unwind.h"
@@ -55,12 +56,6 @@
 #include <unistd.h>
 
 pp_sampler_global pp_sampler_g;
-
-/* CPU mode's earlier runs at the same rate (pp_sampler_cpu_interval): a
- * short run (a decorated function's call) has too few signals of its own to
- * tell the kernel's interval. */
-static int64_t past_cpu_ns, past_interval_ns;
-static uint64_t past_signals;
 
 /* SIGPROF's disposition before pyprof's first start (GIL held to change). */
 static struct sigaction prev_sigprof;
@@ -104,14 +99,6 @@ static __thread struct {
     uint64_t tid_run;
 } s_tls __attribute__((tls_model("initial-exec")));
 
-static int64_t process_cpu_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int64_t thread_cpu_ns(void)
 {
     struct timespec ts;
@@ -121,20 +108,6 @@ static int64_t thread_cpu_ns(void)
 }
 
 /* ------------------------------------------------------------- handler */
-
-static rawrec *ring_reserve(uint32_t len)
-{
-    uint64_t head = atomic_load_explicit(&S.head, memory_order_relaxed);
-    for (int tries = 0; tries < 64; tries++) {
-        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_acquire);
-        if (head + len - tail > RING_BYTES)
-            return NULL;
-        if (atomic_compare_exchange_weak_explicit(&S.head, &head, head + len,
-                                                  memory_order_acq_rel, memory_order_relaxed))
-            return (rawrec *)(S.buf + (head & (RING_BYTES - 1)));
-    }
-    return NULL;
-}
 
 /* Signal handler context. The time a sample stands for: CPU mode, the
  * thread's CPU clock since its last recorded sample (CPU timers fire at most
@@ -156,70 +129,6 @@ static int64_t sample_weight(int64_t now, int64_t *clock_now)
         base = s_tls.run == S.run ? s_tls.last : now - S.interval_ns;
     }
     return *clock_now > base ? *clock_now - base : 0;
-}
-
-/* A record with no frames: `weight` of the thread's time, idle, on the stack
- * of its previous record. Async-signal-safe (the handler and the helper). */
-int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
-{
-    if (weight <= 0)
-        return 1;
-    uint32_t len = (uint32_t)((sizeof(rawrec) + REC_ALIGN - 1) & ~(size_t)(REC_ALIGN - 1));
-    rawrec *r = ring_reserve(len);
-    if (r == NULL) {
-        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        return 0;
-    }
-    r->tid = (uint32_t)tid;
-    r->ident = ident;
-    r->t_ns = now;
-    r->state = PP_STATE_IDLE;
-    r->truncated = 0;
-    r->nframes = 0;
-    r->nnative = 0;
-    r->pad = REC_REPEAT;
-    r->weight_ns = weight;
-    r->coro = 0;
-    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
-    atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)((weight + S.interval_ns / 2) / S.interval_ns),
-                              memory_order_relaxed);
-    atomic_store_explicit(&r->len, len, memory_order_release);
-    return 1;
-}
-
-/* A sample into the ring, or 0 (full: dropped, counted). Async-signal-safe
- * (the handler; the helper for a new thread's first sample). */
-int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
-                         const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight, uintptr_t coro, uint16_t flags)
-{
-    uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
-                              + (size_t)nnative * sizeof(uintptr_t));
-    len = (len + REC_ALIGN - 1) & ~(uint32_t)(REC_ALIGN - 1);
-    rawrec *r = ring_reserve(len);
-    if (r == NULL) {
-        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        return 0;
-    }
-    r->tid = tid;
-    r->ident = ident;
-    r->t_ns = now;
-    r->state = state;
-    r->truncated = (uint8_t)truncated;
-    r->nframes = (uint16_t)nframes;
-    r->nnative = (uint16_t)nnative;
-    r->pad = flags;
-    r->weight_ns = weight;
-    r->coro = coro;
-    if (coro && atomic_load_explicit(&pp_known_coro[pp_known_slot(coro)], memory_order_relaxed) != coro)
-        atomic_store_explicit(&S.new_coro, coro, memory_order_relaxed);
-    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
-    unsigned char *p = (unsigned char *)(r + 1);
-    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
-    memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
-    atomic_store_explicit(&r->len, len, memory_order_release);
-    atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
-    return 1;
 }
 
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
@@ -899,7 +808,7 @@ int pp_sampler_start(pp_sampling *p)
     have_prev_sigprof = 1;
     new_run();
     S.started_ns = pp_mono_ns();
-    S.cpu0_ns = process_cpu_ns();
+    S.cpu0_ns = pp_process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
     if (S.mode == PP_SAMPLE_WALL) {
         pthread_mutex_lock(&pp_wall_mu);
@@ -951,19 +860,19 @@ int pp_sampler_stop(pp_sampling *p)
     S.have_thread = S.have_ticker = 0;
     atomic_store_explicit(&S.active, 0, memory_order_release);
     S.stopped_ns = pp_mono_ns();
-    S.cpu1_ns = process_cpu_ns();
+    S.cpu1_ns = pp_process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     if (S.async)
         pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
     if (S.mode == PP_SAMPLE_CPU) {
-        if (past_interval_ns != S.interval_ns) {
-            past_cpu_ns = 0;
-            past_signals = 0;
-            past_interval_ns = S.interval_ns;
+        if (S.past_interval_ns != S.interval_ns) {
+            S.past_cpu_ns = 0;
+            S.past_signals = 0;
+            S.past_interval_ns = S.interval_ns;
         }
-        past_cpu_ns += S.cpu1_ns - S.cpu0_ns;
-        past_signals += atomic_load(&S.signals);
+        S.past_cpu_ns += S.cpu1_ns - S.cpu0_ns;
+        S.past_signals += atomic_load(&S.signals);
     }
     if (S.async)
         pp_async_stop(p, S.stopped_ns);
@@ -1039,21 +948,11 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->weight_ns = atomic_load(&S.weight_ns);
     out->started_ns = S.started_ns;
     out->stopped_ns = atomic_load(&S.active) ? pp_mono_ns() : S.stopped_ns;
-    out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+    out->cpu_ns = (atomic_load(&S.active) ? pp_process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
     out->parked = atomic_load(&S.parked);
     out->woken = atomic_load(&S.woken);
     out->idle_ticks = atomic_load(&S.idle_ticks);
-}
-
-int64_t pp_sampler_cpu_interval(void)
-{
-    int same = past_interval_ns == S.interval_ns;
-    uint64_t n = atomic_load(&S.signals) + (same ? past_signals : 0);
-    int64_t cpu = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns
-                  + (same ? past_cpu_ns : 0);
-    int64_t per = n > 0 && cpu > 0 ? cpu / (int64_t)n : 0;
-    return per > S.interval_ns ? per : S.interval_ns;
 }
 
 /* Signals per CPU second in cpu mode (the requested rate's unit); in wall mode, per
