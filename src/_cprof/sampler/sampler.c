@@ -1,4 +1,6 @@
-/* sampler.c — timers, the SIGPROF handler, the ring's writers, the helper (sampler.h).
+/* sampler.c — timers, the SIGPROF handler, wall mode's parking policy, the
+ * helper (sampler.h). The top of the sampler: it calls sampler_wall.c,
+ * sampler_drain.c, sampler_async.c and sampler_samples.c, none calls it.
  *
  * Signal handler (on_sigprof): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
@@ -9,7 +11,8 @@
  * drops the sample and counts it. errno is preserved. Each record carries the
  * time it stands for (sample_weight: the thread's CPU or wall clock since its
  * previous record), not the interval asked: CPU timers fire at most once per
- * kernel tick.
+ * kernel tick. The ring's writers are inlined from sampler_ring.h; whether
+ * a wall-mode thread parks is parking_woken/parking_after_sample's call.
  *
  * Helper thread (sampler_main): a plain pthread. It drains the ring every
  * DRAIN_NS with the GIL (PyGILState_Ensure); in wall mode it also gives each
@@ -23,7 +26,7 @@
  * is three quarters full (the helper waiting for the GIL), it moves the
  * records to a spill buffer (sampler_drain.c) rather than let samples drop.
  *
- * Drain (GIL held): sampler_drain.c.
+ * Drain (GIL held): sampler_drain.c, into the stack table of sampler_samples.c.
  *
  * fork: timers are paused around fork(); the child inherits no sampler.
  *
@@ -238,6 +241,70 @@ static int woken_runs(wslot *sl, int64_t now, int64_t cpu)
     return attached || pp_wall_computes(sl, cpu, now);
 }
 
+/* Wall mode's parking policy, at a wake-up signal: the time parked is
+ * charged; 1 if the thread is to be sampled and parked again, 0 if it runs
+ * (its tick started again). */
+static int parking_woken(wslot *sl, int64_t now)
+{
+    int64_t cpu = thread_cpu_ns(), ran = cpu - atomic_load(&sl->cpu_parked);
+    int repark = !woken_runs(sl, now, cpu);
+    unpark(sl, now, ran);
+    if (!repark)
+        start_tick(sl, now);
+    return repark;
+}
+
+/* Wall mode's parking policy, after a sample (recorded: it went into the
+ * ring): a thread idle long enough parks, a woken one blocked again parks on
+ * its new stack, a running one gets its next tick. */
+static void parking_after_sample(wslot *sl, int recorded, int repark, uint8_t state,
+                                 const pp_rawframe *frames, int nframes, int64_t now,
+                                 int64_t cpu_in)
+{
+    if (recorded && !repark) {          /* after the record: parked time repeats this stack */
+        /* no frames: a thread starting or ending, which will soon run */
+        if (state != PP_STATE_IDLE || nframes == 0)
+            s_tls.idle_since = 0;
+        else if (atomic_load(&sl->young))   /* a new thread blocked: as if it started parked */
+            park(sl, 1, pp_stack_key(frames, nframes));
+        else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run || s_tls.cpu_out == 0) {
+            s_tls.idle_since = now;
+            s_tls.idle_cpu = 0;
+        }
+        else {
+            int64_t ran = cpu_in - s_tls.cpu_out - TICK_AFTERMATH_NS;
+            s_tls.idle_cpu += ran > 0 ? ran : 0;
+            if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
+                && now - s_tls.idle_since >= PARK_MIN_NS) {
+                if (s_tls.idle_cpu * DUTY_SHARE < now - s_tls.idle_since)
+                    park(sl, 1, pp_stack_key(frames, nframes));
+                else {                  /* it runs between the ticks: not idle */
+                    s_tls.idle_since = now;
+                    s_tls.idle_cpu = 0;
+                }
+            }
+        }
+        s_tls.idle_run = S.run;
+    }
+    if (repark) {                       /* a recorded stack to repeat, or it runs */
+        if (atomic_load(&sl->sampled) && nframes > 0)
+            park(sl, 0, pp_stack_key(frames, nframes));
+        if (!atomic_load(&sl->parked))
+            start_tick(sl, now);
+    }
+    else if (!atomic_load(&sl->parked))
+        start_tick(sl, now);            /* a tick: the next one */
+    /* the handler's own CPU is neither a run nor a duty share */
+    int parked = atomic_load_explicit(&sl->parked, memory_order_relaxed);
+    struct timespec c;
+    s_tls.cpu_out = 0;
+    if ((parked || s_tls.idle_since != 0) && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0) {
+        s_tls.cpu_out = pp_ts_ns(c);
+        if (parked)
+            atomic_store(&sl->cpu_parked, s_tls.cpu_out);
+    }
+}
+
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
 {
     (void)sig;
@@ -251,14 +318,10 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     if (sl && kind == SIG_WAKE) {
         if (!atomic_load(&sl->parked))
             goto out;
-        int64_t cpu = thread_cpu_ns(), ran = cpu - atomic_load(&sl->cpu_parked);
-        repark = !woken_runs(sl, now, cpu);
-        unpark(sl, now, ran);
-        if (!repark) {
-            start_tick(sl, now);
+        repark = parking_woken(sl, now);
+        if (!repark)
             goto out;
-        }
-        /* sampled now, then parked again (below) */
+        /* sampled now, then parked again (parking_after_sample) */
     }
     else if (sl && atomic_load(&sl->parked))
         goto out;                       /* a tick sent before it parked */
@@ -327,64 +390,22 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     /* CPU mode: what the thread runs after its last sample no sample sees;
      * its first one carries that, in the drain (sampler_drain.c) */
     uint16_t first = S.mode == PP_SAMPLE_CPU && s_tls.run != S.run ? REC_FIRST : 0;
-    if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
-                              ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
-                              frames, nframes, native, nnative, weight, S.async ? coro : 0,
-                              first))
-        goto done;
-    if (sl) {                           /* not parked: only this thread moves it now */
-        atomic_store(&sl->accounted, now);
-        atomic_store(&sl->sampled, 1);
-    }
-    /* Only a recorded sample moves the base: a throttled or dropped one
-     * carries its time into the next. */
-    s_tls.run = S.run;
-    s_tls.last = clock_now;
-    if (sl && !repark) {                /* after the record: parked time repeats this stack */
-        /* no frames: a thread starting or ending, which will soon run */
-        if (state != PP_STATE_IDLE || nframes == 0)
-            s_tls.idle_since = 0;
-        else if (atomic_load(&sl->young))   /* a new thread blocked: as if it started parked */
-            park(sl, 1, pp_stack_key(frames, nframes));
-        else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run || s_tls.cpu_out == 0) {
-            s_tls.idle_since = now;
-            s_tls.idle_cpu = 0;
+    int recorded = pp_ring_write_sample(
+        ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
+        ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated, frames, nframes, native,
+        nnative, weight, S.async ? coro : 0, first);
+    if (recorded) {
+        if (sl) {                       /* not parked: only this thread moves it now */
+            atomic_store(&sl->accounted, now);
+            atomic_store(&sl->sampled, 1);
         }
-        else {
-            int64_t ran = cpu_in - s_tls.cpu_out - TICK_AFTERMATH_NS;
-            s_tls.idle_cpu += ran > 0 ? ran : 0;
-            if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
-                && now - s_tls.idle_since >= PARK_MIN_NS) {
-                if (s_tls.idle_cpu * DUTY_SHARE < now - s_tls.idle_since)
-                    park(sl, 1, pp_stack_key(frames, nframes));
-                else {                  /* it runs between the ticks: not idle */
-                    s_tls.idle_since = now;
-                    s_tls.idle_cpu = 0;
-                }
-            }
-        }
-        s_tls.idle_run = S.run;
+        /* Only a recorded sample moves the base: a throttled or dropped one
+         * carries its time into the next. */
+        s_tls.run = S.run;
+        s_tls.last = clock_now;
     }
-done:
-    if (repark) {                       /* a recorded stack to repeat, or it runs */
-        if (atomic_load(&sl->sampled) && nframes > 0)
-            park(sl, 0, pp_stack_key(frames, nframes));
-        if (!atomic_load(&sl->parked))
-            start_tick(sl, now);
-    }
-    else if (sl && !atomic_load(&sl->parked))
-        start_tick(sl, now);            /* a tick: the next one */
-    if (sl) {
-        /* the handler's own CPU is neither a run nor a duty share */
-        int parked = atomic_load_explicit(&sl->parked, memory_order_relaxed);
-        struct timespec c;
-        s_tls.cpu_out = 0;
-        if ((parked || s_tls.idle_since != 0) && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0) {
-            s_tls.cpu_out = pp_ts_ns(c);
-            if (parked)
-                atomic_store(&sl->cpu_parked, s_tls.cpu_out);
-        }
-    }
+    if (sl)
+        parking_after_sample(sl, recorded, repark, state, frames, nframes, now, cpu_in);
     s_tls.done_ns = pp_mono_ns();
 out:
     errno = saved_errno;
@@ -474,7 +495,7 @@ static int64_t async_look_period(pp_sampling *p, int64_t cost_before)
     const pp_tasks *t = &p->tasks;
     /* the cheaper of the last two: one dear look (a run's first, with its
      * first-time costs; a helper kept off a CPU) does not space the next */
-    int64_t cost = t->last_look_ns < cost_before ? t->last_look_ns : cost_before;
+    int64_t cost = t->own->last_look_ns < cost_before ? t->own->last_look_ns : cost_before;
     int64_t period = cost * 400;
     /* no task yet; or CPU mode, where looks only name tasks (no awaiting time to
      * place), and each look takes the GIL from a loop that may be busy */
@@ -543,7 +564,7 @@ static void *sampler_main(void *arg)
                     pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
                 if (look) {
-                    int64_t cost_before = S.prof->tasks.last_look_ns;
+                    int64_t cost_before = S.prof->tasks.own->last_look_ns;
                     pp_async_look_end(S.prof, now);
                     next_look = now + async_look_period(S.prof, looked ? cost_before : 0);
                     looked = 1;
@@ -970,7 +991,9 @@ int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threa
     p->owner = owner;
     p->reg = reg;
     p->threads = threads;
-    return pp_samples_init(&p->samples);
+    if (pp_samples_init(&p->samples) < 0)
+        return -1;
+    return pp_async_init(p);
 }
 
 void pp_sampling_free(pp_sampling *p)

@@ -89,10 +89,10 @@ static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw
 {
     *row = PP_NONE;
     *root_fid = PP_NONE;
-    if (S.async && r->coro == 0 && p->tasks.work_code) {
+    if (S.async && r->coro == 0 && p->tasks.own->work_code) {
         /* an executor's thread doing a task's to_thread work: from _WorkItem.run up */
         for (uint32_t i = n; i-- > 0;) {
-            if (raw[i].code != p->tasks.work_code || i >= MAX_FRAMES - 1)
+            if (raw[i].code != p->tasks.own->work_code || i >= MAX_FRAMES - 1)
                 continue;
             *row = pp_async_worker_row(p, r->tid, 1);
             if (*row == PP_NONE)

@@ -1,6 +1,8 @@
-/* sampler_int.h — what sampler.c (timers, handler, helper) and
- * sampler_drain.c (the ring into the stack table) share; private to the
- * sampler unit.
+/* sampler_int.h — what the sampler's files share: sampler.c (timers,
+ * handler, helper), sampler_wall.c (wall mode's slots), sampler_drain.c (the
+ * ring into the stack table), sampler_async.c (--async's tasks),
+ * sampler_samples.c (the stack table). Calls go that way down, never up.
+ * Never: included outside the sampler's folder (sampler.h is its public face).
  */
 #ifndef PP_SAMPLER_INT_H
 #define PP_SAMPLER_INT_H
@@ -310,10 +312,42 @@ uint32_t pp_samples_stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, cons
                              uint32_t nnat);
 /* The code object being destroyed, drained by name (NULL: none). */
 void pp_samples_dying(PyObject *code);
+/* The tasks' own state made (0) or not (-1: out of memory). */
+int pp_async_init(pp_sampling *p);
 int pp_samples_add(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
                    int64_t weight, uint64_t count);
 uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset);
 uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code);
+
+/* --async: the tasks' state that sampler.h's pp_tasks only points to, by
+ * row (docs/async.md, "How it works"). Written by sampler_async.c; the
+ * helper reads last_look_ns, the drain work_code. */
+typedef struct pp_tasks_own {
+    PyObject **ref;             /* a weak reference to the task (its callback notes when it is freed) */
+    PyObject **obj;             /* the task, strong: a named task until a look saw it end */
+    PyObject **label;           /* its name and its coroutine's code, read when first seen */
+    PyObject **code;            /*   (strong, until it is named or forgotten) */
+    uintptr_t *addr;            /* the task's address (byobj) */
+    uintptr_t *coro;            /* its coroutine's address (0: no longer in bycoro) */
+    int64_t *dead;              /* when that address stopped being its coroutine's (INT64_MAX: not yet) */
+    int64_t *born;              /* samples from before: an older coroutine's at that address */
+    uint32_t *chain;            /* the row that had that address before (bycoro's list, newest first) */
+    uint32_t *where;
+    uint8_t *flags;             /* its loop noted; a free row (sampler_async.c) */
+    uint32_t free_head;         /* rows of tasks let go unnamed, for reuse (via where[]) */
+    uint32_t cursor;            /* the row the next look's waiting stacks start from */
+    int64_t last_look_ns;       /* what the last look cost */
+    pp_index byloop;            /* event loop address -> thread index, of tasks held */
+    pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
+                                 * awaiting its work item (to_thread), at the last look */
+    uintptr_t work_code;        /* concurrent.futures.thread._WorkItem.run's code, or 0 */
+    uint32_t nworkers;
+    int ready;                  /* the indexes are made */
+    uint32_t held;              /* rows with ref set (the task not yet found freed) */
+    pp_index bycoro;            /* coroutine address -> newest row with it (then chain[]) */
+    pp_index byobj;             /* task address -> row, while ref is set */
+    pp_index bywref;            /* weak reference address -> row, while ref is set */
+} pp_tasks_own;
 
 /* ---- --async (sampler_async.c; GIL held, the helper's or stop's) */
 /* The coroutines of the tasks the helper knows, direct-mapped by address:
