@@ -189,6 +189,8 @@ C_UNIT = {"tracer_hot": "tracer", "tracer_events": "tracer", "memory_control": "
           "sampler_drain": "sampler", "sampler_wall": "sampler",
           "sampler_async": "sampler", "remote_py": "module",
           "remote_read": "remote"}
+# An engine's private headers: included only inside its folder (src/_cprof/<unit>/).
+C_PRIVATE = {"tracer_hot", "sampler_int", "sampler_ring", "memory_hooks", "capture_int"}
 # CPython's per-version knowledge: only here (how-it-works.md, "Hooks per version").
 C_VERSION_FILES = {"frames.h", "frames.c", "tracer_monitoring.c", "tracer_legacy.c"}
 
@@ -223,6 +225,8 @@ def test_c_includes_point_down():
             if inc.startswith("internal/"):
                 continue
             inc = c_stem(inc)
+            if inc in C_PRIVATE and os.path.dirname(f) != C_UNIT[inc]:
+                bad.append(f"{f} includes {inc}.h, private to {C_UNIT[inc]}/")
             if C_UNIT.get(inc, inc) == unit:
                 continue
             if c_level(inc) >= c_level(stem):
