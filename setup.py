@@ -17,15 +17,20 @@ def header_exists(name):
     return any(os.path.exists(os.path.join(d, name)) for d in dirs)
 
 
+# The engines live in folders (tracer/, sampler/, memory/, capture/); the
+# shared lower parts stay at the top. Headers are included from src/_cprof.
 sources = [os.path.join("src", "_cprof", f) for f in (
     "clock.c", "table.c", "stack.c", "frames.c", "unwind.c", "symbols.c", "termguard.c",
     "asyncio_task.c",
     "threads.c", "registry.c",
-    "tracer.c", "tracer_monitoring.c", "tracer_legacy.c", "tracer_coro.c", "sampler.c",
-    "sampler_drain.c", "sampler_wall.c", "sampler_async.c",
-    "memory.c", "memory_blocks.c", "memory_numpy.c", "memory_curve.c", "memory_native.c",
-    "memory_runs.c",
-    "capture.c", "capture_async.c", "gcwatch.c", "profiler.c", "remote.c", "remote_read.c", "remote_py.c",
+    "tracer/tracer.c", "tracer/tracer_events.c", "tracer/tracer_monitoring.c", "tracer/tracer_legacy.c",
+    "tracer/tracer_coro.c",
+    "sampler/sampler.c", "sampler/sampler_drain.c", "sampler/sampler_samples.c", "sampler/sampler_wall.c",
+    "sampler/sampler_async.c",
+    "memory/memory.c", "memory/memory_control.c", "memory/memory_blocks.c", "memory/memory_numpy.c",
+    "memory/memory_curve.c", "memory/memory_native.c", "memory/memory_runs.c",
+    "capture/capture.c", "capture/capture_async.c",
+    "gcwatch.c", "profiler.c", "remote.c", "remote_read.c", "remote_py.c",
     "module.c")]
 
 define_macros = []
@@ -64,8 +69,9 @@ setup(
     ext_modules=[Extension(
         "pyprof._cprof",
         sources=sources,
-        depends=[os.path.join("src", "_cprof", f) for f in os.listdir(os.path.join("src", "_cprof"))
-                 if f.endswith(".h")],
+        depends=[os.path.join(d, f) for d, _, files in os.walk(os.path.join("src", "_cprof"))
+                 for f in files if f.endswith(".h")],
+        include_dirs=[os.path.join("src", "_cprof")],
         define_macros=define_macros,
         libraries=libraries,
         extra_compile_args=extra_compile_args,

@@ -5,6 +5,9 @@ point down, version knowledge stays in frames and the tracer's back-ends."""
 import ast
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -254,29 +257,38 @@ C_LEVELS = [
      "termguard": 0, "asyncio_task": 0},
     {"threads": 1, "remote": 1, "remote_read": 1},
     {"registry": 2},
-    {"tracer": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,
-     "sampler": 3, "sampler_int": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_async": 3,
-     "memory": 3, "memory_hooks": 3, "memory_numpy": 3, "memory_curve": 3,
+    {"tracer": 3, "tracer_events": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,
+     "sampler": 3, "sampler_int": 3, "sampler_ring": 3, "sampler_samples": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_async": 3,
+     "memory": 3, "memory_control": 3, "memory_hooks": 3, "memory_numpy": 3, "memory_curve": 3,
      "memory_native": 3, "memory_blocks": 3, "memory_runs": 3},
     {"capture": 4, "capture_int": 4, "capture_async": 4, "gcwatch": 4},
     {"profiler": 5},
     {"module": 6, "remote_py": 6},
 ]
-C_UNIT = {"tracer_hot": "tracer", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
+C_UNIT = {"tracer_hot": "tracer", "tracer_events": "tracer", "memory_control": "memory", "tracer_monitoring": "tracer", "tracer_legacy": "tracer",
           "tracer_coro": "tracer", "capture_int": "capture", "capture_async": "capture",
           "memory_hooks": "memory", "memory_numpy": "memory", "memory_curve": "memory",
           "memory_native": "memory", "memory_blocks": "memory", "memory_runs": "memory",
-          "sampler_int": "sampler", "sampler_drain": "sampler", "sampler_wall": "sampler",
+          "sampler_int": "sampler", "sampler_ring": "sampler", "sampler_samples": "sampler",
+          "sampler_drain": "sampler", "sampler_wall": "sampler",
           "sampler_async": "sampler", "remote_py": "module",
           "remote_read": "remote"}
+# An engine's private headers: included only inside its folder (src/_cprof/<unit>/).
+C_PRIVATE = {"tracer_hot", "sampler_int", "sampler_ring", "memory_hooks", "capture_int"}
 # CPython's per-version knowledge: only here (how-it-works.md, "Hooks per version").
 C_VERSION_FILES = {"frames.h", "frames.c", "tracer_monitoring.c", "tracer_legacy.c"}
 
 
 def c_files():
+    """Paths under src/_cprof: the engines' folders and the shared parts on top."""
     if not os.path.isdir(C_SRC):
         pytest.skip("the C sources are not beside the tests (an installed package)")
-    return sorted(f for f in os.listdir(C_SRC) if f.endswith((".c", ".h")))
+    return sorted(os.path.relpath(os.path.join(d, f), C_SRC)
+                  for d, _, files in os.walk(C_SRC) for f in files if f.endswith((".c", ".h")))
+
+
+def c_stem(path):
+    return os.path.basename(path).rsplit(".", 1)[0]
 
 
 def c_level(stem):
@@ -290,12 +302,15 @@ def c_level(stem):
 def test_c_includes_point_down():
     bad = []
     for f in c_files():
-        stem = f.rsplit(".", 1)[0]
+        stem = c_stem(f)
         unit = C_UNIT.get(stem, stem)
         text = open(os.path.join(C_SRC, f), encoding="utf-8").read()
         for inc in re.findall(r'^#include "([^"]+)\.h"', text, re.M):
             if inc.startswith("internal/"):
                 continue
+            inc = c_stem(inc)
+            if inc in C_PRIVATE and os.path.dirname(f) != C_UNIT[inc]:
+                bad.append(f"{f} includes {inc}.h, private to {C_UNIT[inc]}/")
             if C_UNIT.get(inc, inc) == unit:
                 continue
             if c_level(inc) >= c_level(stem):
@@ -304,7 +319,7 @@ def test_c_includes_point_down():
 
 
 def test_c_version_knowledge_stays_in_frames_and_the_back_ends():
-    bad = [f for f in c_files() if f not in C_VERSION_FILES and re.search(
+    bad = [f for f in c_files() if os.path.basename(f) not in C_VERSION_FILES and re.search(
         r"PY_VERSION_HEX|PP_USE_MONITORING|Py_BUILD_CORE|internal/pycore",
         open(os.path.join(C_SRC, f), encoding="utf-8").read())]
     assert not bad, bad
@@ -314,3 +329,75 @@ def test_c_files_stay_small():
     big = [(f, n) for f in c_files()
            if (n := sum(1 for _ in open(os.path.join(C_SRC, f), encoding="utf-8"))) > 1200]
     assert not big, big
+
+
+def c_objects():
+    """The build's object files for this interpreter, by path under src/_cprof."""
+    root = os.path.join(os.path.dirname(C_SRC), "..", "build", "setuptools",
+                        "cp%d%d" % sys.version_info[:2])
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            path = os.path.join(d, f)
+            parts = path.replace(os.sep, "/").split("/src/_cprof/")
+            # an object whose source moved or went is left over from an older build
+            if f.endswith(".o") and len(parts) == 2 and \
+                    os.path.exists(os.path.join(C_SRC, parts[1][:-2] + ".c")):
+                out[parts[1][:-2] + ".c"] = path
+    return out
+
+
+def c_call_graph():
+    """{file: {file it calls: [functions]}}: file A calls a function defined in
+    file B when A's object leaves the symbol undefined and B's defines it."""
+    c_files()
+    objects = c_objects()
+    if not objects:
+        pytest.skip("no build/setuptools/cp3XX object files for this Python "
+                    "(/tmp/reinstall.sh or `pip install .` builds them)")
+    if shutil.which("nm") is None:
+        pytest.skip("no `nm` to read the object files with")
+    defined, undefined = {}, {}
+    for src, obj in objects.items():
+        undefined[src] = set()
+        for line in subprocess.run(["nm", obj], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[1] == "T":
+                defined[fields[2]] = src
+            elif len(fields) == 2 and fields[0] == "U":
+                undefined[src].add(fields[1])
+    graph = {}
+    for src, names in undefined.items():
+        graph[src] = {}
+        for name in sorted(names):
+            if defined.get(name, src) != src:
+                graph[src].setdefault(defined[name], []).append(name)
+    return graph
+
+
+def test_c_files_call_one_way():
+    """No group of C files calls each other in a loop: control flows from the
+    profiler layer down, and a lower file reaches up only through a callback
+    registered from above."""
+    graph = c_call_graph()
+    state, cycles = {}, []
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for t in sorted(graph.get(n, ())):
+            if state.get(t) == 1:
+                loop = stack[stack.index(t):] + [t]
+                cycles.append(" -> ".join(
+                    f"{a} ({', '.join(graph[a][b][:3])}{', ...' if len(graph[a][b]) > 3 else ''})"
+                    for a, b in zip(loop, loop[1:])) + f" -> {t}")
+            elif t not in state:
+                visit(t, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])
+    assert not cycles, "the C files call each other in a loop:\n" + "\n".join(cycles)

@@ -10,7 +10,7 @@
 #ifndef PP_GCWATCH_H
 #define PP_GCWATCH_H
 
-#include "tracer.h"
+#include "tracer/tracer.h"
 
 /* Watch the collector for a run: stats are added to *stats; tracer (NULL:
  * none) gets a `<GC gen N>` call around each collection. GIL held. */

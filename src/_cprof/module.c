@@ -217,7 +217,7 @@ static PyObject *profiler_snapshot(pp_profiler *self, PyObject *args, PyObject *
                                      &ns_per_tick))
         return NULL;
     self->run.snap_ns_per_tick = ns_per_tick;
-    PyObject *r = pp_capture_snapshot(&self->run, (include_open ? PP_SNAP_OPEN : 0)
+    PyObject *r = pp_profiler_snapshot(self, (include_open ? PP_SNAP_OPEN : 0)
                                             | (counters_only ? PP_SNAP_COUNTERS : 0));
     self->run.snap_ns_per_tick = 0.0;
     return r;
@@ -229,7 +229,7 @@ static PyObject *profiler_step_counters(pp_profiler *self, PyObject *args, PyObj
     int peek = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:_step_counters", kwlist, &peek))
         return NULL;
-    return pp_capture_step_counters(&self->run, peek);
+    return pp_profiler_step_counters(self, peek);
 }
 
 static PyObject *profiler_function_objects(pp_profiler *self, PyObject *unused)
@@ -304,7 +304,7 @@ static PyObject *profiler_write_capture(pp_profiler *self, PyObject *args, PyObj
                                      PyUnicode_FSConverter, &path, &final))
         return NULL;
     char err[256];
-    int rc = pp_capture_write(&self->run, PyBytes_AS_STRING(path), final, err, sizeof err);
+    int rc = pp_profiler_write(self, PyBytes_AS_STRING(path), final, err, sizeof err);
     if (rc < 0 && !PyErr_Occurred())
         PyErr_Format(PyExc_OSError, "cannot write %s: %s", PyBytes_AS_STRING(path), err);
     Py_DECREF(path);

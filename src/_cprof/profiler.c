@@ -7,6 +7,7 @@
  * explicit one runs, and resumes after it.
  * Fork: the engines' helper threads stop in an os.register_at_fork `before`
  * hook and start again in the parent once CPython has counted its threads.
+ * Before a capture reads the run, the engines are settled here (settle).
  * Never: per-event work; formats (capture.c writes).
  */
 #include "profiler.h"
@@ -195,7 +196,7 @@ static void flush_impl(pp_profiler *p)
     pp_err_state es;
     pp_err_save(&es);
     pp_tls.busy++;              /* a finalizer run by the GC here is not the program's call */
-    if (pp_capture_write(&p->run, p->flush_path, 0, err, sizeof err) < 0 && !p->flush_failed) {
+    if (pp_profiler_write(p, p->flush_path, 0, err, sizeof err) < 0 && !p->flush_failed) {
         p->flush_failed = 1;
         fprintf(stderr, "pyprof: periodic flush to %s failed: %s\n", p->flush_path, err);
     }
@@ -409,4 +410,31 @@ void pp_profiler_free(pp_profiler *p)
     Py_CLEAR(r->records);
     free(p->flush_path);
     p->flush_path = NULL;
+}
+
+/* ---------------------------------------------------------- captures */
+
+/* What the engines still hold goes where capture reads it. */
+static void settle(pp_run *r)
+{
+    if (r->sampling)
+        pp_sampler_drain(&r->sm);
+}
+
+PyObject *pp_profiler_snapshot(pp_profiler *p, int flags)
+{
+    settle(&p->run);
+    return pp_capture_snapshot(&p->run, flags);
+}
+
+PyObject *pp_profiler_step_counters(pp_profiler *p, int peek)
+{
+    settle(&p->run);
+    return pp_capture_step_counters(&p->run, peek);
+}
+
+int pp_profiler_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen)
+{
+    settle(&p->run);
+    return pp_capture_write(&p->run, path, final, err, errlen);
 }

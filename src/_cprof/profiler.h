@@ -10,7 +10,7 @@
 #ifndef PP_PROFILER_H
 #define PP_PROFILER_H
 
-#include "capture.h"
+#include "capture/capture.h"
 
 typedef struct pp_profiler {
     PyObject_HEAD
@@ -46,5 +46,10 @@ int pp_profiler_thread_paused(pp_profiler *p);
 int pp_profiler_release(int *signal_done, int *memory_done);
 /* The enabled profiler of this process, or NULL. */
 pp_profiler *pp_profiler_active(void);
+/* capture.h's snapshot, step and write, the engines settled first (the
+ * sampler's ring drained): capture only reads what it is handed. */
+PyObject *pp_profiler_snapshot(pp_profiler *p, int flags);
+PyObject *pp_profiler_step_counters(pp_profiler *p, int peek);
+int pp_profiler_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen);
 
 #endif

@@ -1,4 +1,6 @@
-/* sampler.c — timers, the SIGPROF handler, the ring's writers, the helper (sampler.h).
+/* sampler.c — timers, the SIGPROF handler, wall mode's parking policy, the
+ * helper (sampler.h). The top of the sampler: it calls sampler_wall.c,
+ * sampler_drain.c, sampler_async.c and sampler_samples.c, none calls it.
  *
  * Signal handler (on_sigprof): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
@@ -9,7 +11,8 @@
  * drops the sample and counts it. errno is preserved. Each record carries the
  * time it stands for (sample_weight: the thread's CPU or wall clock since its
  * previous record), not the interval asked: CPU timers fire at most once per
- * kernel tick.
+ * kernel tick. The ring's writers are inlined from sampler_ring.h; whether
+ * a wall-mode thread parks is parking_woken/parking_after_sample's call.
  *
  * Helper thread (sampler_main): a plain pthread. It drains the ring every
  * DRAIN_NS with the GIL (PyGILState_Ensure); in wall mode it also gives each
@@ -23,7 +26,7 @@
  * is three quarters full (the helper waiting for the GIL), it moves the
  * records to a spill buffer (sampler_drain.c) rather than let samples drop.
  *
- * Drain (GIL held): sampler_drain.c.
+ * Drain (GIL held): sampler_drain.c, into the stack table of sampler_samples.c.
  *
  * fork: timers are paused around fork(); the child inherits no sampler.
  *
@@ -35,6 +38,7 @@
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
+#include "sampler_ring.h"
 
 #include "clock.h"
 #include "unwind.h"
@@ -55,12 +59,6 @@
 #include <unistd.h>
 
 pp_sampler_global pp_sampler_g;
-
-/* CPU mode's earlier runs at the same rate (pp_sampler_cpu_interval): a
- * short run (a decorated function's call) has too few signals of its own to
- * tell the kernel's interval. */
-static int64_t past_cpu_ns, past_interval_ns;
-static uint64_t past_signals;
 
 /* SIGPROF's disposition before pyprof's first start (GIL held to change). */
 static struct sigaction prev_sigprof;
@@ -104,14 +102,6 @@ static __thread struct {
     uint64_t tid_run;
 } s_tls __attribute__((tls_model("initial-exec")));
 
-static int64_t process_cpu_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int64_t thread_cpu_ns(void)
 {
     struct timespec ts;
@@ -121,20 +111,6 @@ static int64_t thread_cpu_ns(void)
 }
 
 /* ------------------------------------------------------------- handler */
-
-static rawrec *ring_reserve(uint32_t len)
-{
-    uint64_t head = atomic_load_explicit(&S.head, memory_order_relaxed);
-    for (int tries = 0; tries < 64; tries++) {
-        uint64_t tail = atomic_load_explicit(&S.tail, memory_order_acquire);
-        if (head + len - tail > RING_BYTES)
-            return NULL;
-        if (atomic_compare_exchange_weak_explicit(&S.head, &head, head + len,
-                                                  memory_order_acq_rel, memory_order_relaxed))
-            return (rawrec *)(S.buf + (head & (RING_BYTES - 1)));
-    }
-    return NULL;
-}
 
 /* Signal handler context. The time a sample stands for: CPU mode, the
  * thread's CPU clock since its last recorded sample (CPU timers fire at most
@@ -156,70 +132,6 @@ static int64_t sample_weight(int64_t now, int64_t *clock_now)
         base = s_tls.run == S.run ? s_tls.last : now - S.interval_ns;
     }
     return *clock_now > base ? *clock_now - base : 0;
-}
-
-/* A record with no frames: `weight` of the thread's time, idle, on the stack
- * of its previous record. Async-signal-safe (the handler and the helper). */
-int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight)
-{
-    if (weight <= 0)
-        return 1;
-    uint32_t len = (uint32_t)((sizeof(rawrec) + REC_ALIGN - 1) & ~(size_t)(REC_ALIGN - 1));
-    rawrec *r = ring_reserve(len);
-    if (r == NULL) {
-        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        return 0;
-    }
-    r->tid = (uint32_t)tid;
-    r->ident = ident;
-    r->t_ns = now;
-    r->state = PP_STATE_IDLE;
-    r->truncated = 0;
-    r->nframes = 0;
-    r->nnative = 0;
-    r->pad = REC_REPEAT;
-    r->weight_ns = weight;
-    r->coro = 0;
-    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
-    atomic_fetch_add_explicit(&S.idle_ticks, (uint64_t)((weight + S.interval_ns / 2) / S.interval_ns),
-                              memory_order_relaxed);
-    atomic_store_explicit(&r->len, len, memory_order_release);
-    return 1;
-}
-
-/* A sample into the ring, or 0 (full: dropped, counted). Async-signal-safe
- * (the handler; the helper for a new thread's first sample). */
-int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
-                         const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight, uintptr_t coro, uint16_t flags)
-{
-    uint32_t len = (uint32_t)(sizeof(rawrec) + (size_t)nframes * sizeof(pp_rawframe)
-                              + (size_t)nnative * sizeof(uintptr_t));
-    len = (len + REC_ALIGN - 1) & ~(uint32_t)(REC_ALIGN - 1);
-    rawrec *r = ring_reserve(len);
-    if (r == NULL) {
-        atomic_fetch_add_explicit(&S.dropped, 1, memory_order_relaxed);
-        return 0;
-    }
-    r->tid = tid;
-    r->ident = ident;
-    r->t_ns = now;
-    r->state = state;
-    r->truncated = (uint8_t)truncated;
-    r->nframes = (uint16_t)nframes;
-    r->nnative = (uint16_t)nnative;
-    r->pad = flags;
-    r->weight_ns = weight;
-    r->coro = coro;
-    if (coro && atomic_load_explicit(&pp_known_coro[pp_known_slot(coro)], memory_order_relaxed) != coro)
-        atomic_store_explicit(&S.new_coro, coro, memory_order_relaxed);
-    atomic_fetch_add_explicit(&S.weight_ns, weight, memory_order_relaxed);
-    unsigned char *p = (unsigned char *)(r + 1);
-    memcpy(p, frames, (size_t)nframes * sizeof(pp_rawframe));                /* stack arrays */
-    memcpy(p + (size_t)nframes * sizeof(pp_rawframe), native, (size_t)nnative * sizeof(uintptr_t));
-    atomic_store_explicit(&r->len, len, memory_order_release);
-    atomic_fetch_add_explicit(&S.recorded, 1, memory_order_relaxed);
-    return 1;
 }
 
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
@@ -329,6 +241,70 @@ static int woken_runs(wslot *sl, int64_t now, int64_t cpu)
     return attached || pp_wall_computes(sl, cpu, now);
 }
 
+/* Wall mode's parking policy, at a wake-up signal: the time parked is
+ * charged; 1 if the thread is to be sampled and parked again, 0 if it runs
+ * (its tick started again). */
+static int parking_woken(wslot *sl, int64_t now)
+{
+    int64_t cpu = thread_cpu_ns(), ran = cpu - atomic_load(&sl->cpu_parked);
+    int repark = !woken_runs(sl, now, cpu);
+    unpark(sl, now, ran);
+    if (!repark)
+        start_tick(sl, now);
+    return repark;
+}
+
+/* Wall mode's parking policy, after a sample (recorded: it went into the
+ * ring): a thread idle long enough parks, a woken one blocked again parks on
+ * its new stack, a running one gets its next tick. */
+static void parking_after_sample(wslot *sl, int recorded, int repark, uint8_t state,
+                                 const pp_rawframe *frames, int nframes, int64_t now,
+                                 int64_t cpu_in)
+{
+    if (recorded && !repark) {          /* after the record: parked time repeats this stack */
+        /* no frames: a thread starting or ending, which will soon run */
+        if (state != PP_STATE_IDLE || nframes == 0)
+            s_tls.idle_since = 0;
+        else if (atomic_load(&sl->young))   /* a new thread blocked: as if it started parked */
+            park(sl, 1, pp_stack_key(frames, nframes));
+        else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run || s_tls.cpu_out == 0) {
+            s_tls.idle_since = now;
+            s_tls.idle_cpu = 0;
+        }
+        else {
+            int64_t ran = cpu_in - s_tls.cpu_out - TICK_AFTERMATH_NS;
+            s_tls.idle_cpu += ran > 0 ? ran : 0;
+            if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
+                && now - s_tls.idle_since >= PARK_MIN_NS) {
+                if (s_tls.idle_cpu * DUTY_SHARE < now - s_tls.idle_since)
+                    park(sl, 1, pp_stack_key(frames, nframes));
+                else {                  /* it runs between the ticks: not idle */
+                    s_tls.idle_since = now;
+                    s_tls.idle_cpu = 0;
+                }
+            }
+        }
+        s_tls.idle_run = S.run;
+    }
+    if (repark) {                       /* a recorded stack to repeat, or it runs */
+        if (atomic_load(&sl->sampled) && nframes > 0)
+            park(sl, 0, pp_stack_key(frames, nframes));
+        if (!atomic_load(&sl->parked))
+            start_tick(sl, now);
+    }
+    else if (!atomic_load(&sl->parked))
+        start_tick(sl, now);            /* a tick: the next one */
+    /* the handler's own CPU is neither a run nor a duty share */
+    int parked = atomic_load_explicit(&sl->parked, memory_order_relaxed);
+    struct timespec c;
+    s_tls.cpu_out = 0;
+    if ((parked || s_tls.idle_since != 0) && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0) {
+        s_tls.cpu_out = pp_ts_ns(c);
+        if (parked)
+            atomic_store(&sl->cpu_parked, s_tls.cpu_out);
+    }
+}
+
 static void on_sigprof(int sig, siginfo_t *info, void *uctx)
 {
     (void)sig;
@@ -342,14 +318,10 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     if (sl && kind == SIG_WAKE) {
         if (!atomic_load(&sl->parked))
             goto out;
-        int64_t cpu = thread_cpu_ns(), ran = cpu - atomic_load(&sl->cpu_parked);
-        repark = !woken_runs(sl, now, cpu);
-        unpark(sl, now, ran);
-        if (!repark) {
-            start_tick(sl, now);
+        repark = parking_woken(sl, now);
+        if (!repark)
             goto out;
-        }
-        /* sampled now, then parked again (below) */
+        /* sampled now, then parked again (parking_after_sample) */
     }
     else if (sl && atomic_load(&sl->parked))
         goto out;                       /* a tick sent before it parked */
@@ -418,64 +390,22 @@ static void on_sigprof(int sig, siginfo_t *info, void *uctx)
     /* CPU mode: what the thread runs after its last sample no sample sees;
      * its first one carries that, in the drain (sampler_drain.c) */
     uint16_t first = S.mode == PP_SAMPLE_CPU && s_tls.run != S.run ? REC_FIRST : 0;
-    if (!pp_ring_write_sample(ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
-                              ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated,
-                              frames, nframes, native, nnative, weight, S.async ? coro : 0,
-                              first))
-        goto done;
-    if (sl) {                           /* not parked: only this thread moves it now */
-        atomic_store(&sl->accounted, now);
-        atomic_store(&sl->sampled, 1);
-    }
-    /* Only a recorded sample moves the base: a throttled or dropped one
-     * carries its time into the next. */
-    s_tls.run = S.run;
-    s_tls.last = clock_now;
-    if (sl && !repark) {                /* after the record: parked time repeats this stack */
-        /* no frames: a thread starting or ending, which will soon run */
-        if (state != PP_STATE_IDLE || nframes == 0)
-            s_tls.idle_since = 0;
-        else if (atomic_load(&sl->young))   /* a new thread blocked: as if it started parked */
-            park(sl, 1, pp_stack_key(frames, nframes));
-        else if (s_tls.idle_since == 0 || s_tls.idle_run != S.run || s_tls.cpu_out == 0) {
-            s_tls.idle_since = now;
-            s_tls.idle_cpu = 0;
+    int recorded = pp_ring_write_sample(
+        ts ? (uint32_t)pp_tstate_native_tid(ts) : (uint32_t)syscall(SYS_gettid),
+        ts ? (uint64_t)pp_tstate_ident(ts) : 0, now, state, truncated, frames, nframes, native,
+        nnative, weight, S.async ? coro : 0, first);
+    if (recorded) {
+        if (sl) {                       /* not parked: only this thread moves it now */
+            atomic_store(&sl->accounted, now);
+            atomic_store(&sl->sampled, 1);
         }
-        else {
-            int64_t ran = cpu_in - s_tls.cpu_out - TICK_AFTERMATH_NS;
-            s_tls.idle_cpu += ran > 0 ? ran : 0;
-            if (now - s_tls.idle_since >= PARK_TICKS * S.interval_ns
-                && now - s_tls.idle_since >= PARK_MIN_NS) {
-                if (s_tls.idle_cpu * DUTY_SHARE < now - s_tls.idle_since)
-                    park(sl, 1, pp_stack_key(frames, nframes));
-                else {                  /* it runs between the ticks: not idle */
-                    s_tls.idle_since = now;
-                    s_tls.idle_cpu = 0;
-                }
-            }
-        }
-        s_tls.idle_run = S.run;
+        /* Only a recorded sample moves the base: a throttled or dropped one
+         * carries its time into the next. */
+        s_tls.run = S.run;
+        s_tls.last = clock_now;
     }
-done:
-    if (repark) {                       /* a recorded stack to repeat, or it runs */
-        if (atomic_load(&sl->sampled) && nframes > 0)
-            park(sl, 0, pp_stack_key(frames, nframes));
-        if (!atomic_load(&sl->parked))
-            start_tick(sl, now);
-    }
-    else if (sl && !atomic_load(&sl->parked))
-        start_tick(sl, now);            /* a tick: the next one */
-    if (sl) {
-        /* the handler's own CPU is neither a run nor a duty share */
-        int parked = atomic_load_explicit(&sl->parked, memory_order_relaxed);
-        struct timespec c;
-        s_tls.cpu_out = 0;
-        if ((parked || s_tls.idle_since != 0) && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) == 0) {
-            s_tls.cpu_out = pp_ts_ns(c);
-            if (parked)
-                atomic_store(&sl->cpu_parked, s_tls.cpu_out);
-        }
-    }
+    if (sl)
+        parking_after_sample(sl, recorded, repark, state, frames, nframes, now, cpu_in);
     s_tls.done_ns = pp_mono_ns();
 out:
     errno = saved_errno;
@@ -565,7 +495,7 @@ static int64_t async_look_period(pp_sampling *p, int64_t cost_before)
     const pp_tasks *t = &p->tasks;
     /* the cheaper of the last two: one dear look (a run's first, with its
      * first-time costs; a helper kept off a CPU) does not space the next */
-    int64_t cost = t->last_look_ns < cost_before ? t->last_look_ns : cost_before;
+    int64_t cost = t->own->last_look_ns < cost_before ? t->own->last_look_ns : cost_before;
     int64_t period = cost * 400;
     /* no task yet; or CPU mode, where looks only name tasks (no awaiting time to
      * place), and each look takes the GIL from a loop that may be busy */
@@ -634,7 +564,7 @@ static void *sampler_main(void *arg)
                     pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
                 if (look) {
-                    int64_t cost_before = S.prof->tasks.last_look_ns;
+                    int64_t cost_before = S.prof->tasks.own->last_look_ns;
                     pp_async_look_end(S.prof, now);
                     next_look = now + async_look_period(S.prof, looked ? cost_before : 0);
                     looked = 1;
@@ -899,7 +829,7 @@ int pp_sampler_start(pp_sampling *p)
     have_prev_sigprof = 1;
     new_run();
     S.started_ns = pp_mono_ns();
-    S.cpu0_ns = process_cpu_ns();
+    S.cpu0_ns = pp_process_cpu_ns();
     atomic_store_explicit(&S.active, 1, memory_order_release);
     if (S.mode == PP_SAMPLE_WALL) {
         pthread_mutex_lock(&pp_wall_mu);
@@ -951,19 +881,19 @@ int pp_sampler_stop(pp_sampling *p)
     S.have_thread = S.have_ticker = 0;
     atomic_store_explicit(&S.active, 0, memory_order_release);
     S.stopped_ns = pp_mono_ns();
-    S.cpu1_ns = process_cpu_ns();
+    S.cpu1_ns = pp_process_cpu_ns();
     /* Take what the handlers published (one still writing is dropped). */
     if (S.async)
         pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
     if (S.mode == PP_SAMPLE_CPU) {
-        if (past_interval_ns != S.interval_ns) {
-            past_cpu_ns = 0;
-            past_signals = 0;
-            past_interval_ns = S.interval_ns;
+        if (S.past_interval_ns != S.interval_ns) {
+            S.past_cpu_ns = 0;
+            S.past_signals = 0;
+            S.past_interval_ns = S.interval_ns;
         }
-        past_cpu_ns += S.cpu1_ns - S.cpu0_ns;
-        past_signals += atomic_load(&S.signals);
+        S.past_cpu_ns += S.cpu1_ns - S.cpu0_ns;
+        S.past_signals += atomic_load(&S.signals);
     }
     if (S.async)
         pp_async_stop(p, S.stopped_ns);
@@ -1039,21 +969,11 @@ void pp_sampler_get_info(pp_sampler_info *out)
     out->weight_ns = atomic_load(&S.weight_ns);
     out->started_ns = S.started_ns;
     out->stopped_ns = atomic_load(&S.active) ? pp_mono_ns() : S.stopped_ns;
-    out->cpu_ns = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
+    out->cpu_ns = (atomic_load(&S.active) ? pp_process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns;
     out->replaced = atomic_load(&S.replaced);
     out->parked = atomic_load(&S.parked);
     out->woken = atomic_load(&S.woken);
     out->idle_ticks = atomic_load(&S.idle_ticks);
-}
-
-int64_t pp_sampler_cpu_interval(void)
-{
-    int same = past_interval_ns == S.interval_ns;
-    uint64_t n = atomic_load(&S.signals) + (same ? past_signals : 0);
-    int64_t cpu = (atomic_load(&S.active) ? process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns
-                  + (same ? past_cpu_ns : 0);
-    int64_t per = n > 0 && cpu > 0 ? cpu / (int64_t)n : 0;
-    return per > S.interval_ns ? per : S.interval_ns;
 }
 
 /* Signals per CPU second in cpu mode (the requested rate's unit); in wall mode, per
@@ -1071,7 +991,9 @@ int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threa
     p->owner = owner;
     p->reg = reg;
     p->threads = threads;
-    return pp_samples_init(&p->samples);
+    if (pp_samples_init(&p->samples) < 0)
+        return -1;
+    return pp_async_init(p);
 }
 
 void pp_sampling_free(pp_sampling *p)

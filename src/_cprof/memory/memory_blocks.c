@@ -21,6 +21,20 @@
 #define PAGE_SHIFT 12
 #define SLOTS (1u << (PAGE_SHIFT - 4))
 
+void *pp_mem_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    /* a hashed table is read at random: with 4 KiB pages nearly every
+     * lookup of a large one missed the TLB (THP is often "madvise" only) */
+    if (bytes >= (2u << 20))
+        madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 typedef struct { uint32_t site1, size; } slot;          /* site1: site + 1, 0 empty */
 typedef struct { slot s[SLOTS]; } record;
 typedef struct { uintptr_t key; uint32_t rec, live; } dirent;   /* key: page number, 0 empty */

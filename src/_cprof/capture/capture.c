@@ -5,6 +5,8 @@
  * event callback without calling Python. Files are written to a temporary
  * name in the same directory and renamed, so readers see either the previous
  * complete file or the new one, never a half-written one.
+ * Never: drains, starts or stops an engine (profiler.c settles them before a
+ * capture; calls still open are ended in a copy of the tables).
  */
 #include "capture_int.h"
 
@@ -866,8 +868,6 @@ static PyObject *step_counters(pp_run *p, int peek)
         tc.ns_per_tick = pp_clock_ns_per_tick();
     }
     int64_t now = pp_tracer_now(&p->tr);
-    if (p->sampling)
-        pp_sampler_drain(&p->sm);
     stepbufs sb = {0};
     buf b = {0};
     int oom = 0;
@@ -934,8 +934,6 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
         time_unit = p->tr.timeunit;
     }
     int64_t now = include_open ? pp_tracer_now(&p->tr) : 0;
-    if (p->sampling)
-        pp_sampler_drain(&p->sm);
 
     buf b = {0};
     statbufs sb = {0};

@@ -42,6 +42,9 @@ static inline pp_tracer *pp_tracer_of(PyObject *owner)
 }
 
 PP_SLOW int64_t pp_tracer_user_timer_now(pp_tracer *p);
+/* start: the timeline's minimum duration (ticks) and the event capacity no
+ * thread's buffer holds yet (tracer_events.c keeps them for the hot path). */
+void pp_tracer_timeline_arm(int64_t min_ticks, uint64_t left) PP_HIDDEN;
 PP_SLOW void pp_tracer_enter_slow(pp_tracer *p, uint64_t key, PyObject *obj, PyObject *self_arg,
                                   int kind);
 PP_SLOW void pp_tracer_leave_slow(pp_tracer *p, uint64_t key, int64_t now);

@@ -1,6 +1,8 @@
-/* sampler_int.h — what sampler.c (timers, handler, helper) and
- * sampler_drain.c (the ring into the stack table) share; private to the
- * sampler unit.
+/* sampler_int.h — what the sampler's files share: sampler.c (timers,
+ * handler, helper), sampler_wall.c (wall mode's slots), sampler_drain.c (the
+ * ring into the stack table), sampler_async.c (--async's tasks),
+ * sampler_samples.c (the stack table). Calls go that way down, never up.
+ * Never: included outside the sampler's folder (sampler.h is its public face).
  */
 #ifndef PP_SAMPLER_INT_H
 #define PP_SAMPLER_INT_H
@@ -110,6 +112,11 @@ typedef struct {
      * active: the handler scans it for a thread's first sample of the run) */
     uint64_t run;                   /* bumped per start: tells a TLS reading of an older run */
     _Atomic int64_t weight_ns;      /* total weight recorded (the achieved rate's time) */
+    /* CPU mode's earlier runs at the same rate (pp_sampler_cpu_interval): a
+     * short run (a decorated function's call) has too few signals of its own
+     * to tell the kernel's interval. */
+    int64_t past_cpu_ns, past_interval_ns;
+    uint64_t past_signals;
 } pp_sampler_global;
 
 /* The process's one sampler. */
@@ -145,16 +152,27 @@ static inline clockid_t pp_thread_cpu_clock(pid_t tid)
     return (clockid_t)((~(unsigned)tid << 3) | 6);
 }
 
-/* The ring's writers (sampler.c): async-signal-safe; 0 if the ring is full
- * (dropped, counted). A repeat is `weight` of the thread's time, idle, on the
- * stack of its previous record. */
-int pp_ring_write_repeat(pid_t tid, uint64_t ident, int64_t now, int64_t weight);
-int pp_ring_write_sample(uint32_t tid, uint64_t ident, int64_t now, uint8_t state, int truncated,
-                         const pp_rawframe *frames, int nframes, const uintptr_t *native,
-                         int nnative, int64_t weight, uintptr_t coro, uint16_t flags);
+static inline int64_t pp_process_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+
 /* CPU mode: the process's CPU time per signal so far (at least the interval
- * asked; more where the kernel coalesces ticks). */
-int64_t pp_sampler_cpu_interval(void);
+ * asked; more where the kernel coalesces ticks). Inline: the drain and the
+ * sampler's info both read it, neither calls the other for it. */
+static inline int64_t pp_sampler_cpu_interval(void)
+{
+    int same = S.past_interval_ns == S.interval_ns;
+    uint64_t n = atomic_load(&S.signals) + (same ? S.past_signals : 0);
+    int64_t cpu = (atomic_load(&S.active) ? pp_process_cpu_ns() : S.cpu1_ns) - S.cpu0_ns
+                  + (same ? S.past_cpu_ns : 0);
+    int64_t per = n > 0 && cpu > 0 ? cpu / (int64_t)n : 0;
+    return per > S.interval_ns ? per : S.interval_ns;
+}
 
 /* ---- wall mode's thread slots (sampler_wall.c; see sampler.c on parking) */
 
@@ -287,12 +305,49 @@ void pp_sampler_drain_for_dying(PyObject *code);
  * buffer the next drain takes first. */
 void pp_sampler_spill(void);
 void pp_sampler_drain_atfork_child(void);
-/* The stack table's own steps (sampler_drain.c), for the tasks' stacks. */
+/* The stack table's own steps (sampler_samples.c), for the drain and the
+ * tasks' stacks. */
 uint32_t pp_samples_stack(pp_samples *s, const uint64_t *fr, uint32_t n);
+uint32_t pp_samples_stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, const uintptr_t *nat,
+                             uint32_t nnat);
+/* The code object being destroyed, drained by name (NULL: none). */
+void pp_samples_dying(PyObject *code);
+/* The tasks' own state made (0) or not (-1: out of memory). */
+int pp_async_init(pp_sampling *p);
 int pp_samples_add(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
                    int64_t weight, uint64_t count);
 uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset);
 uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code);
+
+/* --async: the tasks' state that sampler.h's pp_tasks only points to, by
+ * row (docs/async.md, "How it works"). Written by sampler_async.c; the
+ * helper reads last_look_ns, the drain work_code. */
+typedef struct pp_tasks_own {
+    PyObject **ref;             /* a weak reference to the task (its callback notes when it is freed) */
+    PyObject **obj;             /* the task, strong: a named task until a look saw it end */
+    PyObject **label;           /* its name and its coroutine's code, read when first seen */
+    PyObject **code;            /*   (strong, until it is named or forgotten) */
+    uintptr_t *addr;            /* the task's address (byobj) */
+    uintptr_t *coro;            /* its coroutine's address (0: no longer in bycoro) */
+    int64_t *dead;              /* when that address stopped being its coroutine's (INT64_MAX: not yet) */
+    int64_t *born;              /* samples from before: an older coroutine's at that address */
+    uint32_t *chain;            /* the row that had that address before (bycoro's list, newest first) */
+    uint32_t *where;
+    uint8_t *flags;             /* its loop noted; a free row (sampler_async.c) */
+    uint32_t free_head;         /* rows of tasks let go unnamed, for reuse (via where[]) */
+    uint32_t cursor;            /* the row the next look's waiting stacks start from */
+    int64_t last_look_ns;       /* what the last look cost */
+    pp_index byloop;            /* event loop address -> thread index, of tasks held */
+    pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
+                                 * awaiting its work item (to_thread), at the last look */
+    uintptr_t work_code;        /* concurrent.futures.thread._WorkItem.run's code, or 0 */
+    uint32_t nworkers;
+    int ready;                  /* the indexes are made */
+    uint32_t held;              /* rows with ref set (the task not yet found freed) */
+    pp_index bycoro;            /* coroutine address -> newest row with it (then chain[]) */
+    pp_index byobj;             /* task address -> row, while ref is set */
+    pp_index bywref;            /* weak reference address -> row, while ref is set */
+} pp_tasks_own;
 
 /* ---- --async (sampler_async.c; GIL held, the helper's or stop's) */
 /* The coroutines of the tasks the helper knows, direct-mapped by address:

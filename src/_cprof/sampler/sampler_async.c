@@ -64,17 +64,17 @@ static int grow_rows(pp_tasks *t)
         return 0;
     uint32_t cap = t->cap ? t->cap * 2 : 64;
     if (grow((void **)&t->rows, sizeof *t->rows, cap) < 0
-        || grow((void **)&t->ref, sizeof *t->ref, cap) < 0
-        || grow((void **)&t->obj, sizeof *t->obj, cap) < 0
-        || grow((void **)&t->label, sizeof *t->label, cap) < 0
-        || grow((void **)&t->code, sizeof *t->code, cap) < 0
-        || grow((void **)&t->addr, sizeof *t->addr, cap) < 0
-        || grow((void **)&t->coro, sizeof *t->coro, cap) < 0
-        || grow((void **)&t->dead, sizeof *t->dead, cap) < 0
-        || grow((void **)&t->born, sizeof *t->born, cap) < 0
-        || grow((void **)&t->chain, sizeof *t->chain, cap) < 0
-        || grow((void **)&t->where, sizeof *t->where, cap) < 0
-        || grow((void **)&t->flags, sizeof *t->flags, cap) < 0)
+        || grow((void **)&t->own->ref, sizeof *t->own->ref, cap) < 0
+        || grow((void **)&t->own->obj, sizeof *t->own->obj, cap) < 0
+        || grow((void **)&t->own->label, sizeof *t->own->label, cap) < 0
+        || grow((void **)&t->own->code, sizeof *t->own->code, cap) < 0
+        || grow((void **)&t->own->addr, sizeof *t->own->addr, cap) < 0
+        || grow((void **)&t->own->coro, sizeof *t->own->coro, cap) < 0
+        || grow((void **)&t->own->dead, sizeof *t->own->dead, cap) < 0
+        || grow((void **)&t->own->born, sizeof *t->own->born, cap) < 0
+        || grow((void **)&t->own->chain, sizeof *t->own->chain, cap) < 0
+        || grow((void **)&t->own->where, sizeof *t->own->where, cap) < 0
+        || grow((void **)&t->own->flags, sizeof *t->own->flags, cap) < 0)
         return -1;
     t->cap = cap;
     return 0;
@@ -100,10 +100,10 @@ static PyObject *task_freed(PyObject *self, PyObject *ref)
 {
     (void)self;
     pp_tasks *t = weak_owner;
-    uint32_t i = t != NULL && t->ready ? pp_index_get(&t->bywref, (uint64_t)(uintptr_t)ref) : PP_NONE;
-    if (i != PP_NONE && i < t->n && t->ref[i] == ref && t->dead[i] == ALIVE) {
-        t->dead[i] = pp_mono_ns();
-        known_forget(t->coro[i]);       /* the address may be a new task's next */
+    uint32_t i = t != NULL && t->own->ready ? pp_index_get(&t->own->bywref, (uint64_t)(uintptr_t)ref) : PP_NONE;
+    if (i != PP_NONE && i < t->n && t->own->ref[i] == ref && t->own->dead[i] == ALIVE) {
+        t->own->dead[i] = pp_mono_ns();
+        known_forget(t->own->coro[i]);       /* the address may be a new task's next */
     }
     Py_RETURN_NONE;
 }
@@ -113,18 +113,18 @@ static PyObject *freed_cb;              /* made once, kept */
 
 static int ensure_ready(pp_tasks *t)
 {
-    if (t->ready)
+    if (t->own->ready)
         return 0;
     if (freed_cb == NULL && (freed_cb = PyCFunction_New(&freed_def, NULL)) == NULL) {
         PyErr_Clear();
         return -1;
     }
-    if (pp_index_init(&t->bycoro, 256) < 0 || pp_index_init(&t->byobj, 256) < 0
-        || pp_index_init(&t->bywref, 256) < 0
-        || pp_index_init(&t->byloop, 16) < 0 || pp_index_init(&t->byworker, 16) < 0)
+    if (pp_index_init(&t->own->bycoro, 256) < 0 || pp_index_init(&t->own->byobj, 256) < 0
+        || pp_index_init(&t->own->bywref, 256) < 0
+        || pp_index_init(&t->own->byloop, 16) < 0 || pp_index_init(&t->own->byworker, 16) < 0)
         return -1;
-    t->ready = 1;
-    t->free_head = PP_NONE;
+    t->own->ready = 1;
+    t->own->free_head = PP_NONE;
     return 0;
 }
 
@@ -152,9 +152,9 @@ static void unindex(pp_index *ix, uint64_t key, uint32_t row)
 /* The row's task, a new reference; NULL once it was freed (or let go). */
 static PyObject *get_task(pp_tasks *t, uint32_t i)
 {
-    if (t->obj[i] != NULL)
-        return Py_NewRef(t->obj[i]);
-    PyObject *o = t->ref[i] != NULL ? pp_weakref_get(t->ref[i]) : NULL;
+    if (t->own->obj[i] != NULL)
+        return Py_NewRef(t->own->obj[i]);
+    PyObject *o = t->own->ref[i] != NULL ? pp_weakref_get(t->own->ref[i]) : NULL;
     if (o == NULL)
         PyErr_Clear();
     return o;
@@ -164,17 +164,17 @@ static PyObject *get_task(pp_tasks *t, uint32_t i)
  * stays the row's for the samples taken until then (unlink, later). */
 static void drop(pp_tasks *t, uint32_t i)
 {
-    PyObject *ref = t->ref[i], *obj = t->obj[i];
+    PyObject *ref = t->own->ref[i], *obj = t->own->obj[i];
     if (ref == NULL)
         return;
-    if (t->ready) {
-        unindex(&t->byobj, t->addr[i], i);
-        unindex(&t->bywref, (uint64_t)(uintptr_t)ref, i);
+    if (t->own->ready) {
+        unindex(&t->own->byobj, t->own->addr[i], i);
+        unindex(&t->own->bywref, (uint64_t)(uintptr_t)ref, i);
     }
-    if (t->dead[i] == ALIVE)
-        t->dead[i] = pp_mono_ns();      /* let go alive: its address is no longer watched */
-    t->ref[i] = t->obj[i] = NULL;
-    t->held--;
+    if (t->own->dead[i] == ALIVE)
+        t->own->dead[i] = pp_mono_ns();      /* let go alive: its address is no longer watched */
+    t->own->ref[i] = t->own->obj[i] = NULL;
+    t->own->held--;
     Py_DECREF(ref);                     /* first: no callback when the task goes */
     Py_XDECREF(obj);
 }
@@ -183,80 +183,82 @@ static void drop(pp_tasks *t, uint32_t i)
  * coroutine's address is no longer the row's. */
 static void unlink_coro(pp_tasks *t, uint32_t i)
 {
-    uintptr_t a = t->coro[i];
-    if (a != 0 && t->ready) {
-        uint32_t h = pp_index_get(&t->bycoro, a);
+    uintptr_t a = t->own->coro[i];
+    if (a != 0 && t->own->ready) {
+        uint32_t h = pp_index_get(&t->own->bycoro, a);
         if (h == i) {
-            index_set(&t->bycoro, a, t->chain[i]);
-            tombs += t->chain[i] == PP_NONE;
+            index_set(&t->own->bycoro, a, t->own->chain[i]);
+            tombs += t->own->chain[i] == PP_NONE;
         }
         else
-            for (uint32_t r = h, k = 0; r != PP_NONE && k < 4096; r = t->chain[r], k++)
-                if (t->chain[r] == i) {
-                    t->chain[r] = t->chain[i];
+            for (uint32_t r = h, k = 0; r != PP_NONE && k < 4096; r = t->own->chain[r], k++)
+                if (t->own->chain[r] == i) {
+                    t->own->chain[r] = t->own->chain[i];
                     break;
                 }
     }
-    t->coro[i] = 0;
-    t->chain[i] = PP_NONE;
-    Py_CLEAR(t->label[i]);
-    Py_CLEAR(t->code[i]);
+    t->own->coro[i] = 0;
+    t->own->chain[i] = PP_NONE;
+    Py_CLEAR(t->own->label[i]);
+    Py_CLEAR(t->own->code[i]);
 }
 
 /* A task let go unnamed: its row is free for another. */
 static void free_row(pp_tasks *t, uint32_t row)
 {
-    if (t->flags[row] & F_FREE)
+    if (t->own->flags[row] & F_FREE)
         return;
     drop(t, row);
     unlink_coro(t, row);
     t->rows[row].state = PP_TASK_DONE;
     t->rows[row].fid = PP_NONE;
-    t->flags[row] = F_FREE;
-    t->where[row] = t->free_head;
-    t->free_head = row;
+    t->own->flags[row] = F_FREE;
+    t->own->where[row] = t->own->free_head;
+    t->own->free_head = row;
 }
 
 static void reindex(pp_tasks *t)
 {
     tombs = 0;
-    pp_index_clear(&t->bycoro);
-    pp_index_clear(&t->byobj);
-    pp_index_clear(&t->bywref);
+    pp_index_clear(&t->own->bycoro);
+    pp_index_clear(&t->own->byobj);
+    pp_index_clear(&t->own->bywref);
     uint8_t *older = t->n ? calloc(t->n, 1) : NULL;     /* a row behind another in a chain */
     for (uint32_t i = 0; older && i < t->n; i++)
-        if (t->coro[i] && t->chain[i] != PP_NONE && t->chain[i] < t->n)
-            older[t->chain[i]] = 1;
+        if (t->own->coro[i] && t->own->chain[i] != PP_NONE && t->own->chain[i] < t->n)
+            older[t->own->chain[i]] = 1;
     for (uint32_t i = 0; i < t->n; i++) {
-        if (t->coro[i] && (older == NULL || !older[i]))
-            pp_index_put(&t->bycoro, t->coro[i], i);
-        if (t->ref[i] == NULL)
+        if (t->own->coro[i] && (older == NULL || !older[i]))
+            pp_index_put(&t->own->bycoro, t->own->coro[i], i);
+        if (t->own->ref[i] == NULL)
             continue;
-        pp_index_put(&t->byobj, t->addr[i], i);
-        pp_index_put(&t->bywref, (uint64_t)(uintptr_t)t->ref[i], i);
+        pp_index_put(&t->own->byobj, t->own->addr[i], i);
+        pp_index_put(&t->own->bywref, (uint64_t)(uintptr_t)t->own->ref[i], i);
     }
     free(older);
 }
 
 void pp_tasks_clear(pp_tasks *t)
 {
+    if (t->own == NULL)
+        return;
     for (uint32_t i = 0; i < t->n; i++) {
         drop(t, i);
-        t->coro[i] = 0;
-        Py_CLEAR(t->label[i]);
-        Py_CLEAR(t->code[i]);
+        t->own->coro[i] = 0;
+        Py_CLEAR(t->own->label[i]);
+        Py_CLEAR(t->own->code[i]);
     }
     t->n = 0;
-    t->held = 0;
-    t->free_head = PP_NONE;
-    t->cursor = 0;
+    t->own->held = 0;
+    t->own->free_head = PP_NONE;
+    t->own->cursor = 0;
     t->unmatched = 0;
     t->seen = 0;
     t->gap_ns = 0;
-    if (t->ready) {
-        pp_index_clear(&t->bycoro);
-        pp_index_clear(&t->byobj);
-        pp_index_clear(&t->bywref);
+    if (t->own->ready) {
+        pp_index_clear(&t->own->bycoro);
+        pp_index_clear(&t->own->byobj);
+        pp_index_clear(&t->own->bywref);
     }
 }
 
@@ -268,31 +270,40 @@ uint32_t pp_tasks_named(const pp_tasks *t)
     return n;
 }
 
+int pp_async_init(pp_sampling *p)
+{
+    p->tasks.own = calloc(1, sizeof *p->tasks.own);
+    return p->tasks.own != NULL ? 0 : -1;
+}
+
 void pp_async_free(pp_sampling *p)
 {
     pp_tasks *t = &p->tasks;
+    if (t->own == NULL)
+        return;
     pp_tasks_clear(t);
     if (weak_owner == t)
         weak_owner = NULL;
     free(t->rows);
-    free(t->ref);
-    free(t->obj);
-    free(t->label);
-    free(t->code);
-    free(t->addr);
-    free(t->coro);
-    free(t->dead);
-    free(t->born);
-    free(t->chain);
-    free(t->where);
-    free(t->flags);
-    if (t->ready) {
-        pp_index_free(&t->bycoro);
-        pp_index_free(&t->byobj);
-        pp_index_free(&t->bywref);
-        pp_index_free(&t->byloop);
-        pp_index_free(&t->byworker);
+    free(t->own->ref);
+    free(t->own->obj);
+    free(t->own->label);
+    free(t->own->code);
+    free(t->own->addr);
+    free(t->own->coro);
+    free(t->own->dead);
+    free(t->own->born);
+    free(t->own->chain);
+    free(t->own->where);
+    free(t->own->flags);
+    if (t->own->ready) {
+        pp_index_free(&t->own->bycoro);
+        pp_index_free(&t->own->byobj);
+        pp_index_free(&t->own->bywref);
+        pp_index_free(&t->own->byloop);
+        pp_index_free(&t->own->byworker);
     }
+    free(t->own);
     memset(t, 0, sizeof *t);
 }
 
@@ -310,9 +321,9 @@ void pp_async_reset(pp_sampling *p)
     if (ensure_ready(&p->tasks) == 0) {
         weak_owner = &p->tasks;
         reindex(&p->tasks);
-        pp_index_clear(&p->tasks.byloop);   /* loops of another run may be gone */
-        pp_index_clear(&p->tasks.byworker);
-        p->tasks.nworkers = 0;
+        pp_index_clear(&p->tasks.own->byloop);   /* loops of another run may be gone */
+        pp_index_clear(&p->tasks.own->byworker);
+        p->tasks.own->nworkers = 0;
     }
 }
 
@@ -379,7 +390,7 @@ static void task_created(pp_sampling *p, PyObject *task, pp_taskrow *row)
 static void new_row(pp_sampling *p, PyObject *task, int64_t now)
 {
     pp_tasks *t = &p->tasks;
-    uint32_t i = t->free_head;
+    uint32_t i = t->own->free_head;
     if (i == PP_NONE && (t->n >= MAX_TASK_ROWS || grow_rows(t) < 0))
         return;
     PyObject *ref = PyWeakref_NewRef(task, freed_cb);
@@ -398,7 +409,7 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
     if (i == PP_NONE)
         i = t->n++;
     else
-        t->free_head = t->where[i];
+        t->own->free_head = t->own->where[i];
     pp_taskrow *row = &t->rows[i];
     memset(row, 0, sizeof *row);
     row->fid = row->coro_fid = row->created_fid = row->thread = PP_NONE;
@@ -407,31 +418,31 @@ static void new_row(pp_sampling *p, PyObject *task, int64_t now)
      * for one between looks): halfway, on average */
     int64_t since = last_scan > prev_look ? last_scan : prev_look;
     row->start_ns = since + (now - since) / 2;
-    t->ref[i] = ref;
-    t->obj[i] = NULL;
-    t->label[i] = pp_task_name(task);
-    t->code[i] = code;
-    t->addr[i] = (uintptr_t)task;
-    t->coro[i] = a;
-    t->dead[i] = ALIVE;
-    t->born[i] = 0;
-    t->chain[i] = PP_NONE;
-    t->where[i] = PP_NONE;
-    t->flags[i] = 0;
-    t->held++;
+    t->own->ref[i] = ref;
+    t->own->obj[i] = NULL;
+    t->own->label[i] = pp_task_name(task);
+    t->own->code[i] = code;
+    t->own->addr[i] = (uintptr_t)task;
+    t->own->coro[i] = a;
+    t->own->dead[i] = ALIVE;
+    t->own->born[i] = 0;
+    t->own->chain[i] = PP_NONE;
+    t->own->where[i] = PP_NONE;
+    t->own->flags[i] = 0;
+    t->own->held++;
     t->seen++;
     if (a) {
         /* the row that had the address before: its samples are those from before it lost it */
-        uint32_t h = pp_index_get(&t->bycoro, a);
+        uint32_t h = pp_index_get(&t->own->bycoro, a);
         if (h != PP_NONE) {
-            t->chain[i] = h;
-            t->born[i] = t->dead[h] != ALIVE ? t->dead[h] : 0;
+            t->own->chain[i] = h;
+            t->own->born[i] = t->own->dead[h] != ALIVE ? t->own->dead[h] : 0;
         }
-        index_set(&t->bycoro, a, i);
+        index_set(&t->own->bycoro, a, i);
         atomic_store_explicit(&pp_known_coro[pp_known_slot(a)], a, memory_order_relaxed);
     }
-    index_set(&t->byobj, (uint64_t)(uintptr_t)task, i);
-    index_set(&t->bywref, (uint64_t)(uintptr_t)ref, i);
+    index_set(&t->own->byobj, (uint64_t)(uintptr_t)task, i);
+    index_set(&t->own->bywref, (uint64_t)(uintptr_t)ref, i);
     task_created(p, task, row);         /* asyncio's debug mode only */
     PyErr_Clear();
 }
@@ -448,7 +459,7 @@ static int name_row(pp_sampling *p, uint32_t i)
     if (row->fid != PP_NONE)
         return 0;
     PyObject *task = get_task(t, i);
-    PyObject *name = task != NULL ? pp_task_name(task) : Py_XNewRef(t->label[i]);
+    PyObject *name = task != NULL ? pp_task_name(task) : Py_XNewRef(t->own->label[i]);
     PyObject *label = name ? PyUnicode_FromFormat("<task %U>", name) : NULL;
     row->fid = named_fid(p, label);
     Py_XDECREF(label);
@@ -457,13 +468,13 @@ static int name_row(pp_sampling *p, uint32_t i)
         Py_XDECREF(task);
         return -1;
     }
-    if (t->code[i] != NULL)
-        row->coro_fid = pp_sampler_code_fid(p, t->code[i]);
-    Py_CLEAR(t->code[i]);
-    Py_CLEAR(t->label[i]);
-    if (task != NULL && t->obj[i] == NULL && row->state == PP_TASK_PENDING
+    if (t->own->code[i] != NULL)
+        row->coro_fid = pp_sampler_code_fid(p, t->own->code[i]);
+    Py_CLEAR(t->own->code[i]);
+    Py_CLEAR(t->own->label[i]);
+    if (task != NULL && t->own->obj[i] == NULL && row->state == PP_TASK_PENDING
         && task_state(task) == PP_TASK_PENDING)
-        t->obj[i] = Py_NewRef(task);    /* its end state is read at a look */
+        t->own->obj[i] = Py_NewRef(task);    /* its end state is read at a look */
     Py_XDECREF(task);
     PyErr_Clear();
     return 0;
@@ -557,8 +568,8 @@ static void scan_tasks(pp_sampling *p, int64_t now, int64_t t0)
                 PyErr_Clear();
                 continue;
             }
-            uint32_t row = pp_index_get(&t->byobj, (uint64_t)(uintptr_t)task);
-            if (row == PP_NONE || t->dead[row] != ALIVE)    /* else: a task freed there before */
+            uint32_t row = pp_index_get(&t->own->byobj, (uint64_t)(uintptr_t)task);
+            if (row == PP_NONE || t->own->dead[row] != ALIVE)    /* else: a task freed there before */
                 new_row(p, task, now);
             Py_DECREF(task);
         }
@@ -590,8 +601,8 @@ static PyObject *work_code;             /* _WorkItem.run's code (strong) */
 static void map_workers(pp_sampling *p)
 {
     pp_tasks *t = &p->tasks;
-    pp_index_clear(&t->byworker);
-    t->nworkers = 0;
+    pp_index_clear(&t->own->byworker);
+    t->own->nworkers = 0;
     if (work_code == NULL) {
         PyObject *name = PyUnicode_FromString("concurrent.futures.thread");
         PyObject *mod = name ? PyImport_GetModule(name) : NULL;
@@ -607,12 +618,12 @@ static void map_workers(pp_sampling *p)
         if (work_code == NULL)
             return;
     }
-    t->work_code = (uintptr_t)work_code;
+    t->own->work_code = (uintptr_t)work_code;
     pp_index waiting;                   /* a held task's _fut_waiter -> row */
     if (pp_index_init(&waiting, 64) < 0)
         return;
     for (uint32_t i = 0; i < t->n; i++) {
-        if (t->ref[i] == NULL || t->rows[i].state != PP_TASK_PENDING)
+        if (t->own->ref[i] == NULL || t->rows[i].state != PP_TASK_PENDING)
             continue;
         PyObject *task = get_task(t, i);
         PyObject *w = task ? pp_attr(task, "_fut_waiter") : NULL;
@@ -634,9 +645,9 @@ static void map_workers(pp_sampling *p)
                 PyObject *cell = PyTuple_GET_ITEM(cells, c);
                 PyObject *v = PyCell_Check(cell) ? PyCell_GET(cell) : NULL;
                 uint32_t row = v ? pp_index_get(&waiting, (uint64_t)(uintptr_t)v) : PP_NONE;
-                if (row != PP_NONE && pp_index_put(&t->byworker,
+                if (row != PP_NONE && pp_index_put(&t->own->byworker,
                                                    (uint64_t)pp_tstate_native_tid(ts) + 1, row) == 0)
-                    t->nworkers++;
+                    t->own->nworkers++;
             }
         }
         Py_XDECREF(cbs);
@@ -654,14 +665,14 @@ static uint32_t rescanned;              /* the drain pass that looked again (+ 1
 uint32_t pp_async_worker_row(pp_sampling *p, uint32_t tid, int rescan)
 {
     pp_tasks *t = &p->tasks;
-    uint32_t row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
-    if (row == PP_NONE && rescan && t->ready && rescanned != p->threads->sample_pass + 1
+    uint32_t row = t->own->nworkers ? pp_index_get(&t->own->byworker, (uint64_t)tid + 1) : PP_NONE;
+    if (row == PP_NONE && rescan && t->own->ready && rescanned != p->threads->sample_pass + 1
         && registry_n < RESCAN_MAX_TASKS) {
         rescanned = p->threads->sample_pass + 1;
         peek(p, pp_mono_ns());
-        row = t->nworkers ? pp_index_get(&t->byworker, (uint64_t)tid + 1) : PP_NONE;
+        row = t->own->nworkers ? pp_index_get(&t->own->byworker, (uint64_t)tid + 1) : PP_NONE;
     }
-    if (row != PP_NONE && ((t->flags[row] & F_FREE) || name_row(p, row) < 0))
+    if (row != PP_NONE && ((t->own->flags[row] & F_FREE) || name_row(p, row) < 0))
         row = PP_NONE;
     return row;
 }
@@ -721,14 +732,14 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
     for (int c = 0; c < ncur; c++)
         Py_INCREF(cur[c]);              /* borrowed from the dict: held while new_row reads them */
     for (int c = 0; c < ncur; c++) {
-        uint32_t row = pp_index_get(&t->byobj, (uint64_t)(uintptr_t)cur[c]);
-        if (cur[c] != Py_None && (row == PP_NONE || t->dead[row] != ALIVE))
+        uint32_t row = pp_index_get(&t->own->byobj, (uint64_t)(uintptr_t)cur[c]);
+        if (cur[c] != Py_None && (row == PP_NONE || t->own->dead[row] != ALIVE))
             new_row(p, cur[c], now);
         Py_DECREF(cur[c]);
     }
     PyErr_Clear();
     aside_end(&a);
-    if (pp_index_get(&t->bycoro, asked) == PP_NONE && now >= full_after
+    if (pp_index_get(&t->own->bycoro, asked) == PP_NONE && now >= full_after
         && registry_n < RESCAN_MAX_TASKS) {
         int64_t c0 = own_cpu_ns();
         peek(p, now);
@@ -740,7 +751,7 @@ void pp_async_fresh(pp_sampling *p, int64_t now, uintptr_t asked)
 void pp_async_asked(pp_sampling *p, uintptr_t coro)
 {
     pp_tasks *t = &p->tasks;
-    if (t->ready && pp_index_get(&t->bycoro, coro) == PP_NONE)
+    if (t->own->ready && pp_index_get(&t->own->bycoro, coro) == PP_NONE)
         atomic_store_explicit(&pp_known_coro[pp_known_slot(coro)], coro, memory_order_relaxed);
 }
 
@@ -757,7 +768,7 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
     aside_begin(&a);
     if (registries())
         scan_tasks(p, now, t0);
-    if (t->held)
+    if (t->own->held)
         map_workers(p);
     PyErr_Clear();
     aside_end(&a);
@@ -770,9 +781,9 @@ void pp_async_look_begin(pp_sampling *p, int64_t now)
  * its own task was freed. */
 static uint32_t row_at(pp_tasks *t, uintptr_t coro, int64_t t_ns)
 {
-    uint32_t r = t->ready ? pp_index_get(&t->bycoro, coro) : PP_NONE;
-    for (uint32_t k = 0; r != PP_NONE && r < t->n && k < 4096; r = t->chain[r], k++)
-        if (t->born[r] <= t_ns && t_ns < t->dead[r])
+    uint32_t r = t->own->ready ? pp_index_get(&t->own->bycoro, coro) : PP_NONE;
+    for (uint32_t k = 0; r != PP_NONE && r < t->n && k < 4096; r = t->own->chain[r], k++)
+        if (t->own->born[r] <= t_ns && t_ns < t->own->dead[r])
             return r;
     return PP_NONE;
 }
@@ -781,7 +792,7 @@ uint32_t pp_async_row(pp_sampling *p, uintptr_t coro, int64_t t_ns)
 {
     pp_tasks *t = &p->tasks;
     uint32_t row = row_at(t, coro, t_ns);
-    if (row == PP_NONE && t->ready && rescanned != p->threads->sample_pass + 1
+    if (row == PP_NONE && t->own->ready && rescanned != p->threads->sample_pass + 1
         && registry_n < RESCAN_MAX_TASKS) {
         /* a task made since the last look (a drain without a look: a new
          * thread's): the registries again, once per drain */
@@ -881,7 +892,7 @@ static uint32_t waiting_stack(pp_sampling *p, uint32_t row, PyObject *task)
 static uint32_t loop_thread(pp_sampling *p, PyObject *task)
 {
     PyObject *loop = pp_attr(task, "_loop");
-    uint32_t out = loop ? pp_index_get(&p->tasks.byloop, (uint64_t)(uintptr_t)loop) : PP_NONE;
+    uint32_t out = loop ? pp_index_get(&p->tasks.own->byloop, (uint64_t)(uintptr_t)loop) : PP_NONE;
     PyObject *id = loop && out == PP_NONE ? pp_attr(loop, "_thread_id") : NULL;
     Py_XDECREF(loop);
     if (id != NULL && PyLong_Check(id)) {
@@ -910,12 +921,12 @@ static void charge(pp_sampling *p, uint32_t row, int64_t until, PyObject *task)
         r->thread = loop_thread(p, task);
     if (r->thread == PP_NONE)
         return;                         /* later, once its loop's thread is known */
-    if (t->where[row] == PP_NONE)
-        t->where[row] = pp_samples_stack(&p->samples, (uint64_t[]){(uint64_t)r->fid << 32}, 1);
+    if (t->own->where[row] == PP_NONE)
+        t->own->where[row] = pp_samples_stack(&p->samples, (uint64_t[]){(uint64_t)r->fid << 32}, 1);
     r->awaiting_ns += due;
-    if (S.mode == PP_SAMPLE_WALL && t->where[row] != PP_NONE) {
+    if (S.mode == PP_SAMPLE_WALL && t->own->where[row] != PP_NONE) {
         int64_t iv = S.interval_ns > 0 ? S.interval_ns : 1;
-        pp_samples_add(&p->samples, r->thread, t->where[row], PP_STATE_AWAITING, due,
+        pp_samples_add(&p->samples, r->thread, t->own->where[row], PP_STATE_AWAITING, due,
                        (uint64_t)((due + iv / 2) / iv));
     }
 }
@@ -980,7 +991,7 @@ static void finish(pp_tasks *t, uint32_t i)
 static void look_end(pp_sampling *p, int64_t now, int stopping)
 {
     pp_tasks *t = &p->tasks;
-    if (!S.async || !t->ready)
+    if (!S.async || !t->own->ready)
         return;
     int64_t t0 = pp_mono_ns(), c0 = own_cpu_ns();
     if (!stopping && now < t0)
@@ -988,9 +999,9 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     aside a;
     aside_begin(&a);
     PyObject *cur[MAX_LOOPS];
-    int ncur = t->held && registries() ? current_tasks(cur) : 0, changed = 0;
+    int ncur = t->own->held && registries() ? current_tasks(cur) : 0, changed = 0;
     uint32_t waits = stopping ? UINT32_MAX : WAIT_BUDGET, names = stopping ? UINT32_MAX : NAME_BUDGET;
-    uint32_t n = t->n, first = n ? t->cursor % n : 0, next = first;
+    uint32_t n = t->n, first = n ? t->own->cursor % n : 0, next = first;
     uint32_t resume = PP_NONE;
     /* the samples taken before the previous look were all drained by now */
     int64_t drained_before = prev_look;
@@ -1000,15 +1011,15 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
             resume = i;                 /* the rest at the next look */
             break;
         }
-        if (t->flags[i] & F_FREE)
+        if (t->own->flags[i] & F_FREE)
             continue;
         pp_taskrow *r = &t->rows[i];
-        if (t->ref[i] == NULL) {        /* freed: only its coroutine's address is left */
-            if (t->coro[i] && (stopping || t->dead[i] < drained_before)) {
+        if (t->own->ref[i] == NULL) {        /* freed: only its coroutine's address is left */
+            if (t->own->coro[i] && (stopping || t->own->dead[i] < drained_before)) {
                 unlink_coro(t, i);
                 changed = 1;
             }
-            if (t->coro[i] == 0 && r->fid == PP_NONE)
+            if (t->own->coro[i] == 0 && r->fid == PP_NONE)
                 free_row(t, i);         /* never sampled, not named: no row */
             continue;
         }
@@ -1016,7 +1027,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         if (task == NULL) {             /* freed since the last look (the callback noted when) */
             if (r->state == PP_TASK_PENDING) {
                 r->state = PP_TASK_DONE;    /* (or cancelled: it cannot be read any more) */
-                r->end_ns = ended_at(r, now, t->dead[i]);
+                r->end_ns = ended_at(r, now, t->own->dead[i]);
                 if (r->fid != PP_NONE)
                     charge(p, i, r->end_ns, NULL);
             }
@@ -1028,12 +1039,12 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
         }
         if (r->first_run_ns && r->first_run_ns < r->start_ns)
             r->start_ns = r->first_run_ns;
-        if (r->thread != PP_NONE && !(t->flags[i] & F_NOTED)) {
+        if (r->thread != PP_NONE && !(t->own->flags[i] & F_NOTED)) {
             PyObject *loop = pp_attr(task, "_loop");    /* held by the task: the address stays */
             if (loop != NULL)
-                pp_index_put(&t->byloop, (uint64_t)(uintptr_t)loop, r->thread);
+                pp_index_put(&t->own->byloop, (uint64_t)(uintptr_t)loop, r->thread);
             Py_XDECREF(loop);
-            t->flags[i] |= F_NOTED;
+            t->own->flags[i] |= F_NOTED;
         }
         if (r->state == PP_TASK_PENDING) {
             int state = task_state(task), running = 0;
@@ -1051,7 +1062,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
             else if (state == PP_TASK_PENDING) {
                 if (!running && waits) {
                     waits--;
-                    t->where[i] = waiting_stack(p, i, task);
+                    t->own->where[i] = waiting_stack(p, i, task);
                     next = i + 1;
                     charge(p, i, now, task);
                 }
@@ -1062,15 +1073,15 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
                 r->state = (uint32_t)state;
                 r->end_ns = ended_at(r, now, ALIVE);
                 charge(p, i, r->end_ns, task);
-                Py_CLEAR(t->obj[i]);    /* its end state is read: weakly held from now */
+                Py_CLEAR(t->own->obj[i]);    /* its end state is read: weakly held from now */
             }
         }
         Py_DECREF(task);                /* perhaps the last reference: the task is freed here */
         if (stopping)
             finish(t, i);
     }
-    t->cursor = resume != PP_NONE ? resume : next;
-    if (changed && tombs > t->held + 4096)
+    t->own->cursor = resume != PP_NONE ? resume : next;
+    if (changed && tombs > t->own->held + 4096)
         reindex(t);
     PyErr_Clear();
     aside_end(&a);
@@ -1080,7 +1091,7 @@ static void look_end(pp_sampling *p, int64_t now, int stopping)
     t->looks++;
     int64_t cost = pp_mono_ns() - t0;
     t->look_ns += cost;
-    t->last_look_ns = begin_cost + own_cpu_ns() - c0;
+    t->own->last_look_ns = begin_cost + own_cpu_ns() - c0;
     begin_cost = 0;
 }
 

@@ -1,7 +1,7 @@
 /* memory_hooks.h — the allocation hooks' steps, private to memory.c and
  * memory_numpy.c (a second allocator family routed into the same tables),
- * memory_native.c (C code's malloc and mmap), memory_curve.c and
- * memory_runs.c.
+ * memory_native.c (C code's malloc and mmap), memory_curve.c,
+ * memory_runs.c and memory_control.c (start and stop, on top of the others).
  * Never: included outside the memory engine.
  */
 #ifndef PP_MEMORY_HOOKS_H
@@ -17,7 +17,8 @@
  * allocation number instead. 24 bytes: the table's size is the hooks' cost. */
 typedef struct { uintptr_t ptr; uint32_t site; uint32_t count; uint64_t size; } pp_memblock;
 
-/* The engine's tables live in anonymous mappings, never in malloc's heap. */
+/* The engine's tables live in anonymous mappings, never in malloc's heap
+ * (memory_blocks.c). */
 PP_MEM_HIDDEN void *pp_mem_map(size_t bytes);       /* zeroed; NULL if refused */
 
 static inline uint64_t pp_mem_mix(uint64_t x)       /* a 64-bit finalizer (hashing) */
@@ -59,6 +60,12 @@ PP_MEM_HIDDEN void pp_curve_unlock(void);
 PP_MEM_HIDDEN void pp_curve_after_fork_child(void);
 /* The stopped run's rows, stacks and curve kept with p (memory_runs.c). */
 PP_MEM_HIDDEN int pp_memory_keep_run(pp_memstate *p);
+/* memory.c's part of start and stop, called by memory_control.c only. */
+PP_MEM_HIDDEN void pp_memory_record_begin(pp_memstate *p);
+PP_MEM_HIDDEN void pp_memory_record_end(void);
+PP_MEM_HIDDEN void pp_memory_record_abort(void);
+PP_MEM_HIDDEN void pp_memory_tables_lock(void);
+PP_MEM_HIDDEN void pp_memory_tables_unlock(void);
 /* This run's curve (rows: its sites) after the earlier runs' in m. */
 PP_MEM_HIDDEN void pp_curve_keep(struct pp_memdata *m, const pp_memrow *rows, uint32_t n);
 

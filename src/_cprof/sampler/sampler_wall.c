@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
+#include "sampler_ring.h"
 
 #include "frames.h"
 

@@ -92,31 +92,9 @@ typedef struct {
 typedef struct {
     pp_taskrow *rows;
     uint32_t n, cap;
-    /* private to sampler_async.c, by row (docs/async.md, "How it works") */
-    PyObject **ref;             /* a weak reference to the task (its callback notes when it is freed) */
-    PyObject **obj;             /* the task, strong: a named task until a look saw it end */
-    PyObject **label;           /* its name and its coroutine's code, read when first seen */
-    PyObject **code;            /*   (strong, until it is named or forgotten) */
-    uintptr_t *addr;            /* the task's address (byobj) */
-    uintptr_t *coro;            /* its coroutine's address (0: no longer in bycoro) */
-    int64_t *dead;              /* when that address stopped being its coroutine's (INT64_MAX: not yet) */
-    int64_t *born;              /* samples from before: an older coroutine's at that address */
-    uint32_t *chain;            /* the row that had that address before (bycoro's list, newest first) */
-    uint32_t *where;
-    uint8_t *flags;             /* its loop noted; a free row (sampler_async.c) */
-    uint32_t free_head;         /* rows of tasks let go unnamed, for reuse (via where[]) */
-    uint32_t cursor;            /* the row the next look's waiting stacks start from */
-    int64_t last_look_ns;       /* what the last look cost */
-    pp_index byloop;            /* event loop address -> thread index, of tasks held */
-    pp_index byworker;          /* kernel tid of an executor's thread -> row of the task
-                                 * awaiting its work item (to_thread), at the last look */
-    uintptr_t work_code;        /* concurrent.futures.thread._WorkItem.run's code, or 0 */
-    uint32_t nworkers;
-    int ready;                  /* the indexes are made */
-    uint32_t held;              /* rows with ref set (the task not yet found freed) */
-    pp_index bycoro;            /* coroutine address -> newest row with it (then chain[]) */
-    pp_index byobj;             /* task address -> row, while ref is set */
-    pp_index bywref;            /* weak reference address -> row, while ref is set */
+    /* by row and by address: sampler_async.c's own (sampler_int.h); made
+     * by pp_sampling_init */
+    struct pp_tasks_own *own;
     uint32_t unknown_fid;       /* <task ?>: a coroutine of a task never seen */
     uint64_t unmatched;         /* samples in a coroutine of no known task */
     uint64_t seen;              /* tasks seen by a look */

@@ -14,9 +14,9 @@
 #ifndef PP_CAPTURE_H
 #define PP_CAPTURE_H
 
-#include "memory.h"
-#include "sampler.h"
-#include "tracer.h"
+#include "memory/memory.h"
+#include "sampler/sampler.h"
+#include "tracer/tracer.h"
 
 #define PP_FORMAT_MAJOR 1
 #define PP_FORMAT_MINOR 8

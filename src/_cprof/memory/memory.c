@@ -7,6 +7,8 @@
  * the realloc, as tracemalloc does. A block is removed from the table before
  * the allocator below frees it, so its address cannot be handed out again
  * while it is still listed.
+ * Never: calls memory_control.c, memory_curve.c, memory_native.c or
+ * memory_runs.c (they call down to it; start and stop are memory_control.c's).
  */
 #define _GNU_SOURCE 1
 #include "memory_hooks.h"
@@ -37,7 +39,7 @@ static const PyMemAllocatorDomain domain_id[NDOM] = {
  * allocator's function and context without a lock, so ours ignore ctx. */
 static PyMemAllocatorEx below[NDOM];
 static PyMemAllocatorEx ours[NDOM];
-static int installed, atfork_done;
+static int installed;
 static _Atomic int recording;
 
 /* ---------------------------------------------------------------- lock */
@@ -56,20 +58,6 @@ static void unlock_tables(void)
 }
 
 /* -------------------------------------------------------------- tables */
-
-void *pp_mem_map(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-#ifdef MADV_HUGEPAGE
-    /* a hashed table is read at random: with 4 KiB pages nearly every
-     * lookup of a large one missed the TLB (THP is often "madvise" only) */
-    if (bytes >= (2u << 20))
-        madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
 
 /* Live blocks: open addressing, linear probing, backward-shift deletion.
  * A block's home slot keeps the allocator's locality: each 256 bytes of
@@ -806,24 +794,6 @@ DOMAIN_HOOKS(raw, DOM_RAW)
 DOMAIN_HOOKS(mem, DOM_MEM)
 DOMAIN_HOOKS(obj, DOM_OBJ)
 
-static void atfork_prepare(void)
-{
-    pp_curve_lock();
-    lock_tables();
-}
-
-static void atfork_parent(void)
-{
-    unlock_tables();
-    pp_curve_unlock();
-}
-
-static void atfork_child(void)
-{
-    unlock_tables();
-    pp_curve_after_fork_child();
-}
-
 static void install(void)
 {
     ours[DOM_RAW] = (PyMemAllocatorEx){NULL, raw_malloc, raw_calloc, raw_realloc, raw_free};
@@ -833,7 +803,6 @@ static void install(void)
         PyMem_GetAllocator(domain_id[d], &below[d]);
     for (int d = 0; d < NDOM; d++)
         PyMem_SetAllocator(domain_id[d], &ours[d]);
-    atfork_done = atfork_done || pthread_atfork(atfork_prepare, atfork_parent, atfork_child) == 0;
     installed = 1;
 }
 
@@ -892,7 +861,8 @@ void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site)
 
 /* ------------------------------------------------------------ control */
 
-int pp_memory_start(pp_memstate *p)
+/* The recording's own part of start (memory_control.c starts the rest). */
+void pp_memory_record_begin(pp_memstate *p)
 {
     if (!installed)
         install();                 /* once: allocators found later are above ours */
@@ -921,30 +891,28 @@ int pp_memory_start(pp_memstate *p)
     unlock_tables();
     atomic_fetch_add(&run_gen, 1);      /* fresh countdowns and seeds */
     atomic_store(&recording, 1);
-    pp_curve_start();
-    if (p->native && pp_native_allocs_start() < 0) {
-        pp_curve_stop();
-        atomic_store(&recording, 0);
-        pp_memory_clear();
-        return -1;
-    }
-    return 0;
 }
 
-int pp_memory_stop(pp_memstate *p)
+/* The recording's own part of stop: the hooks stop counting. */
+void pp_memory_record_end(void)
 {
-    if (p->native)
-        pp_native_allocs_stop();
-    pp_curve_stop();
     int reached = reached_domains();  /* before: a probe while recording would count */
     lock_tables();
     totals.linked = reached == (1 << NDOM) - 1;
     atomic_store(&recording, 0);
     unlock_tables();
-    int rc = pp_memory_keep_run(p);
-    pp_memory_clear();                  /* drops the code objects: p's registry keeps them */
-    return rc;
 }
+
+/* A start that failed after pp_memory_record_begin. */
+void pp_memory_record_abort(void)
+{
+    atomic_store(&recording, 0);
+    pp_memory_clear();
+}
+
+/* fork: the tables' lock held across it (memory_control.c's atfork handlers). */
+void pp_memory_tables_lock(void) { lock_tables(); }
+void pp_memory_tables_unlock(void) { unlock_tables(); }
 
 int pp_memory_recording(void)
 {
