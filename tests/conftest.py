@@ -4,13 +4,9 @@ import sys
 
 import pytest
 
+from support import run_python
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_python(args, timeout=120, **kw):
-    """Run this interpreter in a subprocess with the current environment."""
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
 
 
 def pyprof_own_functions(session, package=None) -> list:

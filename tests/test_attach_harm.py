@@ -24,6 +24,8 @@ import time
 
 import pytest
 
+from support import pyprof
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGET = os.path.join(HERE, "blocked_target.py")
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
@@ -53,12 +55,6 @@ def _ptrace_forbidden():
 
 _WHY = _ptrace_forbidden()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
-
-
-def pyprof(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)
 
 
 def wait_for(cond, timeout=10.0, what="condition"):
