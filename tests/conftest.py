@@ -4,7 +4,10 @@ import sys
 
 import pytest
 
-from support import run_python
+from support import PROGRAMS, run_python
+
+# the helper programs import each other as top-level modules, as when run as scripts
+sys.path.insert(0, PROGRAMS)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

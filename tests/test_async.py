@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from pyprof import Session
-from support import pyprof
+from support import PROGRAMS, pyprof
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 PROG = os.path.join(HERE, "asyncprog.py")
 
 

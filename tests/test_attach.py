@@ -22,9 +22,9 @@ from attach_work import expected
 from conftest import start_tracer
 from pyprof import _cprof
 from pyprof.model.session import Session
-from support import pyprof
+from support import PROGRAMS, pyprof
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 SERVERS = os.path.join(HERE, "attach_servers.py")
 SIGPROF_BIT = 1 << (signal.SIGPROF - 1)
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)

@@ -5,7 +5,7 @@ no error from an interrupted system call (EINTR, or ERESTART* leaking as
 Errno 512-516), no signal, no exception, no thread left stopped or traced, no
 change to which thread is its main one.
 
-The targets (tests/blocked_target.py, on the base interpreter of this test's
+The targets (tests/programs/blocked_target.py, on the base interpreter of this test's
 Python, which cannot import pyprof: the client hands its path over) block in
 time.sleep, select, epoll, socket.accept, socket.recv, Lock.acquire,
 Queue.get, subprocess.wait or os.waitpid, in the main thread or in a worker,
@@ -24,9 +24,9 @@ import time
 
 import pytest
 
-from support import pyprof
+from support import PROGRAMS, pyprof
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 TARGET = os.path.join(HERE, "blocked_target.py")
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 KINDS = ("sleep", "select", "epoll", "accept", "recv", "lock", "queue", "subprocess",
