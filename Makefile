@@ -311,11 +311,11 @@ demo:
 	echo "the memory curve: open $$out/memory.svg"
 	msg "files: $$(ls "$$out" | tr '\n' ' ')(in $$out/)"
 
-# make fuzz [SEED=0] [N=200] [SECONDS=0]: the differential tests (tests/difftest.py) on
-# programs SEED..SEED+N-1 of tests/progen.py (or for SECONDS), with the newest Python;
+# make fuzz [SEED=0] [N=200] [SECONDS=0]: the differential tests (tests/programs/difftest.py) on
+# programs SEED..SEED+N-1 of tests/programs/progen.py (or for SECONDS), with the newest Python;
 # each failing program is shrunk and written to tests/difftest_cases/. Then CAPTURES
 # (default 3000) structurally corrupt captures through every reader
-# (tests/fuzz_captures.py); failing files are copied to tests/corrupt_cases/new/.
+# (tests/programs/fuzz_captures.py); failing files are copied to tests/corrupt_cases/new/.
 .PHONY: fuzz
 fuzz: deps
 	@$(SH_LIB)
@@ -323,9 +323,9 @@ fuzz: deps
 	ensure_venv "$$NEW_MINOR" "$$NEW_PY" "$$NEW_VENV" test
 	install_pkg "$$NEW_VENV" "cp$${NEW_MINOR/./}"
 	msg "differential tests, Python $$NEW_MINOR: seeds $(or $(SEED),0).. ($(or $(N),200) programs)"
-	( cd tests && "../$$NEW_VENV/bin/python" difftest.py fuzz --seed $(or $(SEED),0) --n $(or $(N),200) --seconds $(or $(SECONDS),0) )
+	( cd tests/programs && "../../$$NEW_VENV/bin/python" difftest.py fuzz --seed $(or $(SEED),0) --n $(or $(N),200) --seconds $(or $(SECONDS),0) )
 	msg "corrupt captures, Python $$NEW_MINOR: seed $(or $(SEED),0), $(or $(CAPTURES),3000) mutated files"
-	"$$NEW_VENV/bin/python" tests/fuzz_captures.py --seed $(or $(SEED),0) --n $(or $(CAPTURES),3000)
+	"$$NEW_VENV/bin/python" tests/programs/fuzz_captures.py --seed $(or $(SEED),0) --n $(or $(CAPTURES),3000)
 
 asan: deps
 	@$(SH_LIB)

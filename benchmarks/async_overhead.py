@@ -21,11 +21,10 @@ import argparse
 import asyncio
 import importlib.util
 import os
-import random
 import statistics
 import sys
-import time
 
+import measure
 import pyprof
 
 
@@ -180,15 +179,7 @@ SLOW = 8.0
 
 
 def timed(run, make):
-    prof = make() if make else None
-    if prof is not None:
-        prof.enable()
-    t = time.perf_counter()
-    run()
-    dt = time.perf_counter() - t
-    if prof is not None:
-        prof.disable()
-    return dt
+    return measure.timed(run, make() if make else None)
 
 
 def main():
@@ -203,7 +194,6 @@ def main():
     cfgs = configs()
     if args.configs:
         cfgs = {k: v for k, v in cfgs.items() if k == "bare" or k in args.configs.split(",")}
-    rnd = random.Random(0)
     print(f"Python {sys.version.split()[0]}, pyprof {pyprof.__version__}, {os.cpu_count()} CPUs, "
           f"{args.rounds} rounds, median of paired ratios (profiled / bare):")
     names = [c for c in cfgs if c != "bare"]
@@ -218,14 +208,9 @@ def main():
             r = timed(run, cfgs[c]) / bare
             if r > SLOW:
                 once[c] = r
-        times = {c: [] for c in cfgs if c not in once}
-        for _ in range(args.rounds):
-            order = list(times)
-            rnd.shuffle(order)
-            for c in order:
-                times[c].append(timed(run, cfgs[c]))
-        ratios = {c: statistics.median(t / b for t, b in zip(times[c], times["bare"]))
-                  for c in names if c not in once}
+        times = measure.interleaved({c: (lambda c=c: timed(run, cfgs[c]))
+                                     for c in cfgs if c not in once}, args.rounds)
+        ratios = {c: measure.paired_ratio(times[c], times["bare"]) for c in names if c not in once}
         ratios.update(once)
         table[wname] = ratios
         print(f"{wname:24s} {statistics.median(times['bare']):7.3f} "

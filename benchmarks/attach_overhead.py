@@ -1,6 +1,6 @@
 """What attaching costs a running server (docs/attach.md, benchmarks/RESULTS.md).
 
-A threaded HTTP server (tests/attach_servers.py, started without pyprof, on the
+A threaded HTTP server (tests/programs/attach_servers.py, started without pyprof, on the
 base interpreter) answers /work?n=N (a CPU-bound handler) to CLIENTS client
 threads of this process. For each round and mode: WINDOW s before attaching,
 WINDOW s while attached (`pyprof attach PID --duration ...`, counted from its
@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SERVERS = os.path.join(HERE, "..", "tests", "attach_servers.py")
+SERVERS = os.path.join(HERE, "..", "tests", "programs", "attach_servers.py")
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 MODES = {
     "sample": ["--sample"],

@@ -8,9 +8,9 @@ function tracing for comparison; interleaved, paired, median of the ratios.
 import argparse
 import statistics
 import sys
-import time
 
 import pyprof
+from measure import interleaved, ratios, timed
 from pyprof.integrations.pytest_plugin import BUDGET_RATE
 
 
@@ -24,29 +24,19 @@ def body():
     return out
 
 
-def timed(prof):
-    if prof is not None:
-        prof.enable()
-    t = time.perf_counter()
-    body()
-    dt = time.perf_counter() - t
-    if prof is not None:
-        prof.disable()
-    return dt
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
-    ratios = {"sample wall 1 kHz": [], "function tracing": []}
-    for _ in range(args.rounds):
-        bare = timed(None)
-        ratios["sample wall 1 kHz"].append(
-            timed(pyprof.Profile(mode="sample", wall=True, rate=BUDGET_RATE)) / bare)
-        ratios["function tracing"].append(timed(pyprof.Profile()) / bare)
+    times = interleaved({
+        "bare": lambda: timed(body),
+        "sample wall 1 kHz": lambda: timed(
+            body, pyprof.Profile(mode="sample", wall=True, rate=BUDGET_RATE)),
+        "function tracing": lambda: timed(body, pyprof.Profile()),
+    }, args.rounds, shuffle=False)
     print(f"Python {sys.version.split()[0]}, {args.rounds} rounds, median of paired ratios:")
-    for name, rs in ratios.items():
+    for name in ("sample wall 1 kHz", "function tracing"):
+        rs = ratios(times[name], times["bare"])
         print(f"  {name:20s} {statistics.median(rs):.3f}x  (min {min(rs):.3f}, max {max(rs):.3f})")
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pyprof
+from measure import interleaved, ratios
 
 
 def make_functions(n):
@@ -47,13 +48,11 @@ def main():
     for n in (10, 300, 3000):
         funcs = make_functions(n)
         for work in (2000, 20000):
-            ratios, per_mark = [], []
-            for _ in range(a.rounds):
-                base = run(funcs, a.steps, False, work)
-                marked = run(funcs, a.steps, True, work)
-                ratios.append(marked / base)
-                per_mark.append((marked - base) / a.steps * 1e6)
-            print(f"{n:>9} {work:>9} {statistics.median(ratios):>6.3f} "
+            t = interleaved({"base": lambda: run(funcs, a.steps, False, work),
+                             "marked": lambda: run(funcs, a.steps, True, work)},
+                            a.rounds, shuffle=False)
+            per_mark = [(m - b) / a.steps * 1e6 for m, b in zip(t["marked"], t["base"])]
+            print(f"{n:>9} {work:>9} {statistics.median(ratios(t['marked'], t['base'])):>6.3f} "
                   f"{statistics.median(per_mark):>8.1f}")
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
 import statistics
 import sys
 import time
 
 import pyprof
+from measure import interleaved, paired_ratio
 
 
 def fib(n):
@@ -98,18 +98,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9)
     opts = ap.parse_args()
-    times = {(w, c): [] for w in WORKLOADS for c in CONFIGS}
     ncalls = {}
+
+    def job(w, c):
+        dt, n = run_once(WORKLOADS[w], CONFIGS[c])
+        if n:
+            ncalls[w] = n
+        return dt
+
     for fn in WORKLOADS.values():
         fn()                                    # warm up
-    for r in range(opts.rounds):
-        jobs = [(w, c) for w in WORKLOADS for c in CONFIGS]
-        random.shuffle(jobs)
-        for w, c in jobs:
-            dt, n = run_once(WORKLOADS[w], CONFIGS[c])
-            times[(w, c)].append(dt)
-            if n:
-                ncalls[w] = n
+    times = interleaved({(w, c): (lambda w=w, c=c: job(w, c)) for w in WORKLOADS for c in CONFIGS},
+                        opts.rounds)
     print(f"CPython {sys.version.split()[0]}, {opts.rounds} interleaved rounds; "
           f"median of per-round ratios")
     print(f"| workload | calls | base (s) | pyprof / base | timeline / pyprof | "
@@ -117,7 +117,7 @@ def main():
     print("|---|---|---|---|---|---|---|")
     for w in WORKLOADS:
         def ratio(a, b):
-            return statistics.median(x / y for x, y in zip(times[(w, a)], times[(w, b)]))
+            return paired_ratio(times[(w, a)], times[(w, b)])
         print(f"| {w} | {ncalls.get(w, 0):,} | {statistics.median(times[(w, 'base')]):.3f} | "
               f"{ratio('pyprof', 'base'):.2f} | {ratio('timeline', 'pyprof'):.2f} | "
               f"{ratio('timeline-cap', 'pyprof'):.2f} | {ratio('timeline-1ms', 'pyprof'):.2f} |")

@@ -4,13 +4,12 @@ import sys
 
 import pytest
 
+from support import PROGRAMS, run_python
+
+# the helper programs import each other as top-level modules, as when run as scripts
+sys.path.insert(0, PROGRAMS)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run_python(args, timeout=120, **kw):
-    """Run this interpreter in a subprocess with the current environment."""
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, **kw)
 
 
 def pyprof_own_functions(session, package=None) -> list:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 
 import pytest
+
+from support import TIMEOUT, run_python
 
 
 def compiler():
@@ -42,9 +43,8 @@ def build(tmp_path, name, source, *, extension=True, flags=(), cxx=False):
     return out
 
 
-def run(script, *args, env=None, cwd=None, timeout=120):
+def run(script, *args, env=None, cwd=None, timeout=TIMEOUT):
     """Run a Python script (text) in a fresh interpreter; its CompletedProcess."""
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
-                          env=e, cwd=cwd, timeout=timeout)
+    return run_python(["-c", script, *args], cwd, env=e, timeout=timeout)

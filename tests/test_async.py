@@ -12,14 +12,10 @@ import sys
 import pytest
 
 from pyprof import Session
+from support import PROGRAMS, pyprof
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 PROG = os.path.join(HERE, "asyncprog.py")
-
-
-def pyprof(*args, cwd=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 # Under ASan+UBSan (make asan) the program runs several times slower, and the

@@ -22,8 +22,9 @@ from attach_work import expected
 from conftest import start_tracer
 from pyprof import _cprof
 from pyprof.model.session import Session
+from support import PROGRAMS, pyprof
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 SERVERS = os.path.join(HERE, "attach_servers.py")
 SIGPROF_BIT = 1 << (signal.SIGPROF - 1)
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
@@ -41,12 +42,6 @@ def _ptrace_forbidden():
 
 pytestmark = pytest.mark.skipif(_ptrace_forbidden(),
                                 reason="the kernel forbids ptrace (kernel.yama.ptrace_scope = 3)")
-
-
-def pyprof(*args, timeout=90, env=None, user=None):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL, user=user)
 
 
 def caught_signals(pid) -> int:

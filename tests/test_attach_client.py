@@ -14,17 +14,12 @@ import time
 import pytest
 
 from pyprof.model.session import Session
+from support import pyprof
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 RUN_DIR = f"/tmp/pyprof-{os.geteuid()}"
 LISTEN_ENV = dict(os.environ, PYPROF_LISTEN="1")
-
-
-def pyprof(*args, timeout=90, env=None, user=None):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL, user=user)
 
 
 def pyprof_in_background(*args):

@@ -5,7 +5,7 @@ no error from an interrupted system call (EINTR, or ERESTART* leaking as
 Errno 512-516), no signal, no exception, no thread left stopped or traced, no
 change to which thread is its main one.
 
-The targets (tests/blocked_target.py, on the base interpreter of this test's
+The targets (tests/programs/blocked_target.py, on the base interpreter of this test's
 Python, which cannot import pyprof: the client hands its path over) block in
 time.sleep, select, epoll, socket.accept, socket.recv, Lock.acquire,
 Queue.get, subprocess.wait or os.waitpid, in the main thread or in a worker,
@@ -24,7 +24,9 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from support import PROGRAMS, pyprof
+
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 TARGET = os.path.join(HERE, "blocked_target.py")
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 KINDS = ("sleep", "select", "epoll", "accept", "recv", "lock", "queue", "subprocess",
@@ -53,12 +55,6 @@ def _ptrace_forbidden():
 
 _WHY = _ptrace_forbidden()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
-
-
-def pyprof(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          stdin=subprocess.DEVNULL)
 
 
 def wait_for(cond, timeout=10.0, what="condition"):

@@ -13,14 +13,7 @@ import textwrap
 import pytest
 
 from pyprof import Session
-
-TIMEOUT = 120
-
-
-def pyprof(args, cwd, timeout=TIMEOUT, **kw):
-    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, **kw)
-
+from support import TIMEOUT, run_pyprof as pyprof
 
 def write(path, source):
     path.write_text(textwrap.dedent(source))

@@ -14,21 +14,11 @@ import pytest
 
 import pyprof as pyprof_pkg
 from pyprof import PyprofError, Session
+from support import TIMEOUT, run_pyprof as pyprof, run_python as run
 
 PYPROF_DIR = os.path.dirname(os.path.abspath(pyprof_pkg.__file__))
 
-TIMEOUT = 60
 HEADER = "ncalls  tottime  percall  cumtime  percall filename:lineno(function)"
-
-
-def run(args, cwd, **kw):
-    """`python ARGS` in cwd, output captured as text."""
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT, **kw)
-
-
-def pyprof(args, cwd, **kw):
-    return run(["-m", "pyprof", *args], cwd, **kw)
 
 
 def write(path, source):

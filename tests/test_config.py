@@ -2,7 +2,6 @@
 command line > environment > pyproject.toml, checked on what a run really
 recorded (the capture's sampling rate and mode, the file it wrote), `pyprof
 config`'s sources, and one clear line for a bad key or value."""
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,19 +9,11 @@ import textwrap
 import pytest
 
 import pyprof
-
-TIMEOUT = 60
-
-
-def env(**extra):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("PYPROF_")}
-    e.update(extra)
-    return e
+from support import TIMEOUT, clean_env as env, run_pyprof
 
 
 def pyprof_run(args, cwd, **extra):
-    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT, env=env(**extra))
+    return run_pyprof(args, cwd, env=env(**extra))
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Structurally corrupt captures (right checksum, records that disagree) end in
 one clear PyprofError naming the file and the record, never a traceback or a
 hang (docs/capture-format.md, "What a reader checks"): a case per rule, the
-files the fuzzer found, a bounded fuzz run (tests/fuzz_captures.py) and the CLI."""
+files the fuzzer found, a bounded fuzz run (tests/programs/fuzz_captures.py) and the CLI."""
 import glob
 import json
 import os

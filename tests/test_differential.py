@@ -1,7 +1,7 @@
-"""Differential tests: random programs from tests/progen.py, each run under
+"""Differential tests: random programs from tests/programs/progen.py, each run under
 pyprof and under independent reference tools (cProfile, the interpreter's line
 events, tracemalloc, the profile hook), figure by figure; what is compared and
-the documented differences followed are in tests/difftest.py and
+the documented differences followed are in tests/programs/difftest.py and
 docs/testing.md.
 
 Budget: seeds PYPROF_FUZZ_SEED (0), PYPROF_FUZZ_SEED + 1, ... : the first
@@ -18,13 +18,14 @@ import pytest
 
 import difftest
 import progen
+from support import ROOT
 
 FIXED = 4
 SEED = int(os.environ.get("PYPROF_FUZZ_SEED", 0))
 N = int(os.environ.get("PYPROF_FUZZ_N", 1000))
 SECONDS = float(os.environ.get("PYPROF_FUZZ_SECONDS", 60))
 CASES_OUT = os.environ.get("PYPROF_FUZZ_CASES") or os.path.join(
-    os.path.dirname(difftest.HERE), "build", "difftest-cases")
+    ROOT, "build", "difftest-cases")
 SHRINK_SECONDS = 60
 
 

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-TIMEOUT = 120
+from support import TIMEOUT, run_pyprof as pyprof
+
 
 PROGRAM = """
 import json, sys, time
@@ -55,11 +56,6 @@ if len(sys.argv) > 4:                   # traced in CPU time: a shared machine's
 else:
     main()
 """
-
-
-def pyprof(args, cwd):
-    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT)
 
 
 def run_variant(d, name, mode, factor, megs):

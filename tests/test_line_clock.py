@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from pyprof import Session
-from test_cli import pyprof, run, write
+from support import run_pyprof as pyprof, run_python as run
+from test_cli import write
 
 # The issue's loop: 400,000 line events in inner().
 LOOP = '''

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from pyprof import Session
-from test_cli import line_of, pyprof, run, write
+from support import run_pyprof as pyprof, run_python as run
+from test_cli import line_of, write
 
 APP = """
 import helpers

@@ -14,8 +14,9 @@ import tracemalloc
 import pytest
 
 import pyprof
+from support import PROGRAMS
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = PROGRAMS                         # tests/programs/: the programs run here
 
 
 def memory_profile(fn, **kw):
@@ -46,7 +47,7 @@ def first_line(fn):
 
 
 def tracemalloc_and_pyprof(program):
-    """{line: live bytes} of `program` (tests/memtruth.py) under tracemalloc and
+    """{line: live bytes} of `program` (tests/programs/memtruth.py) under tracemalloc and
     under pyprof, each in its own process, and what pyprof says of NumPy."""
     runs = {}
     for tool in ("tracemalloc", "pyprof"):

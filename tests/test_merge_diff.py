@@ -8,8 +8,6 @@ import json
 import os
 import pstats
 import re
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -17,8 +15,7 @@ import pytest
 from pyprof import Session
 from pyprof.diff import csv_header
 from pyprof.merge import merge
-
-TIMEOUT = 120
+from support import run_pyprof as pyprof, run_python as run
 
 PROGRAM = """
 import sys, threading
@@ -66,15 +63,6 @@ def program(tmp_path, name="prog.py", work=20000, steady=400000, repeat=1):
     path.write_text(textwrap.dedent(PROGRAM).replace("WORK", str(work))
                     .replace("STEADY", str(steady)).replace("REPEAT", str(repeat)))
     return path
-
-
-def run(args, cwd):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT)
-
-
-def pyprof(args, cwd):
-    return run(["-m", "pyprof", *args], cwd)
 
 
 def ok(r):

@@ -19,8 +19,7 @@ import pytest
 
 from pyprof import Session
 from pyprof.mpi import detect, rank_path
-
-TIMEOUT = 180
+from support import TIMEOUT, run_pyprof as pyprof
 
 # rank r calls work() 100 * (r + 1) times, then all ranks meet
 WORKLOAD = """\
@@ -40,11 +39,6 @@ WORKLOAD = """\
 
     main()
 """
-
-
-def pyprof(args, cwd, env=None, timeout=TIMEOUT):
-    return subprocess.run([sys.executable, "-m", "pyprof", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def rank_csv(paths, cwd, extra=()):

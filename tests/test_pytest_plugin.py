@@ -13,8 +13,7 @@ import textwrap
 import pytest
 
 import pyprof
-
-TIMEOUT = 180
+from support import TIMEOUT, clean_env, run_python
 
 HOG = """
     import time
@@ -43,13 +42,10 @@ def write(path, source):
 
 
 def run_pytest(cwd, *args, env=None):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith("PYPROF_") and k not in ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")}
-    e["COLUMNS"] = "400"            # the short summary lines in full
+    e = clean_env(("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER"),
+                  COLUMNS="400")     # the short summary lines in full
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "-rA", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT, env=e)
+    return run_python(["-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *args], cwd, env=e)
 
 
 def failed_line(out, test):

@@ -20,6 +20,7 @@ from conftest import start_tracer
 
 from pyprof import _cprof
 from pyprof.model.session import Session
+from support import pyprof
 
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 
@@ -53,12 +54,6 @@ def _kernel_forbids():
 
 _WHY = _kernel_forbids()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
-
-
-def pyprof(*args, timeout=90):
-    return subprocess.run([sys.executable, "-m", "pyprof", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
 
 
 def line_of(text, mark):

@@ -17,10 +17,10 @@ import pytest
 
 import pyprof
 from pyprof.export import format_for_path
+from support import TIMEOUT, run_pyprof as pyprof_cli, run_python as run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTIFACTS = os.path.join(ROOT, "build", "test-artifacts")
-TIMEOUT = 180
 PY = f"py{sys.version_info[0]}{sys.version_info[1]}"
 
 PROG = """
@@ -78,15 +78,6 @@ f = profile(f)
 for _ in range(3):
     f()
 """
-
-
-def run(args, cwd, **kw):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT, **kw)
-
-
-def pyprof_cli(args, cwd):
-    return run(["-m", "pyprof", *args], cwd)
 
 
 def ok(r):

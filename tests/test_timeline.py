@@ -20,19 +20,10 @@ import pytest
 import pyprof
 from pyprof import PyprofError, Session
 from pyprof.export import chrome
+from support import run_pyprof as pyprof_cli
 import workloads
 
-TIMEOUT = 120
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run(args, cwd, **kw):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT, **kw)
-
-
-def pyprof_cli(args, cwd, **kw):
-    return run(["-m", "pyprof", *args], cwd, **kw)
 
 
 def write(path, source):

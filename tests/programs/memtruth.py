@@ -1,4 +1,4 @@
-"""What tests/memprog*.py share: run a function under tracemalloc (the ground
+"""What tests/programs/memprog*.py share: run a function under tracemalloc (the ground
 truth) or under pyprof's memory mode and print {line: live bytes} of one file
 as JSON (pyprof's run adds "status": what it says of NumPy's buffers)."""
 import json

@@ -10,8 +10,8 @@ goes through pyprof.load, every export format and the CLI (`pyprof view` with
 every --view, `pyprof convert`, `diff`, `merge`, `stats`); each must succeed or
 end in a PyprofError / status 2 with one `pyprof: ` line, within a time bound.
 
-    python tests/fuzz_captures.py --n 5000 --seed 1 [--keep DIR]
-    python tests/fuzz_captures.py --atheris --seconds 600     # with atheris installed
+    python tests/programs/fuzz_captures.py --n 5000 --seed 1 [--keep DIR]
+    python tests/programs/fuzz_captures.py --atheris --seconds 600     # with atheris installed
 
 Files run in a worker process (memory-limited, watched for hangs); a failing
 file is copied to --keep (default tests/corrupt_cases/new/) with what failed.
@@ -549,7 +549,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=1000, help="mutated files (default 1000)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--keep", default=os.path.join(HERE, "corrupt_cases", "new"),
+    ap.add_argument("--keep", default=os.path.join(os.path.dirname(HERE), "corrupt_cases", "new"),
                     help="where failing files are copied")
     ap.add_argument("--atheris", action="store_true",
                     help="coverage-guided mutation of the record streams with atheris "

@@ -1,4 +1,4 @@
-"""The work a request does in tests/attach_servers.py (a module of its own, so
+"""The work a request does in tests/programs/attach_servers.py (a module of its own, so
 that --lines-of can name it: attach_work:handler_work)."""
 
 

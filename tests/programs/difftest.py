@@ -1,4 +1,4 @@
-"""Differential tests: random programs (tests/progen.py) run under pyprof and
+"""Differential tests: random programs (tests/programs/progen.py) run under pyprof and
 under independent reference tools, compared figure by figure.
 
 Checks (each in fresh subprocesses, the program loaded from a real file and
@@ -23,7 +23,7 @@ lines   line hits of every line of the program's file = the interpreter's own
         ``Profile(lines_all=<the program's directory>)``'s ``line_totals()``.
 memory  net bytes per line of the program's file at the end = tracemalloc's
         per-line statistics (``start(1)``, ``statistics("lineno")``), as in
-        tests/memtruth.py: every line where either side has at least 8 KiB,
+        tests/programs/memtruth.py: every line where either side has at least 8 KiB,
         within 1% or 4 KiB (the programs keep blocks of 8 KiB or more; small
         objects from CPython's free lists, such as list headers, tracemalloc
         charges to the line that last reused them, pyprof to the line that
@@ -35,8 +35,8 @@ sample  every Python frame of every stack sampled by ``Profile(mode="sample",
         pyprof's own ``enable``/``disable``, threading's bootstrap frames).
 
 Command line (the harness and ``make fuzz``):
-  python tests/difftest.py fuzz [--seed S] [--n N] [--seconds T] [--checks a,b]
-  python tests/difftest.py run CHECK PROGRAM [TOOL]   (one run, JSON on stdout)
+  python tests/programs/difftest.py fuzz [--seed S] [--n N] [--seconds T] [--checks a,b]
+  python tests/programs/difftest.py run CHECK PROGRAM [TOOL]   (one run, JSON on stdout)
 """
 import json
 import os
@@ -46,7 +46,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES_DIR = os.path.join(HERE, "difftest_cases")
+CASES_DIR = os.path.join(os.path.dirname(HERE), "difftest_cases")   # tests/difftest_cases
 CHECKS = ("funcs", "lines", "memory", "sample")
 PY = "%d.%d" % sys.version_info[:2]
 SAMPLE_RATE = 2000
