@@ -15,7 +15,7 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python
 ROOT = os.path.normpath(_SOURCE if os.path.isdir(_SOURCE) else os.path.dirname(pyprof.__file__))
 
 # Bottom to top. A module may import its own layer's modules and lower ones.
-BASE = {"pyprof.errors", "pyprof._version", "pyprof._cprof", "pyprof.files"}
+BASE = {"pyprof.errors", "pyprof._version", "pyprof._cprof", "pyprof.files", "pyprof.amounts"}
 LAYERS = [("base", lambda m: m in BASE),
           ("model", lambda m: m.startswith("pyprof.model")),
           ("analysis", lambda m: m.startswith("pyprof.analysis")),

@@ -34,6 +34,7 @@ import sys
 
 from . import _cprof
 from ._version import __version__
+from .amounts import parse_duration, parse_percent, parse_size
 from .errors import REPLACED, PyprofError
 from .export import ALIASES, FORMATS, export, format_for_path
 from .options import (SORT_KEYS, byte_count, check_writable, given_fields, parse_run_args,
@@ -813,23 +814,26 @@ def view_options(opts):
         limit=opts.limit)
 
 
+def _amount_type(parse, flag, **kw):
+    """argparse's `type` for an amount of amounts.py's grammar: its one
+    message, argparse's usage error (one line, status 2)."""
+    def convert(text):
+        try:
+            return parse(text, flag, **kw)
+        except PyprofError as e:
+            import argparse
+            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + " ")) from None
+    convert.__name__ = parse.__name__.removeprefix("parse_")    # argparse's "invalid NAME value"
+    return convert
+
+
 def _seconds(text) -> float:
     """'1.5' (seconds), '250ms', '10us', '100ns' -> seconds."""
-    import re
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", text)
-    if not m:
-        import argparse
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 1ms, 250us, 0.5)")
-    scale = {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
-    return float(m.group(1)) * scale
+    return _amount_type(parse_duration, "--min-time", zero_ok=True)(text)
 
 
 def _bytes_arg(text) -> int:
-    try:
-        return byte_count(text, "--min-bytes") if text != "0" else 0
-    except PyprofError as e:
-        import argparse
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return _amount_type(parse_size, "--min-bytes", zero_ok=True)(text)
 
 
 def cmd_view(argv) -> int:
@@ -967,11 +971,12 @@ def cmd_diff(argv) -> int:
     p.add_argument("--select", nargs="+", metavar="COLUMN",
                    help="the columns to show, the first one sorting and filtering: "
                         + ", ".join(diff.COLUMNS) + " (default: all both captures have)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+    p.add_argument("--threshold", type=_amount_type(parse_percent, "--threshold"), default=5.0,
+                   metavar="PCT",
                    help="hide changes smaller than PCT percent (default 5)")
-    p.add_argument("--min-time", type=float, default=0.001, metavar="SECONDS",
+    p.add_argument("--min-time", type=_seconds, default=0.001, metavar="SECONDS",
                    help="hide time changes smaller than SECONDS (default 0.001)")
-    p.add_argument("--min-bytes", type=int, default=1024, metavar="BYTES",
+    p.add_argument("--min-bytes", type=_bytes_arg, default=1024, metavar="BYTES",
                    help="hide byte changes smaller than BYTES (default 1024)")
     p.add_argument("--min-count", type=int, default=1, metavar="N",
                    help="hide count changes (calls, samples, hits) smaller than N (default 1)")
@@ -1042,14 +1047,7 @@ def cmd_diff(argv) -> int:
 
 
 def _percent(text) -> float:
-    import argparse
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
-    return value
+    return _amount_type(parse_percent, "--fail-above")(text)
 
 
 # ------------------------------------------------------------------ check

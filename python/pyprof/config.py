@@ -188,7 +188,7 @@ _FALSE = ("0", "false", "no", "off", "")
 def convert(setting: Setting, value, from_env: bool, base_dir=None):
     """A setting's value from TOML (typed) or the environment (a string);
     PyprofError with the reason (the caller names the file and key)."""
-    from .analysis.gates import parse_count, parse_seconds
+    from .amounts import parse_count, parse_duration
     kind = setting.kind
     if kind == "bool":
         if from_env:
@@ -222,18 +222,13 @@ def convert(setting: Setting, value, from_env: bool, base_dir=None):
             raise PyprofError(f"must be a rate in (0, {MAX_RATE}] Hz, not {value!r}")
         return rate
     if kind == "seconds":
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
-            return 0.0
-        if from_env and value.strip() == "0":
-            return 0.0
-        return parse_seconds(value if not from_env or not _is_number(value) else float(value),
-                             "it")
+        return parse_duration(value, "it", zero_ok=True)
     if kind == "duration":
         from .analysis.timeline import duration_ns
         return duration_ns(value, "it")
     if kind == "bytes":
         from .options import byte_count
-        return byte_count(value if not isinstance(value, int) else int(value), "it")
+        return byte_count(value, "it")
     if kind == "count":
         return parse_count(value, "it")
     if kind in ("str", "path"):
@@ -243,14 +238,6 @@ def convert(setting: Setting, value, from_env: bool, base_dir=None):
             value = os.path.join(base_dir, os.path.expanduser(value))
         return value
     raise AssertionError(kind)
-
-
-def _is_number(text) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
 
 
 class Config:

@@ -355,20 +355,9 @@ class RunOptions:
 
 
 def byte_count(value, option) -> int:
-    """'4096', '512k', '4M', '1G' (or an int) -> bytes; a clear error otherwise."""
-    if isinstance(value, str):
-        text = value
-        scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(text[-1:].lower(), 1)
-        digits = text[:-1] if scale > 1 else text
-        try:
-            value = int(digits) * scale
-        except ValueError:
-            value = 0
-        if value <= 0:
-            raise OptionError(f"{option} takes a positive number of bytes (like 4096, 512k or "
-                              f"4M), not {text!r}")
-    else:
-        value = int(value)
+    """'4096', '512k', '5MB' (amounts.py's sizes, or an int) -> bytes in (0, 2**40]."""
+    from .amounts import parse_size
+    value = parse_size(value, option) if isinstance(value, str) else int(value)
     if not 0 <= value <= MAX_MEMORY_SAMPLE:
         raise OptionError(f"{option} must be a number of bytes in (0, 2**40], not {value}")
     return value
