@@ -324,3 +324,21 @@ def test_writing_a_capture_loads_no_data_model(tmp_path, mode):
     s = pyprof.Session.load(tmp_path / "x.cprof")
     assert s.meta["modes"] == (["sample"] if mode else ["function"])
     assert s.meta["pid"] and os.path.basename(s.meta["argv"][0]) == "p.py"
+
+
+def test_the_c_core_holds_no_default():
+    """module.c takes every argument (the defaults are Python's): a call
+    without them is refused, and Profile passes each one, rate by the mode."""
+    from pyprof import _cprof
+    with pytest.raises(TypeError, match="missing required argument"):
+        _cprof.Profiler()
+    with pytest.raises(TypeError, match="missing required argument"):
+        _cprof.Profiler(None, 0.0, True, True)
+    for kw, rate in ((dict(mode="sample"), 250.0), (dict(mode="sample", wall=True), 100.0),
+                     (dict(mode="sample", rate=77), 77.0), ({}, 250.0)):
+        prof = pyprof.Profile(**kw)
+        assert prof.core_arguments["rate"] == rate
+        core = dict(prof.core_arguments)
+        _cprof.Profiler(None, 0.0, True, **core)        # all of them, nothing else
+        with pytest.raises(ValueError, match=r"rate must be in \(0, 100000\] Hz"):
+            _cprof.Profiler(None, 0.0, True, **{**core, "rate": 0.0})

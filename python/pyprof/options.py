@@ -71,6 +71,11 @@ PROFILE_KEYS = ("builtins", "exact_builtins", "mode", "rate", "wall", "native", 
 
 
 
+def default_rate(wall) -> float:
+    """--rate's default: per CPU second, or per wall second (every thread)."""
+    return 100.0 if wall else 250.0
+
+
 def set_mode(opts, mode):
     """The flag that selects `mode` on opts (function tracing: none)."""
     if mode in RUN_MODES[1:]:
@@ -177,6 +182,26 @@ class RunOptions:
         if self.timeline_max_events is None:
             kw["timeline_max_events"] = DEFAULT_MAX_EVENTS
         return kw
+
+    def core_arguments(self) -> dict:
+        """The C core's keywords, every one given (module.c holds no default)."""
+        kw = self.profile_kwargs()
+        sampled = kw["mode"] == "sample"
+        stacks = kw["memory_stacks"]
+        return dict(
+            builtins=bool(kw["builtins"]), exact_builtins=bool(kw["exact_builtins"]),
+            mode=kw["mode"], rate=float(kw["rate"] if sampled and kw["rate"] else
+                                        default_rate(kw["wall"])),
+            wall=bool(kw["wall"]), native=bool(kw["native"]), memory=bool(kw["memory"]),
+            memory_sample=int(kw["memory_sample"]),
+            # stacks cost a frame walk per recorded block: by default only when
+            # few blocks are recorded (sampled memory)
+            memory_stacks=bool(kw["memory_sample"]) if stacks is None else bool(stacks),
+            paths=bool(kw["paths"]), native_allocs=bool(kw["native_allocs"]),
+            temporary=int(kw["temporary"] or 0),
+            # None: by the mode (tracing keeps cProfile's functions)
+            gc=sampled if kw["gc"] is None else bool(kw["gc"]),
+            asyncio=bool(kw["asyncio"]))
 
     # -------------------------------------------------------- the rules
     def name(self, field) -> str:

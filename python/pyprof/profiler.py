@@ -93,17 +93,8 @@ class Profile(_cprof.Profiler):
             flush_interval=flush_interval, asyncio=asyncio)
         opts.check()
         kw = opts.profile_kwargs()
-        super().__init__(timer, timeunit, subcalls, kw["builtins"],
-                         exact_builtins=kw["exact_builtins"], mode=kw["mode"],
-                         rate=float(kw["rate"] or 0.0), wall=kw["wall"], native=kw["native"],
-                         memory=kw["memory"], memory_sample=kw["memory_sample"],
-                         memory_stacks=-1 if kw["memory_stacks"] is None
-                         else int(bool(kw["memory_stacks"])),
-                         paths=kw["paths"], native_allocs=bool(kw["native_allocs"]),
-                         temporary=int(kw["temporary"] or 0),
-                         # None: by the mode (tracing keeps cProfile's functions)
-                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]),
-                         asyncio=bool(kw["asyncio"]))
+        self.core_arguments = opts.core_arguments()
+        super().__init__(timer, timeunit, subcalls, **self.core_arguments)
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes
