@@ -1,4 +1,4 @@
-"""Run options (python/pyprof/options.py): one RunOptions built from the
+"""Run options (python/pyprof/options/): one RunOptions built from the
 parser, checked once, handed to Profile, to children and to %%cprof; and
 what each entry point imports at start-up."""
 import os
@@ -243,7 +243,7 @@ def test_split_knows_every_value_option(argv, mine):
 def test_the_plain_reader_reads_as_argparse():
     """A plain command line is read without argparse (start-up): the same
     values as argparse's, or None to let argparse read (and refuse) it."""
-    from pyprof.options import _read_plain
+    from pyprof.options.argv import _read_plain
     lines = [argv for argv, _, _ in CASES.values()] + [
         ["--sample", "--rate=100", "--wall", "-o", "x.cprof"], ["--lines-of", "a", "--lines-of",
                                                                 "b", "--exclude=c*"],

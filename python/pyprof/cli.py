@@ -386,7 +386,7 @@ def cmd_run(argv) -> int:
         target = _Target(opts, rest)
         return _run_live(opts, rest) if opts.live else _run_listening(target)
     # [tool.pyprof] and PYPROF_* under the command line (config.py)
-    from . import config
+    from .options import config
     config.apply(opts, given_fields(split_argv(None, argv)[0]))
     from . import mpi
     rank = mpi.detect()
@@ -1119,7 +1119,7 @@ def cmd_config(argv) -> int:
               "defaults) and where each came from; also the pytest plugin's and the web "
               "middleware's (docs/cli.md, 'Configuration').")
         return 0
-    from . import config
+    from .options import config
     opts, rest = parse_run_args(argv)
     if rest:
         raise PyprofError(f"pyprof config takes run options only, not {rest[0]!r}")
