@@ -166,3 +166,11 @@ def test_bad_amounts_are_one_line_status_2(capture, args, says):
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.count("\n") == 1 and says in r.stderr and "Traceback" not in r.stderr, \
         r.stderr
+
+
+@pytest.mark.parametrize("value", ["5MB", "5MiB", "512k", "4096"])
+def test_memory_sample_takes_any_size_as_its_optional_value(value):
+    from pyprof.options import parse_run_args
+    opts, rest = parse_run_args(["--memory-sample", value, "prog.py"])
+    assert rest == ["prog.py"]
+    assert opts.check().memory_sample == amounts.parse_size(value, "x")

@@ -24,5 +24,5 @@ from .argv import (add_options, given_fields, parse_run_args, run_parser,  # noq
 from .checks import byte_count, check_writable, signal_number, usable_signal  # noqa: F401
 from .run import RunOptions, set_mode  # noqa: F401
 from .table import (ASYNC_MAX_EVENTS, ASYNC_MIN_DURATION_NS, DEFAULT_MAX_EVENTS,  # noqa: F401
-                    MAX_MEMORY_SAMPLE, MAX_RATE, MODES, OPTIONS, PROFILE_KEYS, RUN_MODES,
-                    SORT_KEYS, default_rate)
+                    KEYWORDS, MAX_MEMORY_SAMPLE, MAX_RATE, MODES, OPTIONS, PROFILE_KEYS,
+                    RUN_MODES, SORT_KEYS, TABLE, default_rate)

@@ -21,9 +21,9 @@ import os
 
 from ..errors import PyprofError
 from .run import RunOptions, set_mode
-from .table import MAX_RATE, SORT_KEYS
+from .table import MAX_RATE, RUN_MODES, TABLE
 
-MODES = ("function", "sample", "memory", "lines")
+MODES = RUN_MODES
 
 
 class ConfigError(PyprofError):
@@ -34,6 +34,7 @@ class Setting:
     __slots__ = ("section", "key", "kind", "field", "group", "help", "choices")
 
     def __init__(self, section, key, kind, help, field=None, group=None, choices=None):
+        # a run option's: table.py's declaration
         self.section, self.key, self.kind, self.help = section, key, kind, help
         self.field = field or key           # RunOptions' field (run options)
         self.group = group                  # the mode a run option belongs to
@@ -57,41 +58,18 @@ class Setting:
 
 
 _S = Setting
+# The order `pyprof config` and the unknown-key message list the run keys in
+# (not --help's): the mode first, then by the mode they go with.
+_RUN_KEYS_SHOWN = ("mode", "output", "sort", "rate", "wall", "native", "signal", "asyncio",
+                   "dump_every", "memory_sample", "memory_stacks", "functions", "lines_of",
+                   "lines_all", "include", "exclude", "strict", "unit", "call_rows", "timeline",
+                   "min_duration", "timeline_max_events", "builtins", "exact_builtins",
+                   "flush_interval", "children", "objects")
 SETTINGS = (
-    # the run options (python -m pyprof, and the defaults of the plugin and middleware)
-    _S("", "mode", "choice", "function, sample, memory or lines", choices=MODES),
-    _S("", "output", "path", "where a run writes (-o)", field="outfile"),
-    _S("", "sort", "choice", "sort key of the printed table (-s)", choices=SORT_KEYS),
-    _S("", "rate", "rate", "samples per second (--rate)", group="sample"),
-    _S("", "wall", "bool", "sample wall time (--wall)", group="sample"),
-    _S("", "native", "bool", "native frames (--native)", group="sample"),
-    _S("", "signal", "str", "sampling on a signal (--signal)", group="sample"),
-    _S("", "asyncio", "bool", "asyncio tasks (--async)"),
-    _S("", "dump_every", "seconds", "rewrite the capture while sampling (--dump-every)",
-       group="sample"),
-    _S("", "memory_sample", "bytes", "sampled memory mode (--memory-sample)", group="memory"),
-    _S("", "memory_stacks", "bool", "allocation stacks (--memory-stacks)", group="memory"),
-    _S("", "functions", "bool", "memory with call tracing (--functions)", group="memory"),
-    _S("", "lines_of", "list", "line targets (--lines-of)", group="lines"),
-    _S("", "lines_all", "bool", "every line of the program's files (--lines-all)",
-       group="lines"),
-    _S("", "include", "list", "more files to line-trace (--include)", group="lines"),
-    _S("", "exclude", "list", "files not to line-trace (--exclude)", group="lines"),
-    _S("", "strict", "bool", "status 2 when a --lines-of matched nothing", group="lines"),
-    _S("", "unit", "choice", "time unit of the line tables (--unit)",
-       choices=("s", "ms", "us", "ns")),
-    _S("", "call_rows", "bool", "call rows under the lines (not --no-call-rows)",
-       field="no_call_rows"),
-    _S("", "timeline", "bool", "keep every call (--timeline)", group="function"),
-    _S("", "min_duration", "duration", "shortest call kept (--min-duration)",
-       field="timeline_min_duration", group="timeline"),
-    _S("", "timeline_max_events", "count", "events kept at most (--timeline-max-events)",
-       group="timeline"),
-    _S("", "builtins", "bool", "record C functions (not --no-builtins)"),
-    _S("", "exact_builtins", "bool", "every call site watched (--exact-builtins)"),
-    _S("", "flush_interval", "seconds", "periodic rewrite of a .cprof (--flush-interval)"),
-    _S("", "children", "bool", "profile child processes (--children)"),
-    _S("", "objects", "bool", "live objects by type at the end (--objects)"),
+    # the run options (python -m pyprof, and the defaults of the plugin and
+    # middleware): their [tool.pyprof] keys are declared in the option table
+    *sorted((_S("", **{"key": o.field, "field": o.field, **o.setting})
+             for o in TABLE if o.setting), key=lambda s: _RUN_KEYS_SHOWN.index(s.key)),
     # the pytest plugin (docs/pytest.md)
     _S("pytest", "mode", "choice", "mode of --pyprof without a value", choices=MODES),
     _S("pytest", "dir", "path", "where the captures go (--pyprof-dir)"),

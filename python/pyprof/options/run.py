@@ -7,7 +7,7 @@ a command line (argv.py) nor reads the configuration (config.py).
 from __future__ import annotations
 
 from ..errors import OptionError
-from .table import DEFAULT_MAX_EVENTS, FIELDS, FROM_ARGS, PROFILE_KEYS, RUN_MODES, default_rate
+from .table import CORE, DEFAULT_MAX_EVENTS, FIELDS, FROM_ARGS, PROFILE_KEYS, RUN_MODES
 
 
 def set_mode(opts, mode):
@@ -118,24 +118,10 @@ class RunOptions:
         return kw
 
     def core_arguments(self) -> dict:
-        """The C core's keywords, every one given (module.c holds no default)."""
+        """The C core's keywords, every one given (module.c holds no default:
+        the table's ``core`` of each option computes it)."""
         kw = self.profile_kwargs()
-        sampled = kw["mode"] == "sample"
-        stacks = kw["memory_stacks"]
-        return dict(
-            builtins=bool(kw["builtins"]), exact_builtins=bool(kw["exact_builtins"]),
-            mode=kw["mode"], rate=float(kw["rate"] if sampled and kw["rate"] else
-                                        default_rate(kw["wall"])),
-            wall=bool(kw["wall"]), native=bool(kw["native"]), memory=bool(kw["memory"]),
-            memory_sample=int(kw["memory_sample"]),
-            # stacks cost a frame walk per recorded block: by default only when
-            # few blocks are recorded (sampled memory)
-            memory_stacks=bool(kw["memory_sample"]) if stacks is None else bool(stacks),
-            paths=bool(kw["paths"]), native_allocs=bool(kw["native_allocs"]),
-            temporary=int(kw["temporary"] or 0),
-            # None: by the mode (tracing keeps cProfile's functions)
-            gc=sampled if kw["gc"] is None else bool(kw["gc"]),
-            asyncio=bool(kw["asyncio"]))
+        return {name: core(kw) for name, core in CORE.items()}
 
     def name(self, field) -> str:
         """How the caller spells an option: --rate or rate."""
