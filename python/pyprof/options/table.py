@@ -33,7 +33,7 @@ def _looks_like_bytes(text) -> bool:
     from ..amounts import parse_size
     from ..errors import PyprofError
     try:
-        return parse_size(text, "") > 0
+        return parse_size(text, "", zero_ok=True) >= 0     # 0: refused by its rule
     except PyprofError:
         return False
 
