@@ -11,20 +11,41 @@ from .table import (ASYNC_MAX_EVENTS, ASYNC_MIN_DURATION_NS, DEFAULT_MAX_EVENTS,
                     MAX_MEMORY_SAMPLE, MAX_RATE, MODES, SORT_KEYS)
 
 
-def check(opts):
-    """Refuse what does not combine, before anything runs (one line each,
-    OptionError: a PyprofError and a ValueError); settle what the options
-    imply. Returns opts."""
-    if opts.checked:
-        return opts
-    n, cli = opts.name, opts.cli
-    lines = opts.line_mode
+def _memory(opts) -> bool:
+    """The run records memory (after what the options imply is settled)."""
+    return opts.memory or opts.mode == "memory" or bool(opts.memory_sample)
+
+
+def _stacks(opts) -> bool:
+    """Allocation stacks are recorded."""
+    return _memory(opts) and bool(opts.memory_stacks or (
+        opts.memory_sample and opts.memory_stacks is not False))
+
+
+def _need_libunwind():
+    from .. import _cprof
+    if "libunwind" not in _cprof.FEATURES:
+        raise OptionError("--native needs libunwind, which this build of pyprof "
+                          "lacks (install libunwind-dev, then reinstall pyprof)")
+
+
+# ------------------------------------------------------------------ the rules
+# Each rule refuses one thing (one OptionError line) or settles what the
+# options imply; check() runs them in this order, the first refusal wins.
+def module_or_code(opts):
     if opts.module and opts.code:
         raise OptionError("-m and -c cannot be used together")
+
+
+def sort_key(opts):
     if opts.sort not in SORT_KEYS:
         raise OptionError(f"unknown sort key '{opts.sort}' (choose from "
                           f"{', '.join(SORT_KEYS)})")
-    if cli:
+
+
+def command_line_basics(opts):
+    """--flush-interval, -o, and --sample's mode (the API names the mode)."""
+    if opts.cli:
         if opts.flush_interval < 0:
             raise OptionError("--flush-interval must be >= 0")
         if opts.outfile:
@@ -33,131 +54,169 @@ def check(opts):
             opts.mode = "sample"
     elif opts.mode not in MODES:
         raise OptionError(f"mode must be 'trace', 'sample' or 'memory', not {opts.mode}")
-    # memory
+
+
+def memory_implied(opts):
+    """--memory-sample's bytes; on the command line, the memory options imply --memory."""
     if opts.memory_sample is not None:
-        opts.memory_sample = byte_count(opts.memory_sample, n("memory_sample"))
-        if cli:
+        opts.memory_sample = byte_count(opts.memory_sample, opts.name("memory_sample"))
+        if opts.cli:
             opts.memory = True
-    if cli and opts.memory_stacks:
+    if opts.cli and (opts.memory_stacks or opts.native_allocs or opts.temporary):
         opts.memory = True
-    if cli and (opts.native_allocs or opts.temporary):
-        opts.memory = True
-    memory = opts.memory or opts.mode == "memory" or bool(opts.memory_sample)
+
+
+def native_allocs(opts):
     if opts.native_allocs:
-        if not memory:
+        if not _memory(opts):
             raise OptionError("native_allocs=True goes with memory=True or mode='memory'")
         from .. import _cprof
         why = _cprof.native_allocs_unsupported()
         if why:
-            raise OptionError(why if cli else why.replace("--native-allocs",
-                                                          "native_allocs=True"))
-    if opts.temporary is not None and opts.temporary is not False:
-        t = opts.temporary
-        if isinstance(t, bool) or not isinstance(t, (int, str)) or not str(t).isdigit() \
-                or not 1 <= int(t) < 2**24:
-            raise OptionError(f"{n('temporary')} must be a number of allocations in "
-                              f"[1, 2**24), not {t!r}")
-        opts.temporary = int(t)
-        if not memory:
-            raise OptionError("temporary= goes with memory=True or mode='memory'")
-        if opts.memory_sample:
-            raise OptionError(f"{n('temporary')} needs exact memory mode (every allocation "
-                              f"numbered), not {n('memory_sample')}")
-    else:
+            raise OptionError(why if opts.cli else why.replace("--native-allocs",
+                                                               "native_allocs=True"))
+
+
+def temporary(opts):
+    n = opts.name
+    t = opts.temporary
+    if t is None or t is False:
         opts.temporary = None
-    if cli and opts.functions and not opts.memory:
+        return
+    if isinstance(t, bool) or not isinstance(t, (int, str)) or not str(t).isdigit() \
+            or not 1 <= int(t) < 2**24:
+        raise OptionError(f"{n('temporary')} must be a number of allocations in "
+                          f"[1, 2**24), not {t!r}")
+    opts.temporary = int(t)
+    if not _memory(opts):
+        raise OptionError("temporary= goes with memory=True or mode='memory'")
+    if opts.memory_sample:
+        raise OptionError(f"{n('temporary')} needs exact memory mode (every allocation "
+                          f"numbered), not {n('memory_sample')}")
+
+
+def functions(opts):
+    """--functions: --memory with call tracing; --memory alone is memory mode."""
+    if not opts.cli:
+        return
+    if opts.functions and not opts.memory:
         raise OptionError("--functions goes with --memory (function mode is the default "
                           "without it)")
-    if cli and opts.functions and (opts.sample or lines):
+    if opts.functions and (opts.sample or opts.line_mode):
         raise OptionError("--functions combines --memory with function tracing, not with "
                           "--sample or line tracing")
-    if cli and opts.memory and not (opts.sample or lines or opts.functions):
+    if opts.memory and not (opts.sample or opts.line_mode or opts.functions):
         opts.mode = "memory"
-    # timeline
+
+
+def timeline_mode(opts):
+    cli = opts.cli
     if not opts.timeline:
         if cli and (opts.timeline_min_duration is not None
                     or opts.timeline_max_events is not None):
             raise OptionError("--min-duration and --timeline-max-events go with --timeline")
-    else:
-        if opts.mode == "sample" or lines:
-            raise OptionError(
-                "--timeline records function calls: it goes with function mode, not with "
-                "--sample or line tracing (-l, --lines-of, --lines-all)" if cli else
-                "timeline=True records function calls: it goes with function mode (also "
-                "with memory=True), not line mode, mode='sample' or mode='memory'")
-        if opts.mode == "memory":
-            raise OptionError(
-                "--timeline records function calls: with --memory, add --functions" if cli
-                else "timeline=True records function calls: it goes with function mode "
-                     "(also with memory=True), not line mode, mode='sample' or "
-                     "mode='memory'")
-        from ..analysis.timeline import duration_ns
-        if opts.timeline_min_duration is None and opts.asyncio:
-            opts.timeline_min_duration = ASYNC_MIN_DURATION_NS
-        opts.timeline_min_duration = duration_ns(opts.timeline_min_duration or 0,
-                                                 n("timeline_min_duration"))
-        if opts.timeline_max_events is None:
-            opts.timeline_max_events = ASYNC_MAX_EVENTS if opts.asyncio else \
-                DEFAULT_MAX_EVENTS
-        opts.timeline_max_events = int(opts.timeline_max_events)
-        if not 0 <= opts.timeline_max_events < 2**32:
-            raise OptionError(f"{n('timeline_max_events')} must be in [0, 2**32), not "
-                              f"{opts.timeline_max_events}")
-    # asyncio tasks: the sampler's (task stacks) and function tracing's
-    # (coroutines' awaiting time, which it always records)
-    if opts.asyncio and (lines or opts.mode == "memory"):
-        raise OptionError(f"{n('asyncio')} goes with "
+        return
+    api = ("timeline=True records function calls: it goes with function mode (also with "
+           "memory=True), not line mode, mode='sample' or mode='memory'")
+    if opts.mode == "sample" or opts.line_mode:
+        raise OptionError("--timeline records function calls: it goes with function mode, "
+                          "not with --sample or line tracing (-l, --lines-of, --lines-all)"
+                          if cli else api)
+    if opts.mode == "memory":
+        raise OptionError("--timeline records function calls: with --memory, add "
+                          "--functions" if cli else api)
+
+
+def timeline_limits(opts):
+    """The shortest call kept and the events kept at most; --async's defaults."""
+    if not opts.timeline:
+        return
+    from ..analysis.timeline import duration_ns
+    if opts.timeline_min_duration is None and opts.asyncio:
+        opts.timeline_min_duration = ASYNC_MIN_DURATION_NS
+    opts.timeline_min_duration = duration_ns(opts.timeline_min_duration or 0,
+                                             opts.name("timeline_min_duration"))
+    if opts.timeline_max_events is None:
+        opts.timeline_max_events = ASYNC_MAX_EVENTS if opts.asyncio else DEFAULT_MAX_EVENTS
+    opts.timeline_max_events = int(opts.timeline_max_events)
+    if not 0 <= opts.timeline_max_events < 2**32:
+        raise OptionError(f"{opts.name('timeline_max_events')} must be in [0, 2**32), not "
+                          f"{opts.timeline_max_events}")
+
+
+def asyncio_tasks(opts):
+    """The sampler's task stacks and function tracing's awaiting time."""
+    if opts.asyncio and (opts.line_mode or opts.mode == "memory"):
+        raise OptionError(f"{opts.name('asyncio')} goes with "
                           + ("--sample or function tracing (not line tracing or --memory "
-                             "alone)" if cli else "mode='sample' or mode='trace' without "
+                             "alone)" if opts.cli else "mode='sample' or mode='trace' without "
                              "line tracing"))
-    if opts.listen or opts.live:
-        flag = "--listen" if opts.listen else "--live"
-        if opts.listen and opts.live:
-            raise OptionError("--listen and --live do not combine (--live listens already)")
-        given = [f for f, on in (("-o", opts.outfile), ("--sample", opts.sample),
-                                 ("--memory", opts.memory), ("line tracing", lines),
-                                 ("--timeline", opts.timeline), ("--children", opts.children),
-                                 ("--objects", opts.objects), ("--functions", opts.functions),
-                                 ("--gc", opts.gc), ("--async", opts.asyncio))
-                 if on]
-        if given:
-            raise OptionError(f"{flag} runs the program without profiling it (profile it "
-                              f"with 'pyprof attach' or 'pyprof top'), not with "
-                              f"{', '.join(given)}")
-    # sampling; --native also adds native frames to allocation stacks
-    stacks = memory and (opts.memory_stacks or (opts.memory_sample and
-                                                opts.memory_stacks is not False))
-    if cli and not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.signal
-                                    or opts.dump_every or (opts.native and not stacks)):
+
+
+def listen_or_live(opts):
+    if not (opts.listen or opts.live):
+        return
+    if opts.listen and opts.live:
+        raise OptionError("--listen and --live do not combine (--live listens already)")
+    given = [f for f, on in (("-o", opts.outfile), ("--sample", opts.sample),
+                             ("--memory", opts.memory), ("line tracing", opts.line_mode),
+                             ("--timeline", opts.timeline), ("--children", opts.children),
+                             ("--objects", opts.objects), ("--functions", opts.functions),
+                             ("--gc", opts.gc), ("--async", opts.asyncio)) if on]
+    if given:
+        raise OptionError(f"{'--listen' if opts.listen else '--live'} runs the program "
+                          f"without profiling it (profile it with 'pyprof attach' or 'pyprof "
+                          f"top'), not with {', '.join(given)}")
+
+
+def sampling_options(opts):
+    """The sampling options go with --sample; --native also adds native frames
+    to allocation stacks."""
+    stacks = _stacks(opts)
+    if opts.cli and not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.signal
+                                         or opts.dump_every or (opts.native and not stacks)):
         raise OptionError("--rate, --cpu, --wall, --native, --signal and --dump-every go "
                           "with --sample (--native also with --memory-stacks or "
                           "--memory-sample)")
-    if opts.native and memory and opts.mode != "sample" and not stacks:
+    if opts.native and _memory(opts) and opts.mode != "sample" and not stacks:
         raise OptionError("native=True with memory needs the allocation stacks "
                           "(memory_stacks=True or memory_sample=)")
-    if cli and opts.native and stacks and not opts.sample:
-        from .. import _cprof
-        if "libunwind" not in _cprof.FEATURES:
-            raise OptionError("--native needs libunwind, which this build of pyprof "
-                              "lacks (install libunwind-dev, then reinstall pyprof)")
-    if opts.mode == "sample":
-        if opts.rate is not None and not 0 < opts.rate <= MAX_RATE:
-            raise OptionError(f"{n('rate')} must be in (0, {MAX_RATE}] Hz, not "
-                              f"{opts.rate:g}")
-        if cli and lines:
-            raise OptionError("--sample and line tracing (-l, --lines-of, --lines-all) do "
-                              "not combine: sampling already reports lines")
-        if cli and opts.native:
-            from .. import _cprof
-            if "libunwind" not in _cprof.FEATURES:
-                raise OptionError("--native needs libunwind, which this build of pyprof "
-                                  "lacks (install libunwind-dev, then reinstall pyprof)")
-        if cli and opts.signal:
-            signal_number(opts.signal)
-        if cli and opts.dump_every < 0:
-            raise OptionError("--dump-every must be >= 0")
-    opts.checked = True
+    if opts.cli and opts.native and stacks and not opts.sample:
+        _need_libunwind()
+
+
+def sample_mode(opts):
+    if opts.mode != "sample":
+        return
+    if opts.rate is not None and not 0 < opts.rate <= MAX_RATE:
+        raise OptionError(f"{opts.name('rate')} must be in (0, {MAX_RATE}] Hz, not "
+                          f"{opts.rate:g}")
+    if not opts.cli:
+        return
+    if opts.line_mode:
+        raise OptionError("--sample and line tracing (-l, --lines-of, --lines-all) do "
+                          "not combine: sampling already reports lines")
+    if opts.native:
+        _need_libunwind()
+    if opts.signal:
+        signal_number(opts.signal)
+    if opts.dump_every < 0:
+        raise OptionError("--dump-every must be >= 0")
+
+
+RULES = (module_or_code, sort_key, command_line_basics, memory_implied, native_allocs,
+         temporary, functions, timeline_mode, timeline_limits, asyncio_tasks, listen_or_live,
+         sampling_options, sample_mode)
+
+
+def check(opts):
+    """Run every rule once (RunOptions.check). Returns opts."""
+    if not opts.checked:
+        for rule in RULES:
+            rule(opts)
+        opts.checked = True
     return opts
+
 
 def check_outfile(opts):
     from ..export import MEMORY_FORMATS, STACK_FORMATS, format_for_path
