@@ -1,4 +1,4 @@
-"""Run options (python/pyprof/options.py): one RunOptions built from the
+"""Run options (python/pyprof/options/): one RunOptions built from the
 parser, checked once, handed to Profile, to children and to %%cprof; and
 what each entry point imports at start-up."""
 import os
@@ -244,7 +244,7 @@ def test_split_knows_every_value_option(argv, mine):
 def test_the_plain_reader_reads_as_argparse():
     """A plain command line is read without argparse (start-up): the same
     values as argparse's, or None to let argparse read (and refuse) it."""
-    from pyprof.options import _read_plain
+    from pyprof.options.argv import _read_plain
     lines = [argv for argv, _, _ in CASES.values()] + [
         ["--sample", "--rate=100", "--wall", "-o", "x.cprof"], ["--lines-of", "a", "--lines-of",
                                                                 "b", "--exclude=c*"],
@@ -325,3 +325,59 @@ def test_writing_a_capture_loads_no_data_model(tmp_path, mode):
     s = pyprof.Session.load(tmp_path / "x.cprof")
     assert s.meta["modes"] == (["sample"] if mode else ["function"])
     assert s.meta["pid"] and os.path.basename(s.meta["argv"][0]) == "p.py"
+
+
+def test_the_c_core_holds_no_default():
+    """module.c takes every argument (the defaults are Python's): a call
+    without them is refused, and Profile passes each one, rate by the mode."""
+    from pyprof import _cprof
+    with pytest.raises(TypeError, match="missing required argument"):
+        _cprof.Profiler()
+    with pytest.raises(TypeError, match="missing required argument"):
+        _cprof.Profiler(None, 0.0, True, True)
+    for kw, rate in ((dict(mode="sample"), 250.0), (dict(mode="sample", wall=True), 100.0),
+                     (dict(mode="sample", rate=77), 77.0), ({}, 250.0)):
+        prof = pyprof.Profile(**kw)
+        assert prof.core_arguments["rate"] == rate
+        core = dict(prof.core_arguments)
+        _cprof.Profiler(None, 0.0, True, **core)        # all of them, nothing else
+        with pytest.raises(ValueError, match=r"rate must be in \(0, 100000\] Hz"):
+            _cprof.Profiler(None, 0.0, True, **{**core, "rate": 0.0})
+
+
+def test_every_option_of_the_table_reaches_each_place_with_its_default(monkeypatch):
+    """options/table.py declares each option once; argparse, [tool.pyprof],
+    the environment, Profile's keywords and the C call are built from it."""
+    from pyprof.options import KEYWORDS, TABLE, config
+    parser = run_parser()
+    by_dest = {a.dest: a for a in parser._actions}
+    defaults = vars(parser.parse_args([]))
+    settings = {s.field: s for s in config.SETTINGS if s.section == ""}
+    from_argv = RunOptions.from_args(defaults)
+    def same(a, b):
+        return (list(a) == list(b)) if isinstance(a, (list, tuple)) else a == b
+    for o in TABLE:
+        if o.cli:
+            assert o.dest in by_dest, o.field
+            assert any(f in by_dest[o.dest].option_strings for f in o.cli[1]), o.field
+            assert same(getattr(from_argv, o.field), o.default), o.field  # argparse's default
+        if o.setting:
+            s = settings["mode" if o.field == "chosen_mode" else o.field]
+            assert s.env == "PYPROF_" + s.key.upper()
+            assert s.key == o.setting.get("key", o.field)
+        if o.is_keyword:
+            assert KEYWORDS[o.field] == o.keyword
+    # Profile's keywords are the table's, with its defaults
+    prof = pyprof.Profile()
+    for name, default in KEYWORDS.items():
+        if name in ("children", "flush_interval"):
+            assert getattr(prof.run_options, name) == default, name
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rat'"):
+        pyprof.Profile(rat=5)
+    # the C call: one argument per option with a core, nothing else
+    assert set(prof.core_arguments) == {o.field for o in TABLE if o.core}
+    # every [tool.pyprof] key is read from the environment too
+    for s in settings.values():
+        if s.kind == "bool":
+            cfg = config.Config(path="", environ={s.env: "1"})
+            assert cfg.value("", s.key) is True, s.env

@@ -28,14 +28,16 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
                              "memory_stacks", "paths", "native_allocs", "temporary", "gc",
                              "asyncio", NULL};
+    /* every argument is required: the defaults are the option table's
+     * (python/pyprof/options/table.py), which always passes them */
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
-    int subcalls = 1, builtins = 1, exact_builtins = 0, wall = 0, native = 0, memory = 0;
+    int subcalls = 0, builtins = 0, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = -1, paths = 1, native_allocs = 0, gc = 0, asyncio = 0;
+    int memory_stacks = 0, paths = 0, native_allocs = 0, gc = 0, asyncio = 0;
     unsigned int temporary = 0;
-    const char *mode = "trace";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Odpp$pzdpppLippIpp:Profiler", kwlist, &timer,
+    const char *mode = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OdpppzdpppLpppIpp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
                                      &memory_stacks, &paths, &native_allocs, &temporary, &gc,
@@ -70,26 +72,26 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.memory_only = strcmp(mode, "memory") == 0;
     self->run.memory = memory || self->run.memory_only || memory_sample > 0;
     self->run.mem.sample = memory_sample;
-    /* stacks cost a frame walk per recorded block: by default only when few
-     * blocks are recorded (sampled mode) */
-    self->run.mem.stacks = memory_stacks < 0 ? memory_sample > 0 : memory_stacks != 0;
+    self->run.mem.stacks = memory_stacks;
     self->run.mem.native = native_allocs && self->run.memory;
     self->run.mem.native_stacks = native && self->run.mem.stacks;
     self->run.gc = gc;
     /* blocks keep a 24-bit allocation number (memory.c): N is below 2**24 */
-    if (temporary >= (1u << 24))
-        temporary = (1u << 24) - 1;
+    if (temporary >= (1u << 24)) {
+        PyErr_Format(PyExc_ValueError, "temporary must be in [0, 2**24), not %u", temporary);
+        return -1;
+    }
     self->run.mem.temporary = self->run.memory && !memory_sample ? temporary : 0;
     if (self->run.mem.native && pp_native_allocs_unsupported() != NULL) {
         PyErr_SetString(PyExc_ValueError, pp_native_allocs_unsupported());
         return -1;
     }
     self->run.sm.opts.mode = wall ? PP_SAMPLE_WALL : PP_SAMPLE_CPU;
-    self->run.sm.opts.rate_hz = rate > 0 ? rate : (wall ? 100.0 : 250.0);
+    self->run.sm.opts.rate_hz = rate;
     self->run.sm.opts.native = native;
     self->run.sm.opts.async = asyncio;
     self->run.tr.asyncio = asyncio;
-    if (self->run.sampling && (rate < 0 || self->run.sm.opts.rate_hz > 100000)) {
+    if (!(rate > 0 && rate <= 100000)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);
         PyErr_SetString(PyExc_ValueError, msg);

@@ -24,66 +24,25 @@ its callers and in the total.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
+from ..base.amounts import parse_count, parse_duration, parse_size
 from ..errors import PyprofError
 from .diff import function_key
 
 SIGMAS = 3.0
 
-_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
-               "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
-               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 
-
+# The grammar is amounts.py's (docs/cli.md, "Amounts"); these names are the
+# gates' callers' (the CLI, the pytest plugin's markers).
 def parse_seconds(value, what) -> float:
-    """'50ms', '1.5s', '200us', 0.25 (seconds) -> seconds (> 0)."""
-    if isinstance(value, bool):
-        raise PyprofError(f"{what} takes a duration like 50ms or 1.5s, not {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|\u00b5s|ns)?\s*", str(value))
-        if m is None:
-            raise PyprofError(f"{what} takes a duration like 50ms or 1.5s (units: ns, us, ms, "
-                              f"s), not {value!r}")
-        seconds = float(m.group(1)) * _TIME_UNITS[m.group(2) or ""]
-    if not seconds > 0 or math.isinf(seconds):
-        raise PyprofError(f"{what} must be a positive duration, not {value!r}")
-    return seconds
+    """'50ms', '1.5s', '0.5', 0.25 (seconds) -> seconds (> 0)."""
+    return parse_duration(value, what)
 
 
 def parse_bytes(value, what) -> int:
     """'5MB', '512k', '1.5GiB', 4096 -> bytes (> 0; k, M, G are powers of 1024)."""
-    if isinstance(value, bool):
-        raise PyprofError(f"{what} takes a size like 5MB or 512k, not {value!r}")
-    if isinstance(value, (int, float)):
-        n = float(value)
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", str(value))
-        unit = m.group(2).lower() if m else None
-        if m is None or unit not in _BYTE_UNITS:
-            raise PyprofError(f"{what} takes a size like 5MB, 512k or 4096 (units: B, k, M, "
-                              f"G; powers of 1024), not {value!r}")
-        n = float(m.group(1)) * _BYTE_UNITS[unit]
-    if not n > 0 or math.isinf(n):
-        raise PyprofError(f"{what} must be a positive size, not {value!r}")
-    return int(n)
-
-
-def parse_count(value, what) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise PyprofError(f"{what} takes a whole number of calls, not {value!r}")
-    try:
-        n = int(value)
-    except ValueError:
-        raise PyprofError(f"{what} takes a whole number of calls, not {value!r}") from None
-    if n < 0:
-        raise PyprofError(f"{what} must be >= 0, not {value!r}")
-    return n
+    return parse_size(value, what)
 
 
 # ------------------------------------------------------------------ figures

@@ -7,7 +7,7 @@ import sys
 from .. import _cprof
 from .._version import __version__
 from ..errors import PyprofError
-from ..options import byte_count
+from ..base.amounts import parse_duration, parse_size
 
 EXIT_USAGE = 2
 
@@ -83,23 +83,26 @@ def view_options(opts):
         limit=opts.limit)
 
 
+def amount_type(parse, flag, **kw):
+    """argparse's `type` for an amount of base/amounts.py's grammar: its one
+    message, argparse's usage error (one line, status 2)."""
+    def convert(text):
+        try:
+            return parse(text, flag, **kw)
+        except PyprofError as e:
+            import argparse
+            raise argparse.ArgumentTypeError(str(e).removeprefix(flag + " ")) from None
+    convert.__name__ = parse.__name__.removeprefix("parse_")    # argparse's "invalid NAME value"
+    return convert
+
+
 def _seconds(text) -> float:
     """'1.5' (seconds), '250ms', '10us', '100ns' -> seconds."""
-    import re
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(s|ms|us|µs|ns)?\s*", text)
-    if not m:
-        import argparse
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 1ms, 250us, 0.5)")
-    scale = {"s": 1.0, None: 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[m.group(2)]
-    return float(m.group(1)) * scale
+    return amount_type(parse_duration, "--min-time", zero_ok=True)(text)
 
 
 def _bytes_arg(text) -> int:
-    try:
-        return byte_count(text, "--min-bytes") if text != "0" else 0
-    except PyprofError as e:
-        import argparse
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return amount_type(parse_size, "--min-bytes", zero_ok=True)(text)
 
 
 def view_filters_given(opts) -> bool:

@@ -8,7 +8,8 @@ import sys
 from ..errors import PyprofError
 from ..export import format_for_path
 from ..options import check_writable
-from .args import arg_parser
+from ..base.amounts import parse_duration, parse_percent, parse_size
+from .args import amount_type, arg_parser
 
 
 def _capture_paths(args) -> list:
@@ -67,11 +68,14 @@ def cmd_diff(argv) -> int:
     p.add_argument("--select", nargs="+", metavar="COLUMN",
                    help="the columns to show, the first one sorting and filtering: "
                         + ", ".join(diff.COLUMNS) + " (default: all both captures have)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+    p.add_argument("--threshold", type=amount_type(parse_percent, "--threshold"), default=5.0,
+                   metavar="PCT",
                    help="hide changes smaller than PCT percent (default 5)")
-    p.add_argument("--min-time", type=float, default=0.001, metavar="SECONDS",
+    p.add_argument("--min-time", type=amount_type(parse_duration, "--min-time", zero_ok=True),
+                   default=0.001, metavar="SECONDS",
                    help="hide time changes smaller than SECONDS (default 0.001)")
-    p.add_argument("--min-bytes", type=int, default=1024, metavar="BYTES",
+    p.add_argument("--min-bytes", type=amount_type(parse_size, "--min-bytes", zero_ok=True),
+                   default=1024, metavar="BYTES",
                    help="hide byte changes smaller than BYTES (default 1024)")
     p.add_argument("--min-count", type=int, default=1, metavar="N",
                    help="hide count changes (calls, samples, hits) smaller than N (default 1)")
@@ -142,14 +146,7 @@ def cmd_diff(argv) -> int:
 
 
 def _percent(text) -> float:
-    import argparse
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"takes a percentage (a number >= 0), not {text!r}")
-    return value
+    return amount_type(parse_percent, "--fail-above")(text)
 
 
 def cmd_check(argv) -> int:

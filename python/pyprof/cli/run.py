@@ -336,7 +336,7 @@ def cmd_run(argv) -> int:
         target = _Target(opts, rest)
         return _run_live(opts, rest) if opts.live else _run_listening(target)
     # [tool.pyprof] and PYPROF_* under the command line (config.py)
-    from .. import config
+    from ..options import config
     config.apply(opts, given_fields(split_argv(None, argv)[0]))
     from ..runtime import mpi
     rank = mpi.detect()

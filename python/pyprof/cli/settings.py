@@ -22,7 +22,7 @@ def cmd_config(argv) -> int:
               "defaults) and where each came from; also the pytest plugin's and the web "
               "middleware's (docs/cli.md, 'Configuration').")
         return 0
-    from .. import config
+    from ..options import config
     opts, rest = parse_run_args(argv)
     if rest:
         raise PyprofError(f"pyprof config takes run options only, not {rest[0]!r}")

@@ -69,7 +69,7 @@ class Recorder:
             self.index = None
 
     def _configure(self, **given):
-        from .. import config
+        from ..options import config
         cfg = config.load()
         if given.get("slower_than") is not None and not isinstance(given["slower_than"], str):
             given["slower_than"] = float(given["slower_than"])

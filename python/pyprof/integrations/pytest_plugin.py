@@ -180,7 +180,7 @@ class Runtime:
     """What runs once --pyprof is asked for or a budget was collected."""
 
     def __init__(self, config, asked):
-        from .. import config as cfgmod
+        from ..options import config as cfgmod
         from ..errors import PyprofError
         self.config = config
         try:
@@ -214,7 +214,7 @@ class Runtime:
 
     # ---------------------------------------------------------- profiles
     def _options(self, base, memory, rate=None, wall=None):
-        from .. import config as cfgmod
+        from ..options import config as cfgmod
         opts = cfgmod.run_options(base, self.cfg, memory, str(self.config.rootpath), rate, wall)
         if memory:
             opts.memory_sample = None           # exact

@@ -48,7 +48,7 @@ def _toggle(signum, frame):
 def _settings() -> dict:
     """rate, wall and output: PYPROF_* > [tool.pyprof] (config.py); a bad
     configuration is said once and the environment alone is used."""
-    from .. import config
+    from ..options import config
     from ..errors import PyprofError
     try:
         cfg = config.load()

@@ -114,6 +114,7 @@ def start(prof, outfile=None, profile=None, flush_interval=1.0):
               "errors": tempfile.mkdtemp(prefix="pyprof-children-errors-")}
     from .. import _cprof
     config["ns_per_tick"] = _cprof.clock_info()["ns_per_tick"]
+    config["core"] = dict(getattr(prof, "core_arguments", None) or {})
     os.environ[ENV] = encode_config(config)
     path = os.environ.get("PYTHONPATH", "")
     if BOOT_DIR not in path.split(os.pathsep):
@@ -153,7 +154,7 @@ def start_from_environment(full_profile):
             from .. import _cprof as cprof
         if config.get("ns_per_tick"):   # the parent's TSC calibration: no wait at exit
             cprof._set_ns_per_tick(float(config["ns_per_tick"]))
-        prof = _lean_profiler(config["profile"])
+        prof = _lean_profiler(config["profile"], config.get("core"))
         if prof is None:
             prof = full_profile(config["profile"])
     except Exception as e:          # a foreign or broken configuration
@@ -177,11 +178,10 @@ class _LeanProfiler:
     package (its start-up cost): the C profiler, the capture's meta written
     here, the capture written by the C writer. Other modes use Profile."""
 
-    def __init__(self, kw):
+    def __init__(self, core):
         from .core import Core      # `from .x import y`: no package import (above)
-        self.c = Core(None, 0.0, True, bool(kw.get("builtins", True)),
-                      exact_builtins=bool(kw.get("exact_builtins", False)),
-                      paths=bool(kw.get("paths", True)))
+        # the parent's C arguments (the option table's, options/table.py)
+        self.c = Core(None, 0.0, True, **core)
         self.meta = {}
         if sys.version_info < (3, 12) and "threading" not in sys.modules:
             # 3.11's profile hook reaches new threads through threading.setprofile;
@@ -265,14 +265,14 @@ class _ThreadingImportHook:
         return spec
 
 
-def _lean_profiler(kw):
+def _lean_profiler(kw, core):
     """A _LeanProfiler when the modes are plain function tracing, else None."""
     plain = (kw.get("mode", "trace") == "trace" and not kw.get("memory")
              and not kw.get("timeline") and not kw.get("lines") and not kw.get("lines_of")
              and not kw.get("lines_all") and not kw.get("include"))
-    if not plain or "pyprof.runtime.profiler" in sys.modules:
+    if not plain or not core or "pyprof.runtime.profiler" in sys.modules:
         return None
-    return _LeanProfiler(kw)
+    return _LeanProfiler(core)
 
 
 def _multiprocessing_helper():

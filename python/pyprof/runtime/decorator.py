@@ -76,7 +76,7 @@ def _report_at_exit():
     prof.disable()
     out = os.environ.get("PYPROF_OUTPUT")
     if out is None:                     # else [tool.pyprof] output (config.py)
-        from .. import config
+        from ..options import config
         try:
             out = config.load().value("", "output")
         except PyprofError as e:

@@ -12,7 +12,7 @@ import sys
 from ._meta import json_text, process_meta
 from .core import Core
 from ..errors import PyprofError
-from ..options import DEFAULT_MAX_EVENTS, RunOptions
+from ..options import KEYWORDS, RunOptions
 
 # Imported where used, so that a run writing a .cprof capture loads neither the
 # data model nor the exporters (start-up: docs/cli.md): lines, session, steps,
@@ -72,38 +72,21 @@ class Profile(Core):
     """
 
     def __init__(self, timer=None, timeunit=0.0, subcalls=True, builtins=True, *,
-                 exact_builtins=False, flush_to=None, flush_interval=10.0,
-                 lines=False, lines_of=(), lines_all=None, include=(), exclude=(),
-                 mode="trace", rate=None, wall=False, native=False, memory=False,
-                 memory_sample=0, memory_stacks=None, native_allocs=False, temporary=None,
-                 gc=None, paths=True, timeline=False,
-                 timeline_min_duration=0, timeline_max_events=DEFAULT_MAX_EVENTS, children=False,
-                 asyncio=False, options=None, _warn=True):
-        # one RunOptions, checked once (options.py); what the C core, the line
-        # targets, the timeline and the children get comes from it. `options`:
-        # a RunOptions given instead of the keywords (the command line, %%cprof).
-        opts = options if options is not None else RunOptions.from_profile(
-            builtins=builtins, exact_builtins=exact_builtins, lines=lines, lines_of=lines_of,
-            lines_all=lines_all, include=include, exclude=exclude, mode=mode, rate=rate,
-            wall=wall, native=native, memory=memory, memory_sample=memory_sample,
-            memory_stacks=memory_stacks, native_allocs=native_allocs, temporary=temporary,
-            gc=gc, paths=paths, timeline=timeline,
-            timeline_min_duration=timeline_min_duration,
-            timeline_max_events=timeline_max_events, children=children,
-            flush_interval=flush_interval, asyncio=asyncio)
+                 flush_to=None, options=None, _warn=True, **keywords):
+        # the keywords and their defaults are the option table's (options/table.py);
+        # one RunOptions, checked once: what the C core, the line targets, the
+        # timeline and the children get comes from it. `options`: a RunOptions
+        # given instead of the keywords (the command line, %%cprof).
+        unknown = sorted(set(keywords) - set(KEYWORDS))
+        if unknown:
+            raise TypeError(f"Profile() got an unexpected keyword argument {unknown[0]!r}")
+        given = {**KEYWORDS, **keywords, "builtins": builtins}
+        flush_interval, children = given["flush_interval"], given["children"]
+        opts = options if options is not None else RunOptions.from_profile(**given)
         opts.check()
         kw = opts.profile_kwargs()
-        super().__init__(timer, timeunit, subcalls, kw["builtins"],
-                         exact_builtins=kw["exact_builtins"], mode=kw["mode"],
-                         rate=float(kw["rate"] or 0.0), wall=kw["wall"], native=kw["native"],
-                         memory=kw["memory"], memory_sample=kw["memory_sample"],
-                         memory_stacks=-1 if kw["memory_stacks"] is None
-                         else int(bool(kw["memory_stacks"])),
-                         paths=kw["paths"], native_allocs=bool(kw["native_allocs"]),
-                         temporary=int(kw["temporary"] or 0),
-                         # None: by the mode (tracing keeps cProfile's functions)
-                         gc=kw["mode"] == "sample" if kw["gc"] is None else bool(kw["gc"]),
-                         asyncio=bool(kw["asyncio"]))
+        self.core_arguments = opts.core_arguments()
+        super().__init__(timer, timeunit, subcalls, **self.core_arguments)
         self.run_options = opts
         self._warn_replaced = _warn
         # children=True (or the main output's path): follow child processes
