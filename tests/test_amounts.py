@@ -9,7 +9,7 @@ import pytest
 
 import pyprof
 from pyprof.base import amounts
-from pyprof.cli import args as cli
+from pyprof.cli import args as cli, compare
 from pyprof.analysis import gates, timeline
 from pyprof.errors import PyprofError
 
@@ -85,7 +85,7 @@ def test_the_old_names_are_the_grammar():
     assert gates.parse_bytes("5MB", "m") == 5 * MIB
     assert cli._seconds("0.5") == 0.5 and cli._seconds("50ms") == 0.05
     assert cli._bytes_arg("5MB") == gates.parse_bytes("5MB", "m")
-    assert cli._percent("25%") == cli._percent("25") == 25.0
+    assert compare._percent("25%") == compare._percent("25") == 25.0
 
 
 def test_profile_keyword_takes_the_grammar():
@@ -114,7 +114,7 @@ def test_config_and_environment_take_the_grammar(tmp_path):
 
 
 def test_pytest_marker_budgets_take_the_grammar():
-    from pyprof.pytest_plugin import parse_budget
+    from pyprof.integrations.pytest_plugin import parse_budget
 
     class Mark:
         args = ()

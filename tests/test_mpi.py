@@ -18,7 +18,7 @@ import textwrap
 import pytest
 
 from pyprof import Session
-from pyprof.mpi import detect, rank_path
+from pyprof.runtime.mpi import detect, rank_path
 from support import TIMEOUT, run_pyprof as pyprof
 
 # rank r calls work() 100 * (r + 1) times, then all ranks meet
