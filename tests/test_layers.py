@@ -245,6 +245,11 @@ def test_profile_private_members_stay_in_profiler():
             if isinstance(node, ast.Attribute) and node.attr in private \
                     and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 bad.append(f"{name}:{node.lineno} uses .{node.attr}")
+            # getattr(prof, "_x", None) reaches in all the same
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1 \
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in private:
+                bad.append(f"{name}:{node.lineno} uses {node.func.id}(..., {node.args[1].value!r})")
     assert not bad, "\n".join(bad)
 
 

@@ -122,7 +122,7 @@ def _mark(event, name):
     try:
         if event == "start":
             rec.start(name)
-            if getattr(p, "_objects_at_steps", False):
+            if getattr(p, "objects_at_steps", False):
                 from .objects import summary
                 m = rec.markers[-1]
                 p.objects_steps.append({"index": m["index"], "name": name, "t": m["t"],
