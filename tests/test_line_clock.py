@@ -205,11 +205,13 @@ def test_captures_without_the_figure_still_print(tmp_path):
 def test_no_timeline_with_line_mode_in_the_core():
     """The timeline's positions would be in the clock with the line bookkeeping."""
     from pyprof import _cprof
-    p = _cprof.Profiler()
+    from pyprof.options import RunOptions
+    core = RunOptions.from_profile().core_arguments()   # the C core holds no default
+    p = _cprof.Profiler(None, 0.0, True, **core)
     p._set_lines()
     with pytest.raises(ValueError, match="line mode"):
         p._set_timeline()
-    q = _cprof.Profiler()
+    q = _cprof.Profiler(None, 0.0, True, **core)
     q._set_timeline()
     with pytest.raises(ValueError, match="not with line mode"):
         q._set_lines()
