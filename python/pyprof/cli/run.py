@@ -42,7 +42,11 @@ class _Target:
     @staticmethod
     def _compile(source, filename):
         try:
-            return compile(source, filename, "exec", dont_inherit=True)
+            if (b"\0" if isinstance(source, bytes) else "\0") in source:
+                # compile()'s own error for it (ValueError or SyntaxError by version)
+                return compile(source, filename, "exec", dont_inherit=True)
+            # compile() without its ast type set-up (~1.5 ms: module.c)
+            return _cprof.compile_program(source, filename)
         except SyntaxError as e:
             # The program's own error: shown as Python shows it, exit status 1.
             import traceback

@@ -327,10 +327,16 @@ def _line_meta(objs, fids) -> dict:
 
 
 def _file_hash(path):
-    import hashlib
+    try:
+        from _sha2 import sha256        # 3.12+; hashlib loads OpenSSL: ~5 ms
+    except ImportError:
+        try:
+            from _sha256 import sha256  # 3.11
+        except ImportError:
+            from hashlib import sha256
     try:
         with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            return sha256(f.read()).hexdigest()
     except OSError:
         return None
 
