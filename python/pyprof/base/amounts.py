@@ -17,8 +17,6 @@ PyprofError line naming ``what`` and the accepted forms. This module owns the
 grammar; it never knows an option's range (the option table does). Built-in
 modules only, re not at import.
 """
-from __future__ import annotations
-
 import math
 
 from ..errors import PyprofError

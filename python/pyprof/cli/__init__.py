@@ -24,8 +24,6 @@ objects, multiprocessing) and pyprof exits with its status. Results are written
 on every exit path: normal end, sys.exit, uncaught exception, Ctrl-C, SIGTERM.
 Bad input gives one line on stderr and exit status 2.
 """
-from __future__ import annotations
-
 import sys
 
 from ..errors import PyprofError

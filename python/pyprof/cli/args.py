@@ -1,7 +1,5 @@
 """The pieces the commands share: the argument parser, --version, the view options
 (docs/views.md) that `view`, `stats` and the notebook magic take."""
-from __future__ import annotations
-
 import sys
 
 from .. import _cprof

@@ -1,6 +1,4 @@
 """`pyprof run` (the default command): the program runner, and --listen / --live."""
-from __future__ import annotations
-
 import _signal as signal            # signal.py imports enum: ~4 ms of start-up
 import builtins
 import importlib.machinery

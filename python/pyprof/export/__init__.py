@@ -3,8 +3,6 @@
 ``FORMATS`` maps a format name to (module, default file suffixes). ``export(session,
 fmt, path)`` writes a file; ``format_for_path(path)`` picks a format by suffix.
 """
-from __future__ import annotations
-
 import importlib
 import os
 

@@ -17,8 +17,6 @@ one. tests/test_options.py checks that every option reaches argparse,
 This package re-exports what other modules import; imported by every
 Profile: built-in modules only at import (not config.py).
 """
-from __future__ import annotations
-
 from .argv import (add_options, given_fields, parse_run_args, run_parser,  # noqa: F401
                    split_argv)
 from .checks import byte_count, check_writable, signal_number, usable_signal  # noqa: F401

@@ -4,8 +4,6 @@ options and the program's (``split_argv``), a plain command line read without
 importing argparse (start-up), the fields a command line gives
 (``given_fields``). Never checks a value (checks.py).
 """
-from __future__ import annotations
-
 from ..errors import OptionError
 from .run import RunOptions
 from .table import FROM_ARGS, NOT_ARGPARSE, OPTIONS

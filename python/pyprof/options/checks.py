@@ -4,8 +4,6 @@ spelled as the caller spells it (``--rate`` on the command line, ``rate`` in
 the API); and what the options imply (``mode``; ``memory`` with
 ``memory_sample``...). Never declares an option (table.py) nor parses one.
 """
-from __future__ import annotations
-
 from ..errors import OptionError
 from .table import (ASYNC_MAX_EVENTS, ASYNC_MIN_DURATION_NS, DEFAULT_MAX_EVENTS,
                     MAX_MEMORY_SAMPLE, MAX_RATE, MODES, SORT_KEYS)

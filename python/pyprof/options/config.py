@@ -15,8 +15,6 @@ An unknown key or a bad value is one ConfigError naming the file (or
 variable) and the key. Built-in modules only at import; tomllib is imported
 only when a pyproject.toml has a ``[tool.pyprof`` table.
 """
-from __future__ import annotations
-
 import os
 
 from ..errors import PyprofError

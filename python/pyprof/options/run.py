@@ -4,8 +4,6 @@ line (``from_args``) or Profile's keywords (``from_profile``), checked once
 configuration) and the C core's arguments (``core_arguments``). Never parses
 a command line (argv.py) nor reads the configuration (config.py).
 """
-from __future__ import annotations
-
 from ..errors import OptionError
 from .table import CORE, DEFAULT_MAX_EVENTS, FIELDS, FROM_ARGS, PROFILE_KEYS, RUN_MODES
 

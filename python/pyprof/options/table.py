@@ -5,8 +5,6 @@ from here; this module never parses nor checks a value.
 
 Imported by every Profile: built-in modules only at import.
 """
-from __future__ import annotations
-
 DEFAULT_MAX_EVENTS = 1_000_000          # timeline events, 24 bytes each: about 24 MB
 # --async --timeline: an event loop makes calls by the million (130 MB of trace
 # for a 2 s run); the tasks' steps are what such a timeline is for.

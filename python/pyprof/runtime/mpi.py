@@ -5,8 +5,6 @@ No MPI library is imported: the launchers (Open MPI's mpirun, MPICH's Hydra
 mpiexec and other PMI launchers, PMIx, Slurm's srun) put the rank and the
 world size in every process's environment before Python starts.
 """
-from __future__ import annotations
-
 import os
 
 # (launcher, rank variable, size variables), first match wins. Open MPI also

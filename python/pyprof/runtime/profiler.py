@@ -4,8 +4,6 @@ Same constructor, methods and ``.stats`` as cProfile.Profile; on top of them,
 :meth:`Profile.session` gives the full data model and :meth:`Profile.dump`
 writes a .cprof capture (or pstats, by file suffix).
 """
-from __future__ import annotations
-
 import os
 import sys
 
