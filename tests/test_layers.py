@@ -338,18 +338,26 @@ def test_c_files_stay_small():
 
 def c_objects():
     """The build's object files for this interpreter, by path under src/_cprof."""
-    root = os.path.join(os.path.dirname(C_SRC), "..", "build", "setuptools",
-                        "cp%d%d" % sys.version_info[:2])
-    out = {}
-    for d, _, files in os.walk(root):
-        for f in files:
-            path = os.path.join(d, f)
-            parts = path.replace(os.sep, "/").split("/src/_cprof/")
-            # an object whose source moved or went is left over from an older build
-            if f.endswith(".o") and len(parts) == 2 and \
-                    os.path.exists(os.path.join(C_SRC, parts[1][:-2] + ".c")):
-                out[parts[1][:-2] + ".c"] = path
-    return out
+    # make test builds in cpXY-werror, make asan in cpXY-asan, a plain build in cpXY:
+    # the newest of them is the one installed
+    base = os.path.join(os.path.dirname(C_SRC), "..", "build", "setuptools")
+    tag = "cp%d%d" % sys.version_info[:2]
+    builds = []
+    for name in (os.listdir(base) if os.path.isdir(base) else ()):
+        if name != tag and not name.startswith(tag + "-"):
+            continue
+        out = {}
+        for d, _, files in os.walk(os.path.join(base, name)):
+            for f in files:
+                path = os.path.join(d, f)
+                parts = path.replace(os.sep, "/").split("/src/_cprof/")
+                # an object whose source moved or went is left over from an older build
+                if f.endswith(".o") and len(parts) == 2 and \
+                        os.path.exists(os.path.join(C_SRC, parts[1][:-2] + ".c")):
+                    out[parts[1][:-2] + ".c"] = path
+        if out:
+            builds.append((max(os.path.getmtime(p) for p in out.values()), out))
+    return max(builds, key=lambda b: b[0])[1] if builds else {}
 
 
 def c_call_graph():
@@ -358,8 +366,8 @@ def c_call_graph():
     c_files()
     objects = c_objects()
     if not objects:
-        pytest.skip("no build/setuptools/cp3XX object files for this Python "
-                    "(/tmp/reinstall.sh or `pip install .` builds them)")
+        pytest.skip("no object files of this Python's build under build/setuptools/cpXY* "
+                    "(the tests run against an install built elsewhere: make test builds them)")
     if shutil.which("nm") is None:
         pytest.skip("no `nm` to read the object files with")
     defined, undefined = {}, {}
