@@ -80,16 +80,27 @@ def captures(tmp_path_factory):
     (d / "prog.py").write_text(PROGRAM)
     own = {}
     for kind, mode in (("s", ["--sample", "--rate", "1000"]), ("t", None)):
-        parts = {}
-        for rep in range(3):
-            for variant, factor in (("a", 1), ("b", 1), ("slow", 2)):
-                name = f"{kind}_{variant}_{rep}"
-                got = run_variant(d, name, mode, factor, 0)
-                total = own.setdefault(f"{kind}_{variant}", {})
-                for k, v in got.items():
-                    total[k] = total.get(k, 0.0) + v
-                own.setdefault(f"{kind}_{variant}_runs", []).append(got)
-                parts.setdefault(variant, []).append(f"{name}.cprof")
+        # The ground truth is the program's own CPU clock; on a VM a neighbour's
+        # load can stretch one run's CPU time by half. A set whose own clock does
+        # not show the built-in 2x (or shows a and b apart) is taken again, at
+        # most twice: the captures and the truth always come from the same runs.
+        for attempt in range(3):
+            for key in [k for k in own if k.startswith(kind + "_")]:
+                del own[key]
+            parts = {}
+            for rep in range(3):
+                for variant, factor in (("a", 1), ("b", 1), ("slow", 2)):
+                    name = f"{kind}_{variant}_{rep}"
+                    got = run_variant(d, name, mode, factor, 0)
+                    total = own.setdefault(f"{kind}_{variant}", {})
+                    for k, v in got.items():
+                        total[k] = total.get(k, 0.0) + v
+                    own.setdefault(f"{kind}_{variant}_runs", []).append(got)
+                    parts.setdefault(variant, []).append(f"{name}.cprof")
+            a, b, slow = (own[f"{kind}_{v}"] for v in ("a", "b", "slow"))
+            if slow["changed"] > 1.7 * max(a["changed"], b["changed"]) and all(
+                    max(a[f], b[f]) < 1.15 * min(a[f], b[f]) for f in ("steady", "changed")):
+                break
         for variant, files in parts.items():
             r = pyprof(["merge", *files, "-o", f"{kind}_{variant}.cprof"], d)
             assert r.returncode == 0, r.stderr
