@@ -115,7 +115,9 @@ class Target:
         return f"{self.kind} {self.where} (pid {self.pid})"
 
     def lines(self):
-        return self.out_path.read_text().splitlines()
+        # complete lines only: a line being written may be read half-way ("blocked"
+        # without its thread id)
+        return self.out_path.read_text().split("\n")[:-1]
 
     def stderr(self):
         return self.err_path.read_text()
