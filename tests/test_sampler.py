@@ -1322,3 +1322,24 @@ def test_short_runs_between_sleeps_keep_their_wall_share(tmp_path, rate):
     # (idle), and the loop's own code and the GIL's hand-overs (python, native)
     idle = out["states"].get(str(STATES.index("idle")), 0)
     assert idle >= 0.8 * sum(out["states"].values()), out["states"]
+
+
+def test_pyprofs_own_code_dying_between_samples_is_never_named(tmp_path):
+    """A module body of pyprof's own runs once and is freed (a lazy import, the
+    channel's first `stats`): its samples drain as the code dies, and pyprof's
+    own code gets no function id then either (docs/how-it-works.md)."""
+    from conftest import pyprof_own_functions
+    own_file = os.path.join(os.path.dirname(os.path.abspath(pyprof.__file__)), "lazy_part.py")
+    p = pyprof.Profile(mode="sample", wall=True, rate=1000)
+    with p:
+        for _ in range(100):
+            code = compile("t = __import__('time').perf_counter() + 0.003\n"
+                           "while __import__('time').perf_counter() < t: pass\n",
+                           own_file, "exec")
+            exec(code, {})
+            del code                        # freed here: the watcher drains its samples
+    s = p.session()
+    assert pyprof_own_functions(s) == []
+    # the program's own frame (this test) still carries the samples
+    assert any(fn.name == "test_pyprofs_own_code_dying_between_samples_is_never_named"
+               for fn in s.functions.values())

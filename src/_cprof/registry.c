@@ -256,6 +256,10 @@ uint32_t pp_registry_named(pp_registry *r, PyObject *filename, PyObject *name, i
 
 uint32_t pp_registry_ghost(pp_registry *r, PyObject *code)
 {
+    /* pyprof's own code dies too (a module's body after its import, sampled
+     * in the channel's thread): no id, as while it lived */
+    if (is_own((uint64_t)(uintptr_t)code, code, PP_KIND_PYTHON))
+        return PP_NONE;
     PyCodeObject *co = (PyCodeObject *)code;
     return add_ghost(r, co->co_filename, co->co_name, co->co_qualname, co->co_firstlineno);
 }

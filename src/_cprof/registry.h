@@ -51,7 +51,8 @@ static inline int pp_registry_own(const pp_registry *r, uint64_t key)
 {
     return r->own.e != NULL && pp_index_get(&r->own, key) != PP_NONE;
 }
-/* A dying code object's names under a new id (its address will be reused). */
+/* A dying code object's names under a new id (its address will be reused);
+ * PP_NONE for pyprof's own code. */
 uint32_t pp_registry_ghost(pp_registry *r, PyObject *code);
 /* A function that is no code object (an asyncio task's root frame, what a
  * task awaits): its names only, under a new id each call. */
