@@ -156,16 +156,17 @@ def test_no_private_attributes_of_other_modules():
 
 
 
-def test_no_cycles():
-    graph = {n: {t for t, _, _ in ts if t in MODULES and t != n} for n, ts in EDGES.items()}
+def find_cycles(graph):
+    """Each loop of a directed graph ({node: its targets}) found by a depth-first
+    walk, as the list of its nodes with the first one repeated at the end."""
     state, cycles = {}, []
 
     def visit(n, stack):
         state[n] = 1
         stack.append(n)
-        for t in graph.get(n, ()):
+        for t in sorted(graph.get(n, ())):
             if state.get(t) == 1:
-                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+                cycles.append(stack[stack.index(t):] + [t])
             elif t not in state:
                 visit(t, stack)
         stack.pop()
@@ -174,7 +175,13 @@ def test_no_cycles():
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
-    assert not cycles, "\n".join(cycles)
+    return cycles
+
+
+def test_no_cycles():
+    graph = {n: {t for t, _, _ in ts if t in MODULES and t != n} for n, ts in EDGES.items()}
+    cycles = find_cycles(graph)
+    assert not cycles, "\n".join(" -> ".join(loop) for loop in cycles)
 
 
 
@@ -394,23 +401,11 @@ def test_c_files_call_one_way():
     profiler layer down, and a lower file reaches up only through a callback
     registered from above."""
     graph = c_call_graph()
-    state, cycles = {}, []
 
-    def visit(n, stack):
-        state[n] = 1
-        stack.append(n)
-        for t in sorted(graph.get(n, ())):
-            if state.get(t) == 1:
-                loop = stack[stack.index(t):] + [t]
-                cycles.append(" -> ".join(
-                    f"{a} ({', '.join(graph[a][b][:3])}{', ...' if len(graph[a][b]) > 3 else ''})"
-                    for a, b in zip(loop, loop[1:])) + f" -> {t}")
-            elif t not in state:
-                visit(t, stack)
-        stack.pop()
-        state[n] = 2
+    def edge(a, b):
+        names = graph[a][b]
+        return f"{a} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
 
-    for n in sorted(graph):
-        if n not in state:
-            visit(n, [])
+    cycles = [" -> ".join(edge(a, b) for a, b in zip(loop, loop[1:])) + f" -> {loop[-1]}"
+              for loop in find_cycles(graph)]
     assert not cycles, "the C files call each other in a loop:\n" + "\n".join(cycles)
