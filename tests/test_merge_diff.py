@@ -304,7 +304,16 @@ def before_after(tmp_path_factory):
     """The same program, its work() loop 3x longer in AFTER (traced)."""
     tmp = tmp_path_factory.mktemp("diff")
     program(tmp, work=300000, steady=2000000)
-    return tmp, capture(tmp, "before.cprof", 1), capture(tmp, "after.cprof", 3)
+    # separate runs on a loaded machine: a pair whose own clock does not show
+    # the 3x work as at least 1.5x is retaken, at most twice
+    for _ in range(3):
+        before = capture(tmp, "before.cprof", 1)
+        after = capture(tmp, "after.cprof", 3)
+        growth = (total_seconds(Session.load(after), "work")
+                  / total_seconds(Session.load(before), "work"))
+        if growth > 1.5:
+            break
+    return tmp, before, after
 
 
 def test_diff_shows_the_3x_function(before_after):
