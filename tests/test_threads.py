@@ -4,7 +4,11 @@ import sys
 import threading
 from collections import Counter
 
+import pytest
+
 import pyprof
+from pyprof import Session
+from support import run_pyprof, run_python
 
 
 def leaf(x):
@@ -150,3 +154,75 @@ def test_profile_disabled_in_another_thread():
     s = prof.session()
     leaf_id = next(f for f, fn in s.functions.items() if fn.name == "leaf")
     assert s.function_totals()[leaf_id].calls >= 1000
+
+
+# ------------------------------------------- threading imported by the program
+LATE_THREADING = '''
+import sys
+print("threading at start:", "threading" in sys.modules, flush=True)
+import threading, time
+
+
+def leaf(x):
+    return x + 1
+
+
+def worker(n):
+    for i in range(n):
+        leaf(i)
+    time.sleep(0.15)            # wall samples: the thread lives a while
+
+
+ts = [threading.Thread(target=worker, args=(1000 * (k + 1),), name=f"late{k}")
+      for k in range(3)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+leaf(0)
+'''
+
+
+@pytest.fixture(scope="module")
+def late_threading(tmp_path_factory):
+    d = tmp_path_factory.mktemp("late")
+    (d / "late.py").write_text(LATE_THREADING)
+    return d
+
+
+@pytest.mark.parametrize("mode", [[], ["--lines-all"], ["--sample", "--wall"], ["--memory"]],
+                         ids=["functions", "lines", "wall", "memory"])
+def test_threading_imported_by_the_program_reaches_its_threads(late_threading, mode):
+    """pyprof does not import threading before the program (plain python does
+    not either); the threads the program starts after its own import are
+    followed all the same (3.11: the profile and trace hooks reach them through
+    threading once it is imported; wall mode: its thread start is wrapped)."""
+    d = late_threading
+    out = "_".join([m.strip("-") for m in mode] or ["functions"]) + ".cprof"
+    plain = run_python(["late.py"], d)
+    r = run_pyprof([*mode, "-o", out, "late.py"], d)
+    assert r.returncode == plain.returncode == 0, r.stderr
+    assert r.stdout == plain.stdout == "threading at start: False\n"
+    s = Session.load(d / out)
+    names = {t.name for t in s.threads.values()}
+    if mode == ["--memory"]:
+        assert names == {"MainThread"}, names   # memory is the process's: one record
+        return
+    assert {"MainThread", "late0", "late1", "late2"} <= names, names
+    by_name = {i: t.name for i, t in s.threads.items()}
+    if mode == ["--sample", "--wall"]:
+        sampled = {by_name[t] for (t, sid, state) in s.samples}
+        assert {"late0", "late1", "late2"} <= sampled, sampled
+        return
+    (leaf,) = [f for f, fn in s.functions.items() if fn.name == "leaf"]
+    if mode == ["--lines-all"]:
+        body = line_of_text(LATE_THREADING, "return x + 1")
+        hits = {by_name[t]: c.hits for (t, fid, line), c in s.lines.items()
+                if fid == leaf and line == body}
+    else:
+        hits = {by_name[t]: c.calls for (t, fid), c in s.fstats.items() if fid == leaf}
+    assert hits == {"late0": 1000, "late1": 2000, "late2": 3000, "MainThread": 1}, hits
+
+
+def line_of_text(text, needle):
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if needle in ln)

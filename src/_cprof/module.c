@@ -197,7 +197,7 @@ static PyObject *profiler_clear(pp_profiler *self, PyObject *unused)
 static PyObject *profiler_hook_threading(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
-    if (pp_tracer_hook_threading(&self->run.tr) < 0)
+    if (pp_profiler_hook_threading(self) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -520,8 +520,8 @@ static PyMethodDef profiler_methods[] = {
      "disable()\nStop collecting; calls still open end now."},
     {"clear", (PyCFunction)profiler_clear, METH_NOARGS, "clear()\nForget all collected data."},
     {"_hook_threading", (PyCFunction)profiler_hook_threading, METH_NOARGS,
-     "_hook_threading()\n3.11 with _lazy_threading: threading has been imported; profile the "
-     "threads it starts from now on."},
+     "_hook_threading()\nthreading has just been imported (pyprof never imports it): on 3.11 its "
+     "new threads get the profile and trace hooks, in wall mode its thread start is wrapped."},
     {"_after_fork", (PyCFunction)profiler_after_fork, METH_NOARGS,
      "_after_fork()\nIn a forked child, disabled: forget the parent's data and threads."},
     {"snapshot", (PyCFunction)(void (*)(void))profiler_snapshot, METH_VARARGS | METH_KEYWORDS,
@@ -597,9 +597,6 @@ static PyGetSetDef profiler_getset[] = {
 };
 
 static PyMemberDef profiler_members[] = {
-    {"_lazy_threading", T_BOOL, offsetof(pp_profiler, run.tr.lazy_threading), 0,
-     "3.11 profile hook: when threading is not imported at enable(), leave it (an import "
-     "costs ~1.5 ms in a fresh child) until _hook_threading() is called after its import."},
     {"_warn_replaced", T_BOOL, offsetof(pp_profiler, run.sm.warn_replaced), 0,
      "Sampling: disable() warns (RuntimeWarning) when the program took SIGPROF back."},
     {"_start_mono_ns", T_LONGLONG, offsetof(pp_profiler, run.start_mono_ns), READONLY,

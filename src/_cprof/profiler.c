@@ -377,6 +377,12 @@ void pp_profiler_clear(pp_profiler *p)
  * that the child's capture holds the child's work only and the parent's
  * counts are not written twice. Function ids stay registered (their counts
  * are gone). The next enable starts a new generation: this thread re-attaches. */
+int pp_profiler_hook_threading(pp_profiler *p)
+{
+    pp_sampler_hook_threading(&p->run.sm);
+    return pp_tracer_hook_threading(&p->run.tr);
+}
+
 int pp_profiler_after_fork(pp_profiler *p)
 {
     pp_run *r = &p->run;

@@ -35,6 +35,9 @@ void pp_profiler_clear(pp_profiler *p);
 void pp_profiler_free(pp_profiler *p);
 /* Forked child, profiler disabled: drop the parent's data and thread records. */
 int pp_profiler_after_fork(pp_profiler *p);
+/* threading was just imported (pyprof never imports it; GIL held): the
+ * engines that follow its new threads hook it now. */
+int pp_profiler_hook_threading(pp_profiler *p);
 /* The flush settings changed: the engines ask for periodic work, or not. */
 void pp_profiler_flush_changed(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */

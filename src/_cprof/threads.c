@@ -164,10 +164,22 @@ int pp_threads_self_paused(void)
     return s != NULL && pp_threads_paused(s);
 }
 
+/* The process's first thread (Linux: its kernel id is the process id). */
+static int is_process_main_thread(unsigned long native_id)
+{
+#ifdef __linux__
+    return native_id != 0 && native_id == (unsigned long)getpid();
+#else
+    (void)native_id;
+    return 0;
+#endif
+}
+
 /* A thread's name from threading._active (a dict lookup: no Python code
  * runs). A new thread enters _active only after its first events, so this is
  * retried on later returns, a bounded number of times (raw _thread threads
- * never appear there). */
+ * never appear there). Without threading (pyprof does not import it), the
+ * main thread has the name threading would give it. */
 static void resolve_name_impl(pp_thread *ts)
 {
     pp_err_state es;
@@ -188,6 +200,10 @@ static void resolve_name_impl(pp_thread *ts)
             ts->name_tries = 0;
         }
         Py_XDECREF(dict);
+    }
+    else if (mod == NULL && is_process_main_thread(ts->native_id)) {
+        ts->name = PyUnicode_InternFromString("MainThread");
+        ts->name_tries = 0;
     }
     PyErr_Clear();
     pp_err_restore(&es);

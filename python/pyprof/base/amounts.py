@@ -17,7 +17,6 @@ PyprofError line naming ``what`` and the accepted forms. This module owns the
 grammar; it never knows an option's range (the option table does). Built-in
 modules only, re not at import.
 """
-import math
 
 from ..errors import PyprofError
 
@@ -60,9 +59,16 @@ def parse_size(value, what, zero_ok=False) -> int:
         if parts is None or parts[1] not in SIZE_UNITS:
             raise refused
         n = parts[0] * SIZE_UNITS[parts[1]]
-    if math.isnan(n) or math.isinf(n) or n < 0 or (n == 0 and not zero_ok):
+    if not _finite_non_negative(n) or (n == 0 and not zero_ok):
         raise refused
     return int(n)
+
+
+def _finite_non_negative(x: float) -> bool:
+    return 0 <= x < _INF            # NaN compares false (no math import at start-up)
+
+
+_INF = float("inf")
 
 
 def parse_duration(value, what, zero_ok=False) -> float:
@@ -79,7 +85,7 @@ def parse_duration(value, what, zero_ok=False) -> float:
         if parts is None or parts[1] not in DURATION_UNITS:
             raise refused
         seconds = parts[0] * DURATION_UNITS[parts[1]]
-    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+    if not _finite_non_negative(seconds):
         raise refused
     if seconds == 0 and not zero_ok:
         raise PyprofError(f"{what} must be a positive duration, not {value!r}")
@@ -99,7 +105,7 @@ def parse_percent(value, what) -> float:
         if parts is None or parts[1] not in ("", "%"):
             raise refused
         pct = parts[0]
-    if math.isnan(pct) or math.isinf(pct) or pct < 0:
+    if not _finite_non_negative(pct):
         raise refused
     return pct
 

@@ -247,10 +247,8 @@ class _Runner:
         return status
 
     def _run(self) -> int:
-        # threading, imported by pyprof before the program ran as it always was:
-        # a program importing it would otherwise see the import in its profile
-        # under an exec() of its own (tests/test_cli.py, waiting for threads)
-        import threading  # noqa: F401
+        # threading is not imported for the program: a plain run does not have
+        # it, and it costs ~5 ms (runtime/core.py watch_threading)
         globs = self.target.install()
         if self.prof.sampling:
             # stacks start at the program; the runner's own work is not sampled
@@ -286,7 +284,8 @@ class _Runner:
                     # results would be written: wait here, still profiling them,
                     # but not this thread's waiting (pyprof's calls, not the program's).
                     self.prof.thread_paused = True
-                    for t in threading.enumerate():
+                    threading = sys.modules.get("threading")  # no threads to wait for without it
+                    for t in threading.enumerate() if threading is not None else ():
                         if t is not threading.main_thread() and not t.daemon and t.is_alive():
                             t.join()
             finally:

@@ -183,17 +183,14 @@ class _LeanProfiler:
         # the parent's C arguments (the option table's, options/table.py)
         self.c = Core(None, 0.0, True, **core)
         self.meta = {}
-        if sys.version_info < (3, 12) and "threading" not in sys.modules:
-            # 3.11's profile hook reaches new threads through threading.setprofile;
-            # importing threading for it would cost every child ~1.5 ms
-            self.c.lazy_threading = True
-            sys.meta_path.insert(0, _ThreadingImportHook(self.c))
 
     @property
     def enabled(self):
         return self.c.enabled
 
     def enable(self):
+        from .core import watch_threading
+        watch_threading(self.c)
         self.c.enable()
 
     def disable(self):
@@ -221,48 +218,6 @@ class _LeanProfiler:
             self.c.write_capture(os.fspath(path))
         except OSError as e:
             raise RuntimeError(str(e)) from None
-
-
-class _ThreadingImportHook:
-    """A meta path finder that, when the program imports threading, lets the
-    normal finders find it and the normal loader run it, then hooks it
-    (Profiler._hook_threading). It removes itself at that first import."""
-
-    def __init__(self, c):
-        self.c = c
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "threading":
-            return None
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find is not None else None
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        c = self.c
-
-        def exec_then_hook(module):
-            try:
-                exec_module(module)
-            finally:
-                try:
-                    del loader.exec_module      # the loader's own method again
-                except AttributeError:
-                    pass
-            c.hook_threading()
-
-        try:
-            loader.exec_module = exec_then_hook     # this import's loader only
-        except AttributeError:
-            pass
-        return spec
 
 
 def _lean_profiler(kw, core):

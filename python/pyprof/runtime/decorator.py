@@ -4,7 +4,6 @@ Under ``python -m pyprof`` the decorated code joins the running profiler's line
 targets; in a plain ``python script.py`` run the first decoration starts a
 background line profiler whose tables are printed (or written) at exit.
 """
-from __future__ import annotations
 
 import atexit
 import os

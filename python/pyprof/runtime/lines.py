@@ -13,9 +13,6 @@ A line target is a code object whose lines are timed. Targets come from:
 The C core asks :class:`Targets` once per new code object it meets (``filter``);
 decorated code is also pushed to running line profilers directly.
 """
-from __future__ import annotations
-
-import functools
 import os
 import sys
 import types
@@ -30,6 +27,8 @@ DECORATED: set = set()                     # code objects, for the process
 def code_objects(obj) -> list:
     """The code objects ``@profile`` traces for `obj`, or [] if it is no function."""
     seen, out, todo = set(), [], [obj]
+    # no partial object without functools (not imported for it: ~4 ms at start-up)
+    partial = getattr(sys.modules.get("functools"), "partial", None)
     while todo:
         o = todo.pop()
         if id(o) in seen:
@@ -41,7 +40,7 @@ def code_objects(obj) -> list:
             todo.extend(f for f in (o.fget, o.fset, o.fdel) if f is not None)
         elif isinstance(o, types.MethodType):
             todo.append(o.__func__)
-        elif isinstance(o, functools.partial):
+        elif partial is not None and isinstance(o, partial):
             todo.append(o.func)
         elif isinstance(o, types.FunctionType):
             out.extend(_with_nested(o.__code__))
@@ -160,7 +159,14 @@ def _module_file(name):
 
 
 def _library_dirs():
-    import sysconfig                    # here: `import pyprof` does not need it
-    paths = sysconfig.get_paths()
-    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    """The standard library and site-packages directories. site's list, not
+    sysconfig's: sysconfig imports threading (~5 ms of start-up)."""
+    site = sys.modules.get("site")
+    stdlib = getattr(os, "__file__", None)
+    if site is None or stdlib is None or not hasattr(site, "getsitepackages"):
+        import sysconfig                # python -S: no site
+        paths = sysconfig.get_paths()
+        dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    else:
+        dirs = {os.path.dirname(stdlib), *site.getsitepackages()}
     return tuple(os.path.abspath(d) + os.sep for d in dirs if d)

@@ -8,7 +8,7 @@ import os
 import sys
 
 from ._meta import json_text, process_meta
-from .core import Core
+from .core import Core, watch_threading
 from ..errors import PyprofError
 from ..options import KEYWORDS, RunOptions
 
@@ -129,6 +129,7 @@ class Profile(Core):
             self._children = children.start(
                 self, None if self._children_opt is True else os.fspath(self._children_opt),
                 self._child_kwargs, self._child_flush)
+        watch_threading(self)
         super().enable(*args, **kw)
 
     # -------------------------------------------------------- cProfile API

@@ -861,6 +861,12 @@ int pp_sampler_start(pp_sampling *p)
     return 0;
 }
 
+void pp_sampler_hook_threading(pp_sampling *p)
+{
+    if (p == S.prof && atomic_load(&S.active) && S.mode == PP_SAMPLE_WALL)
+        pp_wall_hook_threads(1);
+}
+
 int pp_sampler_stop(pp_sampling *p)
 {
     if (p != S.prof)

@@ -126,6 +126,8 @@ void pp_sampling_free(pp_sampling *p);
 /* Start / stop sampling with p's options (GIL held). One sampler per process. */
 int pp_sampler_start(pp_sampling *p);
 int pp_sampler_stop(pp_sampling *p);
+/* threading was just imported (GIL held): wall mode wraps its thread start. */
+void pp_sampler_hook_threading(pp_sampling *p);
 /* Around fork (GIL held, in the forking process): stop the helper threads,
  * giving their kernel tids in tids (returns how many), and start them again. */
 int pp_sampler_helper_pause(pid_t tids[2]);

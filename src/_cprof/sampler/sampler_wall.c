@@ -484,14 +484,17 @@ static PyMethodDef start_def = {
 static PyObject *hooked_module, *hook;
 
 /* GIL held: wrap threading's start function (on) or put it back, if it is
- * still ours (off). Never leaves an exception set. */
+ * still ours (off). Never leaves an exception set. Not imported for it: if
+ * the program imports threading later, pp_sampler_hook_threading wraps it. */
 void pp_wall_hook_threads(int on)
 {
     if (PyErr_Occurred())
         return;                         /* not while an exception passes */
-    if (on && hook == NULL && PyType_Ready(&begin_type) == 0) {
-        PyObject *mod = PyImport_ImportModule("threading");
-        PyObject *orig = mod ? PyObject_GetAttrString(mod, PP_THREADING_START) : NULL;
+    PyObject *mods = PyImport_GetModuleDict();                 /* borrowed */
+    PyObject *mod = on && hook == NULL && mods ? PyDict_GetItemString(mods, "threading") : NULL;
+    if (mod != NULL && PyType_Ready(&begin_type) == 0) {
+        Py_INCREF(mod);
+        PyObject *orig = PyObject_GetAttrString(mod, PP_THREADING_START);
         PyObject *wrapped = orig ? PyCFunction_NewEx(&start_def, orig, NULL) : NULL;
         if (wrapped && PyObject_SetAttrString(mod, PP_THREADING_START, wrapped) == 0) {
             hooked_module = Py_NewRef(mod);

@@ -91,7 +91,6 @@ typedef struct pp_tracer {
     int eval_mode;              /* 3.11: PEP 523 frame evaluation instead of the profile hook */
     uint64_t cstack_asides;     /* 3.11 eval hook: frames run unrecorded near the C stack end */
     PyObject *prev_thread_hook; /* 3.11: threading's profile hook before ours */
-    char lazy_threading;        /* 3.11: hook threading when the program imports it */
     char threading_pending;     /* 3.11: enabled while threading was not imported yet */
     PyObject *prev_trace_hook;  /* 3.11 line mode: threading's trace hook before ours */
     /* timeline: each ended call as (fid, start, duration) */
@@ -116,7 +115,7 @@ int pp_tracer_stop(pp_tracer *t);
 /* Calls still open on every thread end now, as cProfile's flush_unmatched. */
 void pp_tracer_end_calls(pp_tracer *t);
 void pp_tracer_free(pp_tracer *t);
-/* 3.11, lazy_threading: threading was just imported; give its new threads our hook. */
+/* threading was just imported: on 3.11, give its new threads our hooks. */
 int pp_tracer_hook_threading(pp_tracer *t);
 /* The interpreter mechanism of the tracer: for captures and messages; the
  * one it uses by default on this CPython. */

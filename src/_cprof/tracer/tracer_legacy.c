@@ -302,32 +302,6 @@ static void remove_eval(void)
 
 /* Line mode needs the trace hook, which only one tool can hold: refuse,
  * naming the holder, rather than silence a debugger or coverage.py. */
-static int install_trace_hooks(pp_tracer *p)
-{
-    PyThreadState *me = PyThreadState_Get();
-    if (pp_tstate_has_trace(me) && pp_tstate_traceobj(me) != p->owner) {
-        PyObject *holder = pp_tstate_traceobj(me);
-        PyErr_Format(PyExc_RuntimeError,
-                     "pyprof: line profiling on Python 3.11 needs the trace hook, which is held "
-                     "by %R (a debugger or coverage.py?)", holder ? holder : Py_None);
-        return -1;
-    }
-    PyObject *boot = PyCFunction_New(&trace_bootstrap_def, p->owner);
-    if (boot == NULL)
-        return -1;
-    Py_CLEAR(p->prev_trace_hook);
-    int rc = set_threading_hook("trace", boot, &p->prev_trace_hook);
-    Py_DECREF(boot);
-    if (rc < 0)
-        return -1;
-    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
-         ts; ts = PyThreadState_Next(ts)) {
-        if (!pp_tstate_has_trace(ts) && _PyEval_SetTrace(ts, trace_callback, p->owner) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* threading.setprofile(our bootstrap), keeping the hook it had. */
 static int hook_threading(pp_tracer *p)
 {
@@ -340,12 +314,48 @@ static int hook_threading(pp_tracer *p)
     return rc;
 }
 
+/* Line mode: threading.settrace(our bootstrap), keeping the hook it had. */
+static int hook_threading_trace(pp_tracer *p)
+{
+    PyObject *boot = PyCFunction_New(&trace_bootstrap_def, p->owner);
+    if (boot == NULL)
+        return -1;
+    Py_CLEAR(p->prev_trace_hook);
+    int rc = set_threading_hook("trace", boot, &p->prev_trace_hook);
+    Py_DECREF(boot);
+    return rc;
+}
+
+static int install_trace_hooks(pp_tracer *p)
+{
+    PyThreadState *me = PyThreadState_Get();
+    if (pp_tstate_has_trace(me) && pp_tstate_traceobj(me) != p->owner) {
+        PyObject *holder = pp_tstate_traceobj(me);
+        PyErr_Format(PyExc_RuntimeError,
+                     "pyprof: line profiling on Python 3.11 needs the trace hook, which is held "
+                     "by %R (a debugger or coverage.py?)", holder ? holder : Py_None);
+        return -1;
+    }
+    if (!p->threading_pending && hook_threading_trace(p) < 0)
+        return -1;
+    for (PyThreadState *ts = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+         ts; ts = PyThreadState_Next(ts)) {
+        if (!pp_tstate_has_trace(ts) && _PyEval_SetTrace(ts, trace_callback, p->owner) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 int pp_tracer_hook_threading(pp_tracer *p)
 {
     if (!p->threading_pending)
         return 0;
     p->threading_pending = 0;
-    return p->enabled && !p->eval_mode ? hook_threading(p) : 0;
+    if (!p->enabled || p->eval_mode)
+        return 0;
+    if (hook_threading(p) < 0)
+        return -1;
+    return p->lines ? hook_threading_trace(p) : 0;
 }
 
 int pp_tracer_install_hooks(pp_tracer *p)
@@ -353,7 +363,9 @@ int pp_tracer_install_hooks(pp_tracer *p)
     p->eval_mode = !p->lines && eval_mode_possible(p);
     if (p->eval_mode)
         return install_eval(p);
-    p->threading_pending = p->lazy_threading && !p->lines && !threading_imported();
+    /* pyprof never imports threading (its cost, and the program's own import
+     * would move): hooked when the program imports it (pp_tracer_hook_threading) */
+    p->threading_pending = !threading_imported();
     if (!p->threading_pending && hook_threading(p) < 0)
         return -1;
     if (p->lines && install_trace_hooks(p) < 0) {
