@@ -178,3 +178,17 @@ def test_demangle_rust_legacy_and_itanium():
         "alloc::vec::Vec<T>::push"
     assert demangle("plain_c") == "plain_c"
     assert demangle("_RNvCs1234_7mycrate3foo") == "_RNvCs1234_7mycrate3foo"    # v0: as is
+
+
+def test_libdw_is_opened_at_the_first_naming_only():
+    """libdw (and libelf, libbz2 behind it) is not loaded by `import pyprof._cprof`:
+    it would cost every start ~1 ms; the first naming opens it."""
+    code = ("import ctypes, pyprof._cprof as c\n"
+            "def maps(): return open('/proc/self/maps').read()\n"
+            "before = 'libdw' in maps()\n"
+            "addr = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value\n"
+            "frames = c.native_frames([addr])\n"
+            "print(before, 'libdw' in maps(), bool(frames.get(addr)))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "True"], r.stdout

@@ -1,20 +1,80 @@
 /* symbols.c — native frames with function, file and line (see symbols.h).
  *
  * Owns: a libdwfl session over this process's loaded objects, made per call
- * (objects load and unload between captures) and ended before returning.
+ * (objects load and unload between captures) and ended before returning;
+ * libdw itself, opened at the first naming (dlopen), not linked: loading it
+ * and what it needs (libelf, liblzma, libbz2) cost every start ~1 ms.
  * Never: runs in a signal handler or a hook; keeps pointers into libdw's
  * data past dwfl_end (every string is copied into a Python object first).
  */
 #include "symbols.h"
 
 #ifdef PP_HAVE_LIBDW
+#include <dlfcn.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int pp_symbols_available(void) { return 1; }
+
+#define PP_LIBDW "libdw.so.1"
+#define PP_DW_FUNCTIONS(X)                                                                  \
+    X(dwarf_attr) X(dwarf_attr_integrate) X(dwarf_filesrc) X(dwarf_formstring)               \
+    X(dwarf_formudata) X(dwarf_getscopes) X(dwarf_getscopes_die) X(dwarf_getsrcfiles)        \
+    X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_end) X(dwfl_lineinfo)               \
+    X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report) X(dwfl_module_addrdie)             \
+    X(dwfl_module_addrname) X(dwfl_module_getsrc) X(dwfl_report_begin) X(dwfl_report_end)    \
+    X(dwfl_standard_find_debuginfo)
+
+#define PP_DW_POINTER(f) __typeof__(f) *f;
+static struct { PP_DW_FUNCTIONS(PP_DW_POINTER) } dw;
+static int dw_state;                    /* 0: not tried, 1: open, -1: not there */
+
+/* GIL held: libdw's functions, looked up once. 0, or -1 if it cannot be opened. */
+static int dw_open(void)
+{
+    if (dw_state == 0) {
+        void *h = dlopen(PP_LIBDW, RTLD_NOW | RTLD_LOCAL);
+        int ok = h != NULL;
+#define PP_DW_LOOKUP(f)                                                                     \
+        if (ok) {                                                                           \
+            void *sym = dlsym(h, #f);                                                       \
+            ok = sym != NULL;                                                               \
+            memcpy(&dw.f, &sym, sizeof sym);    /* object to function pointer: POSIX */     \
+        }
+        PP_DW_FUNCTIONS(PP_DW_LOOKUP)
+#undef PP_DW_LOOKUP
+        dw_state = ok ? 1 : -1;
+    }
+    return dw_state == 1 ? 0 : -1;
+}
+
+/* Below, each libdw call goes through the table. */
+#define PP_DW_CALL(f) (*dw.f)
+#define dwarf_attr PP_DW_CALL(dwarf_attr)
+#define dwarf_attr_integrate PP_DW_CALL(dwarf_attr_integrate)
+#define dwarf_filesrc PP_DW_CALL(dwarf_filesrc)
+#define dwarf_formstring PP_DW_CALL(dwarf_formstring)
+#define dwarf_formudata PP_DW_CALL(dwarf_formudata)
+#define dwarf_getscopes PP_DW_CALL(dwarf_getscopes)
+#define dwarf_getscopes_die PP_DW_CALL(dwarf_getscopes_die)
+#define dwarf_getsrcfiles PP_DW_CALL(dwarf_getsrcfiles)
+#define dwarf_tag PP_DW_CALL(dwarf_tag)
+#define dwfl_addrmodule PP_DW_CALL(dwfl_addrmodule)
+#define dwfl_begin PP_DW_CALL(dwfl_begin)
+#define dwfl_end PP_DW_CALL(dwfl_end)
+#define dwfl_lineinfo PP_DW_CALL(dwfl_lineinfo)
+#define dwfl_linux_proc_find_elf PP_DW_CALL(dwfl_linux_proc_find_elf)
+#define dwfl_linux_proc_report PP_DW_CALL(dwfl_linux_proc_report)
+#define dwfl_module_addrdie PP_DW_CALL(dwfl_module_addrdie)
+#define dwfl_module_addrname PP_DW_CALL(dwfl_module_addrname)
+#define dwfl_module_getsrc PP_DW_CALL(dwfl_module_getsrc)
+#define dwfl_report_begin PP_DW_CALL(dwfl_report_begin)
+#define dwfl_report_end PP_DW_CALL(dwfl_report_end)
+#define dwfl_standard_find_debuginfo PP_DW_CALL(dwfl_standard_find_debuginfo)
 
 /* A DIE's name: its linkage (mangled) name where it has one, else its plain
  * name, following DW_AT_abstract_origin / DW_AT_specification. */
@@ -104,6 +164,8 @@ static int frames_of(Dwfl *dwfl, Dwarf_Addr ip, PyObject *out)
 
 PyObject *pp_symbols_frames(PyObject *ips)
 {
+    if (dw_open() < 0)
+        Py_RETURN_NONE;                 /* as without libdw: the callers fall back */
     PyObject *seq = PySequence_Fast(ips, "native_frames(ips): a sequence of addresses");
     if (seq == NULL)
         return NULL;

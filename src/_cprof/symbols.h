@@ -1,5 +1,5 @@
 /* symbols.h — native addresses named from debug information (elfutils'
- * libdw; compiled out without it). */
+ * libdw, opened at first use; compiled out without its headers). */
 #ifndef PP_SYMBOLS_H
 #define PP_SYMBOLS_H
 
@@ -11,7 +11,8 @@ int pp_symbols_available(void);
  * frames that name each one, innermost first — inlined functions, then the
  * function holding them — with linkage (mangled) names where the debug
  * information has them; file "" and line 0 where it has no line. An address
- * no object or symbol covers is left out. Py_None without libdw. GIL held;
+ * no object or symbol covers is left out. Py_None without libdw (not built
+ * with it, or libdw.so.1 cannot be opened). GIL held;
  * not for signal handlers (reads files, allocates). */
 PyObject *pp_symbols_frames(PyObject *ips);
 
