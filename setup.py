@@ -40,13 +40,15 @@ if header_exists("libunwind.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1"
     libraries.append("unwind")
 # libunwind-ptrace: native stacks of another process, read from outside (dump --native)
 if header_exists("libunwind-ptrace.h") and os.environ.get("PYPROF_NO_LIBUNWIND") != "1":
-    define_macros.append(("PP_HAVE_LIBUNWIND_PTRACE", "1"))
-    libraries += ["unwind-ptrace", "unwind-generic"]
+    define_macros.append(("PP_HAVE_LIBUNWIND_PTRACE", "1"))     # opened at first use
+    if "dl" not in libraries:
+        libraries.append("dl")
 # elfutils' libdw names native frames with file, line and inlined functions;
 # opened at first use (symbols.c), not linked: it would cost every start ~1 ms
 if header_exists("elfutils/libdwfl.h") and os.environ.get("PYPROF_NO_LIBDW") != "1":
     define_macros.append(("PP_HAVE_LIBDW", "1"))
-    libraries.append("dl")
+    if "dl" not in libraries:
+        libraries.append("dl")
 
 # hidden: calls between the core's files are direct (no PLT) and inlinable, as
 # they were when one file held them; only PyInit__cprof is exported.

@@ -670,3 +670,25 @@ def test_top_remote_writes_what_it_sampled_when_the_target_ends(tmp_path):
         assert hits > 50, lines
     finally:
         kill(p)
+
+
+@pytest.mark.skipif("libunwind" not in _cprof.FEATURES, reason="built without libunwind")
+def test_libunwind_ptrace_is_opened_at_the_first_native_read():
+    """The remote unwinder (libunwind-ptrace and libunwind's generic library) is
+    not loaded by `import pyprof._cprof` (it would cost every start): asking for
+    native stacks of another process opens it, and it works."""
+    code = ("import sys, pyprof._cprof as c\n"
+            "def maps(): return open('/proc/self/maps').read()\n"
+            "before = 'libunwind-ptrace' in maps()\n"
+            "avail = c.RemoteProcess(int(sys.argv[1])).native_available\n"
+            "print(before, avail, 'libunwind-ptrace' in maps())\n")
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        r = subprocess.run([sys.executable, "-c", code, str(target.pid)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["False", "True", "True"], r.stdout
+    finally:
+        target.kill()
+        target.wait()

@@ -5,7 +5,8 @@
  * Owns: the walk of the main interpreter's thread states and frames through
  * process_vm_readv, the code-object cache (names, location tables), the
  * location-table decoding (CPython's Objects/locations.md, 3.11-3.13), and the
- * native stacks read with libunwind-ptrace while the threads are stopped.
+ * native stacks read with libunwind-ptrace while the threads are stopped
+ * (opened at the first such read, not linked: it cost every start ~0.5 ms).
  * Never: writes the target's memory or registers (libunwind's ptrace
  * accessors are only asked to read), sends a signal, leaves a thread stopped;
  * no read is trusted unchecked, no loop unbounded. Version knowledge comes
@@ -21,6 +22,7 @@
 #include <sys/uio.h>
 
 #ifdef PP_HAVE_LIBUNWIND_PTRACE
+#include <dlfcn.h>
 #include <libunwind-ptrace.h>
 #endif
 
@@ -374,26 +376,74 @@ static uintptr_t current_frame(pp_remote *r, const unsigned char *ts)
 }
 
 #ifdef PP_HAVE_LIBUNWIND_PTRACE
+/* libunwind's remote unwinder (its generic library, named by architecture)
+ * and its ptrace accessors. */
+#if defined(__x86_64__)
+#define PP_LIBUNWIND_GENERIC "libunwind-x86_64.so.8"
+#elif defined(__aarch64__)
+#define PP_LIBUNWIND_GENERIC "libunwind-aarch64.so.8"
+#else
+#define PP_LIBUNWIND_GENERIC "libunwind-generic.so"
+#endif
+#define PP_LIBUNWIND_PTRACE "libunwind-ptrace.so.0"
+
+/* unw_* are macros naming the architecture's functions (_Ux86_64_step...):
+ * the table's members and the looked-up names are those. */
+#define PP_UNW_STR_(x) #x
+#define PP_UNW_STR(x) PP_UNW_STR_(x)
+#define PP_UNW_GENERIC(X) X(unw_create_addr_space) X(unw_destroy_addr_space) \
+    X(unw_init_remote) X(unw_get_reg) X(unw_get_proc_name) X(unw_step)
+#define PP_UNW_PTRACE(X) X(_UPT_create) X(_UPT_destroy)
+#define PP_UNW_POINTER(f) __typeof__(f) *f;
+static struct {
+    PP_UNW_GENERIC(PP_UNW_POINTER)
+    PP_UNW_PTRACE(PP_UNW_POINTER)
+    unw_accessors_t *accessors;
+} up;
+static int up_state;                    /* 0: not tried, 1: open, -1: not there */
+
+static int up_lookup(void *h, const char *name, void *fp, size_t size)
+{
+    void *sym = h ? dlsym(h, name) : NULL;
+    memcpy(fp, &sym, size);             /* object to function pointer: POSIX */
+    return sym != NULL;
+}
+
 int pp_remote_native_available(void)
 {
-    return 1;
+    if (up_state == 0) {
+        /* global: libunwind-ptrace's own calls into the unwinder resolve there */
+        void *gen = dlopen(PP_LIBUNWIND_GENERIC, RTLD_NOW | RTLD_GLOBAL);
+        void *pt = gen ? dlopen(PP_LIBUNWIND_PTRACE, RTLD_NOW | RTLD_LOCAL) : NULL;
+        int ok = gen != NULL && pt != NULL;
+#define PP_UNW_FROM_GENERIC(f) ok = ok && up_lookup(gen, PP_UNW_STR(f), &up.f, sizeof up.f);
+#define PP_UNW_FROM_PTRACE(f) ok = ok && up_lookup(pt, PP_UNW_STR(f), &up.f, sizeof up.f);
+        PP_UNW_GENERIC(PP_UNW_FROM_GENERIC)
+        PP_UNW_PTRACE(PP_UNW_FROM_PTRACE)
+#undef PP_UNW_FROM_GENERIC
+#undef PP_UNW_FROM_PTRACE
+        void *acc = ok ? dlsym(pt, "_UPT_accessors") : NULL;
+        up.accessors = acc;
+        up_state = ok && acc != NULL ? 1 : -1;
+    }
+    return up_state == 1;
 }
 
 /* The native stack of a ptrace-stopped thread: only reads (registers, memory). */
 static void read_native(unw_addr_space_t as, pid_t tid, pp_remote_thread *t)
 {
     t->nnative = 0;
-    void *ui = _UPT_create(tid);
+    void *ui = up._UPT_create(tid);
     if (ui == NULL)
         return;
     unw_cursor_t cur;
-    if (unw_init_remote(&cur, as, ui) == 0) {
+    if (up.unw_init_remote(&cur, as, ui) == 0) {
         do {
             unw_word_t ip = 0, off = 0;
             char name[256], text[300];
-            if (unw_get_reg(&cur, UNW_REG_IP, &ip) < 0)
+            if (up.unw_get_reg(&cur, UNW_REG_IP, &ip) < 0)
                 break;
-            if (unw_get_proc_name(&cur, name, sizeof name, &off) == 0)
+            if (up.unw_get_proc_name(&cur, name, sizeof name, &off) == 0)
                 snprintf(text, sizeof text, "%s+0x%lx", name, (unsigned long)off);
             else
                 snprintf(text, sizeof text, "0x%lx", (unsigned long)ip);
@@ -401,9 +451,9 @@ static void read_native(unw_addr_space_t as, pid_t tid, pp_remote_thread *t)
             if (t->native[t->nnative] == NULL)
                 break;
             t->nnative++;
-        } while (t->nnative < PP_REMOTE_MAX_NATIVE && unw_step(&cur) > 0);
+        } while (t->nnative < PP_REMOTE_MAX_NATIVE && up.unw_step(&cur) > 0);
     }
-    _UPT_destroy(ui);
+    up._UPT_destroy(ui);
 }
 #else
 int pp_remote_native_available(void)
@@ -522,14 +572,14 @@ int pp_remote_threads(pp_remote *r, pp_remote_cache *c, int stop, int native,
     int rc = read_threads(r, c, 0, out, count, err, n);
     int saved = errno;
 #ifdef PP_HAVE_LIBUNWIND_PTRACE
-    if (rc == 0 && native) {
-        unw_addr_space_t as = unw_create_addr_space(&_UPT_accessors, 0);
+    if (rc == 0 && native && pp_remote_native_available()) {
+        unw_addr_space_t as = up.unw_create_addr_space(up.accessors, 0);
         if (as != NULL) {
             for (int i = 0; i < *count; i++)
                 for (int k = 0; k < s.n; k++)
                     if ((unsigned long)s.tids[k] == (*out)[i].native_id)
                         read_native(as, s.tids[k], &(*out)[i]);
-            unw_destroy_addr_space(as);
+            up.unw_destroy_addr_space(as);
         }
     }
 #else
