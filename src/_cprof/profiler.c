@@ -7,7 +7,8 @@
  * explicit one runs, and resumes after it.
  * Fork: the engines' helper threads stop in an os.register_at_fork `before`
  * hook and start again in the parent once CPython has counted its threads.
- * Before a capture reads the run, the engines are settled here (settle).
+ * Before a capture reads the run, the engines are settled here (settle) and
+ * what it reads from them is gathered (input_gather): capture only formats.
  * Never: per-event work; formats (capture.c writes).
  */
 #include "profiler.h"
@@ -17,6 +18,7 @@
 #include "frames.h"
 
 #include <stddef.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -427,20 +429,168 @@ static void settle(pp_run *r)
         pp_sampler_drain(&r->sm);
 }
 
+/* The interpreter mechanism in use (or last used). */
+static const char *hook_name(const pp_run *r)
+{
+    if (r->memory_only)
+        return "PyMem_SetAllocator";
+    if (r->sampling)
+        return r->sm.opts.mode == PP_SAMPLE_WALL ? "SIGPROF (wall-clock timer thread)"
+                                                 : "SIGPROF (ITIMER_PROF, process CPU time)";
+    return pp_tracer_hook_name(&r->tr);
+}
+
+/* A thread's tables as if its calls still open ended at `now`: a copy,
+ * leaving the live state untouched. -1 when memory runs out. */
+static int tables_ended_at(const pp_run *r, const pp_thread *ts, int64_t now, pp_tables *copy)
+{
+    pp_stack st = {0};
+    if (pp_tables_copy(copy, &ts->t) < 0)
+        return -1;
+    st.f = malloc(ts->st.depth * sizeof(pp_frame));
+    if (st.f == NULL) {
+        pp_tables_free(copy);
+        return -1;
+    }
+    memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
+    st.depth = st.cap = ts->st.depth;
+    st.mem_cur = ts->st.mem_cur;
+    st.mem_alloc = ts->st.mem_alloc;
+    st.mem_blocks = ts->st.mem_blocks;
+    st.mem_pending = ts->st.mem_pending;
+    st.mem_pending_base = ts->st.mem_pending_base;
+    /* C code's bytes set aside now (its thread without the GIL): read, left there */
+    atomic_store(&st.aside_net, atomic_load(&ts->st.aside_net));
+    atomic_store(&st.aside_hw, atomic_load(&ts->st.aside_hw));
+    atomic_store(&st.aside_alloc, atomic_load(&ts->st.aside_alloc));
+    atomic_store(&st.aside_blocks, atomic_load(&ts->st.aside_blocks));
+    atomic_store(&st.aside, atomic_load(&ts->st.aside));
+    st.line_cost = ts->st.line_cost;
+    pp_tracer_stop_all(copy, &st, now, r->tr.lines);
+    pp_stack_free(&st);
+    return 0;
+}
+
+typedef struct {
+    pp_snapin in;
+    pp_tables *copies;          /* per thread: used where `copied` is set */
+    uint8_t *copied;
+} snapshot_input;
+
+static void input_free(snapshot_input *s)
+{
+    for (uint32_t i = 0; i < s->in.nthreads; i++)
+        if (s->copied && s->copied[i])
+            pp_tables_free(&s->copies[i]);
+    free(s->copies);
+    free(s->copied);
+    free((void *)s->in.tables);
+    free(s->in.coro_open);
+    free(s->in.live);
+    free(s->in.curve);
+    if (s->in.have_stacks)
+        pp_memstacks_free(&s->in.stacks);
+}
+
+/* Everything a capture reads from the engines, at this instant (settled
+ * first). ns_per_tick: 0 for the clock's own calibration now. -1 with an
+ * exception set. */
+static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapshot_input *s)
+{
+    memset(s, 0, sizeof *s);
+    settle(r);
+    pp_snapin *in = &s->in;
+    in->include_open = include_open;
+    in->now = pp_tracer_now(&r->tr);
+    in->ns_per_tick = r->tr.timer ? 1.0 : ns_per_tick > 0 ? ns_per_tick : pp_clock_ns_per_tick();
+    in->hook = hook_name(r);
+    uint32_t n = 0;
+    for (pp_thread *ts = r->threads.head; ts; ts = ts->next)
+        n++;
+    in->tables = calloc(n ? n : 1, sizeof *in->tables);
+    s->copies = calloc(n ? n : 1, sizeof *s->copies);
+    s->copied = calloc(n ? n : 1, 1);
+    if (in->tables == NULL || s->copies == NULL || s->copied == NULL)
+        goto oom;
+    for (pp_thread *ts = r->threads.head; ts; ts = ts->next, in->nthreads++) {
+        uint32_t i = in->nthreads;
+        if (!include_open || ts->st.depth == 0) {
+            in->tables[i] = &ts->t;
+            continue;
+        }
+        if (tables_ended_at(r, ts, in->now, &s->copies[i]) < 0)
+            goto oom;
+        s->copied[i] = 1;
+        in->tables[i] = &s->copies[i];
+    }
+    if (!r->sampling && !r->memory_only && r->tr.coros.nfid) {
+        in->coro_open = calloc(r->tr.coros.nfid, sizeof *in->coro_open);
+        if (in->coro_open == NULL)
+            goto oom;
+        pp_tracer_coro_open_wall(&r->tr, in->now, in->coro_open, r->tr.coros.nfid);
+    }
+    if (r->memory && r->enabled && pp_memory_recording()) {
+        /* resolved before the names are written: it may register functions */
+        if (pp_memory_rows(&r->mem, &in->live, &in->nlive, &in->live_info) < 0)
+            goto fail;
+        in->curve = pp_memory_curve(&r->mem, &in->ncurve);
+        if (pp_memory_stacks(&r->mem, &in->stacks) == 0)
+            in->have_stacks = 1;
+        else
+            PyErr_Clear();
+        pp_memory_rss(&in->rss_end, &in->rss_peak);
+    }
+    if (r->sampling) {
+        pp_sampler_get_info(&in->si);
+        in->tasks_named = pp_tasks_named(&r->sm.tasks);
+    }
+    return 0;
+oom:
+    PyErr_NoMemory();
+fail:
+    input_free(s);
+    return -1;
+}
+
+/* steps compare snapshots: one calibration for all of them (module.c) */
 PyObject *pp_profiler_snapshot(pp_profiler *p, int flags)
 {
-    settle(&p->run);
-    return pp_capture_snapshot(&p->run, flags);
+    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
+    snapshot_input s;
+    PyObject *blob = NULL;
+    if (input_gather(&p->run, flags & PP_SNAP_OPEN, p->run.snap_ns_per_tick, &s) == 0) {
+        blob = pp_capture_snapshot(&p->run, flags, &s.in);
+        input_free(&s);
+    }
+    pp_memory_self_end(was);
+    return blob;
 }
 
 PyObject *pp_profiler_step_counters(pp_profiler *p, int peek)
 {
-    settle(&p->run);
-    return pp_capture_step_counters(&p->run, peek);
+    int was = pp_memory_self_begin();
+    snapshot_input s;
+    PyObject *rows = NULL;
+    if (input_gather(&p->run, 1, 0.0, &s) == 0) {
+        rows = pp_capture_step_counters(&p->run, peek, &s.in);
+        input_free(&s);
+    }
+    pp_memory_self_end(was);
+    return rows;
 }
 
 int pp_profiler_write(pp_profiler *p, const char *path, int final, char *err, size_t errlen)
 {
-    settle(&p->run);
-    return pp_capture_write(&p->run, path, final, err, errlen);
+    int was = pp_memory_self_begin();
+    snapshot_input s;
+    int rc = -1;
+    if (input_gather(&p->run, 1, p->run.snap_ns_per_tick, &s) == 0) {
+        rc = pp_capture_write(&p->run, &s.in, path, final, err, errlen);
+        input_free(&s);
+    }
+    else {
+        snprintf(err, errlen, "snapshot failed (out of memory)");
+    }
+    pp_memory_self_end(was);
+    return rc;
 }

@@ -60,21 +60,12 @@ typedef struct {
     uint64_t events, dropped_short, dropped_full, open;
 } tlcounts;
 
-/* The interpreter mechanism in use (or last used). */
-static const char *hook_name(const pp_run *p)
+static void put_json_info(buf *b, pp_run *p, const pp_snapin *in, const tconv *tc,
+                          double time_unit, uint64_t events, const tlcounts *tl,
+                          uint64_t paths_dropped, int64_t line_cost)
 {
-    if (p->memory_only)
-        return "PyMem_SetAllocator";
-    if (p->sampling)
-        return p->sm.opts.mode == PP_SAMPLE_WALL ? "SIGPROF (wall-clock timer thread)"
-                                                 : "SIGPROF (ITIMER_PROF, process CPU time)";
-    return pp_tracer_hook_name(&p->tr);
-}
-
-static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
-                          uint64_t events, int include_open, const pp_meminfo *live,
-                          const tlcounts *tl, uint64_t paths_dropped, int64_t line_cost)
-{
+    int include_open = in->include_open;
+    const pp_meminfo *live = in->live ? &in->live_info : NULL;
     char s[2048];
     int64_t now_wall = pp_clock_realtime_ns();
     int64_t dur = p->enabled_ns + (p->enabled ? pp_clock_monotonic_ns() - p->enabled_since_ns : 0);
@@ -94,7 +85,7 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         p->enabled ? "true" : "false",
         include_open ? "true" : "false",
         PY_MAJOR_VERSION, PY_MINOR_VERSION, PY_MICRO_VERSION,
-        hook_name(p), p->tr.tool_id, (unsigned long long)p->tr.cstack_asides,
+        in->hook, p->tr.tool_id, (unsigned long long)p->tr.cstack_asides,
         p->tr.lines ? "true" : "false",
         p->tr.paths && !p->sampling && !p->memory_only ? "true" : "false",
         (unsigned long long)paths_dropped);
@@ -104,8 +95,7 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         n += snprintf(s + n, sizeof s - (size_t)n, ",\"line_bookkeeping_ns\":%lld",
                       (long long)tl_ns(p, tc, line_cost));
     if (n > 0 && (size_t)n < sizeof s && p->sampling) {
-        pp_sampler_info si;
-        pp_sampler_get_info(&si);
+        pp_sampler_info si = in->si;
         if (!p->enabled_ns && !p->enabled)
             memset(&si, 0, sizeof si);
         double elapsed = (double)(si.stopped_ns - si.started_ns) / 1e9;
@@ -134,7 +124,7 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
             n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
                 ",\"async\":{\"tasks\":%u,\"seen\":%llu,\"unmatched_samples\":%llu,"
                 "\"looks\":%llu,\"look_s\":%.6f,\"look_gap_s\":%.6f}}",
-                pp_tasks_named(&p->sm.tasks), (unsigned long long)p->sm.tasks.seen,
+                in->tasks_named, (unsigned long long)p->sm.tasks.seen,
                 (unsigned long long)p->sm.tasks.unmatched, (unsigned long long)p->sm.tasks.looks,
                 (double)p->sm.tasks.look_ns / 1e9, (double)p->sm.tasks.gap_ns / 1e9) - 1;
     }
@@ -150,7 +140,8 @@ static void put_json_info(buf *b, pp_run *p, const tconv *tc, double time_unit,
         }
         if (live) {
             pp_meminfo_add(&all, live);
-            pp_memory_rss(&rss_end, &rss_peak);
+            rss_end = in->rss_end;
+            rss_peak = in->rss_peak;
         }
         const pp_meminfo *mi = &all;
         n += snprintf(s + n, sizeof s - (size_t)n,
@@ -379,13 +370,21 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
     }
 }
 
-static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n)
+/* A row's stack id in the capture: the live rows' stacks follow the finished
+ * runs' (`shift` of them); none when the live stacks could not be read. */
+static uint32_t row_stack(const pp_memrow *r, uint32_t shift, int stacks_kept)
+{
+    return r->stack == PP_NONE || !stacks_kept ? PP_NONE : r->stack + shift;
+}
+
+static void put_memrows(buf *b, const pp_memrow *rows, uint32_t n, uint32_t shift,
+                        int stacks_kept)
 {
     for (uint32_t i = 0; i < n; i++) {
         put_u32(b, rows[i].fid);
         put_u32(b, rows[i].line);
         put_u32(b, rows[i].kind & ~PP_MEM_NATIVE);
-        put_u32(b, rows[i].stack);
+        put_u32(b, row_stack(&rows[i], shift, stacks_kept));
         put_u64(b, rows[i].alloc_bytes);
         put_u64(b, rows[i].alloc_count);
         put_u64(b, rows[i].free_bytes);
@@ -404,7 +403,8 @@ static uint32_t count_extra(const pp_memrow *rows, uint32_t n)
     return k;
 }
 
-static void put_extrarows(buf *b, const pp_memrow *rows, uint32_t n)
+static void put_extrarows(buf *b, const pp_memrow *rows, uint32_t n, uint32_t shift,
+                          int stacks_kept)
 {
     for (uint32_t i = 0; i < n; i++) {
         const pp_memrow *r = &rows[i];
@@ -414,7 +414,7 @@ static void put_extrarows(buf *b, const pp_memrow *rows, uint32_t n)
         put_u32(b, r->fid);
         put_u32(b, r->line);
         put_u32(b, r->kind & ~PP_MEM_NATIVE);
-        put_u32(b, r->stack);
+        put_u32(b, row_stack(r, shift, stacks_kept));
         put_u64(b, native ? r->alloc_bytes : 0);
         put_u64(b, native ? r->alloc_count : 0);
         put_u64(b, native ? r->free_bytes : 0);
@@ -438,7 +438,7 @@ static void put_points(buf *b, const pp_mempoint *pts, uint32_t n, int64_t t0)
     }
 }
 
-static void put_curve(buf *b, pp_run *p, const pp_mempoint *live, uint32_t nlive)
+static void put_curve(buf *b, const pp_run *p, const pp_mempoint *live, uint32_t nlive)
 {
     uint32_t nold = p->mem.data ? p->mem.data->npoints : 0;
     size_t r = record_begin(b, PP_REC_MEMCURVE);
@@ -462,27 +462,25 @@ static void put_stacklist(buf *b, const pp_memstacks *s, int native)
 
 /* MEMORY rows, then MEMSTACKS: the finished runs', then the live ones (whose
  * stack ids come after the finished runs' stacks). */
-static void put_memory(buf *b, pp_run *p, pp_memrow *live, uint32_t nlive,
+static void put_memory(buf *b, const pp_run *p, const pp_memrow *live, uint32_t nlive,
                        const pp_memstacks *live_stacks)
 {
     uint32_t nold = p->mem.data ? p->mem.data->nrows : 0;
     uint32_t old_stacks = p->mem.data ? p->mem.data->stacks.n : 0;
-    for (uint32_t i = 0; i < nlive; i++)
-        if (live[i].stack != PP_NONE)
-            live[i].stack = live_stacks ? live[i].stack + old_stacks : PP_NONE;
+    int live_kept = live_stacks != NULL;
     size_t r = record_begin(b, PP_REC_MEMORY);
     put_u32(b, nold + nlive);
     if (nold)
-        put_memrows(b, p->mem.data->rows, nold);
-    put_memrows(b, live, nlive);
+        put_memrows(b, p->mem.data->rows, nold, 0, 1);
+    put_memrows(b, live, nlive, old_stacks, live_kept);
     record_end(b, r);
     uint32_t nextra = (nold ? count_extra(p->mem.data->rows, nold) : 0) + count_extra(live, nlive);
-    if (nextra) {                           /* live stack ids renumbered above */
+    if (nextra) {
         r = record_begin(b, PP_REC_MEMEXTRA);
         put_u32(b, nextra);
         if (nold)
-            put_extrarows(b, p->mem.data->rows, nold);
-        put_extrarows(b, live, nlive);
+            put_extrarows(b, p->mem.data->rows, nold, 0, 1);
+        put_extrarows(b, live, nlive, old_stacks, live_kept);
         record_end(b, r);
     }
     r = record_begin(b, PP_REC_MEMSTACKS);
@@ -577,42 +575,6 @@ static void put_table(buf *b, uint16_t type, buf *rows, uint32_t n)
     record_end(b, r);
 }
 
-/* A thread's tables as if the calls still open (with include_open) ended at
- * `now`: a copy then (*copied set; the caller frees it), leaving the live
- * state untouched, else the live tables. NULL when memory runs out. */
-static const pp_tables *tables_at(pp_run *p, pp_thread *ts, int include_open, int64_t now,
-                                  pp_tables *copy, int *copied)
-{
-    *copied = 0;
-    if (!include_open || ts->st.depth == 0)
-        return &ts->t;
-    pp_stack st = {0};
-    if (pp_tables_copy(copy, &ts->t) < 0)
-        return NULL;
-    st.f = malloc(ts->st.depth * sizeof(pp_frame));
-    if (st.f == NULL) {
-        pp_tables_free(copy);
-        return NULL;
-    }
-    memcpy(st.f, ts->st.f, ts->st.depth * sizeof(pp_frame));
-    st.depth = st.cap = ts->st.depth;
-    st.mem_cur = ts->st.mem_cur;
-    st.mem_alloc = ts->st.mem_alloc;
-    st.mem_blocks = ts->st.mem_blocks;
-    st.mem_pending = ts->st.mem_pending;
-    st.mem_pending_base = ts->st.mem_pending_base;
-    /* C code's bytes set aside now (its thread without the GIL): read, left there */
-    atomic_store(&st.aside_net, atomic_load(&ts->st.aside_net));
-    atomic_store(&st.aside_hw, atomic_load(&ts->st.aside_hw));
-    atomic_store(&st.aside_alloc, atomic_load(&ts->st.aside_alloc));
-    atomic_store(&st.aside_blocks, atomic_load(&ts->st.aside_blocks));
-    atomic_store(&st.aside, atomic_load(&ts->st.aside));
-    st.line_cost = ts->st.line_cost;
-    pp_tracer_stop_all(copy, &st, now, p->tr.lines);
-    pp_stack_free(&st);
-    *copied = 1;
-    return copy;
-}
 
 /* ---------------------------------------------------------------- steps */
 
@@ -843,47 +805,37 @@ static int step_samples(stepbufs *sb, pp_run *p, int peek)
                       get_sample, put_sample, peek);
 }
 
-static int step_memory(stepbufs *sb, pp_run *p, int peek)
+static int step_memory(stepbufs *sb, pp_run *p, const pp_snapin *in, int peek)
 {
-    pp_memrow *live = NULL;
-    uint32_t nlive = 0;
-    pp_meminfo info;
-    if (p->enabled && pp_memory_recording() && pp_memory_rows(&p->mem, &live, &nlive, &info) < 0)
-        return -1;
-    stepctx c = {NULL, NULL, p, NULL, live, p->mem.data ? p->mem.data->nrows : 0,
+    stepctx c = {NULL, NULL, p, NULL, in->live, p->mem.data ? p->mem.data->nrows : 0,
                  p->mem.data ? p->mem.data->stacks.n : 0};
-    int rc = step_table(&sb->ms, &sb->nms, &p->step_memory, c.nold + nlive, &c, get_memory,
-                        put_memory_row, peek);
-    free(live);
+    int rc = step_table(&sb->ms, &sb->nms, &p->step_memory, c.nold + in->nlive, &c,
+                        get_memory, put_memory_row, peek);
     if (rc < 0)
         PyErr_NoMemory();
     return rc;
 }
 
-static PyObject *step_counters(pp_run *p, int peek)
+PyObject *pp_capture_step_counters(pp_run *p, int peek, const pp_snapin *in)
 {
     tconv tc = {0, 1.0};
     if (p->tr.timer == NULL) {
         tc.scale = 1;
-        tc.ns_per_tick = pp_clock_ns_per_tick();
+        tc.ns_per_tick = in->ns_per_tick;
     }
-    int64_t now = pp_tracer_now(&p->tr);
     stepbufs sb = {0};
     buf b = {0};
     int oom = 0;
-    for (pp_thread *ts = p->threads.head; ts && !oom; ts = ts->next) {
-        pp_tables copy;
-        int copied;
-        const pp_tables *t = tables_at(p, ts, 1, now, &copy, &copied);
+    uint32_t i = 0;
+    for (pp_thread *ts = p->threads.head; ts && !oom; ts = ts->next, i++) {
+        const pp_tables *t = i < in->nthreads ? in->tables[i] : NULL;
         if (t == NULL || step_thread(&sb, ts, t, &tc, peek) < 0)
             oom = 1;
-        if (copied)
-            pp_tables_free(&copy);
     }
     if (!oom && p->sampling && step_samples(&sb, p, peek) < 0)
         oom = 1;
     PyObject *result = NULL;
-    if (!oom && p->memory && step_memory(&sb, p, peek) < 0) {
+    if (!oom && p->memory && step_memory(&sb, p, in, peek) < 0) {
         free(sb.fs.p); free(sb.es.p); free(sb.ps.p); free(sb.ls.p); free(sb.cs.p);
         free(sb.ss.p); free(sb.ms.p);
         return NULL;                        /* the error is set */
@@ -912,75 +864,44 @@ static PyObject *step_counters(pp_run *p, int peek)
     return result;
 }
 
-PyObject *pp_capture_step_counters(pp_run *p, int peek)
+PyObject *pp_capture_snapshot(pp_run *p, int flags, const pp_snapin *in)
 {
-    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
-    PyObject *r = step_counters(p, peek);
-    pp_memory_self_end(was);
-    return r;
-}
-
-static PyObject *capture_snapshot(pp_run *p, int flags)
-{
-    int include_open = flags & PP_SNAP_OPEN;
+    int include_open = in->include_open;
     tconv tc = {0, 1.0};
     double time_unit = 1e-9;
     if (p->tr.timer == NULL) {
         tc.scale = 1;
-        /* steps compare snapshots: one calibration for all of them */
-        tc.ns_per_tick = p->snap_ns_per_tick > 0 ? p->snap_ns_per_tick : pp_clock_ns_per_tick();
+        tc.ns_per_tick = in->ns_per_tick;
     }
     else if (p->tr.timeunit > 0.0) {
         time_unit = p->tr.timeunit;
     }
-    int64_t now = include_open ? pp_tracer_now(&p->tr) : 0;
 
     buf b = {0};
     statbufs sb = {0};
     uint64_t events = 0;
     int64_t line_cost = 0;
-    /* resolved first: it may register functions, and names are written before */
-    pp_memrow *live = NULL;
-    uint32_t nlive = 0;
-    pp_meminfo live_info;
-    pp_mempoint *live_curve = NULL;
-    uint32_t nlive_curve = 0;
-    pp_memstacks live_stacks;
-    int have_live_stacks = 0;
-    if (p->memory && p->enabled && pp_memory_recording()) {
-        if (pp_memory_rows(&p->mem, &live, &nlive, &live_info) < 0)
-            return NULL;
-        live_curve = pp_memory_curve(&p->mem, &nlive_curve);
-        if (pp_memory_stacks(&p->mem, &live_stacks) == 0)
-            have_live_stacks = 1;
-        else
-            PyErr_Clear();
-    }
-    for (pp_thread *ts = p->threads.head; ts; ts = ts->next) {
+    uint32_t i = 0;
+    for (pp_thread *ts = p->threads.head; ts; ts = ts->next, i++) {
         events += ts->events;
         line_cost += ts->st.line_cost;
-        pp_tables copy;
-        int copied;
-        const pp_tables *t = tables_at(p, ts, include_open, now, &copy, &copied);
+        const pp_tables *t = i < in->nthreads ? in->tables[i] : NULL;
         if (t == NULL) {
             b.oom = 1;
             break;
         }
         put_thread_stats(&sb, ts, t, &tc);
-        if (copied)
-            pp_tables_free(&copy);
     }
 
     /* timeline rows first: INFO reports their counts */
     buf tlb = {0};
     tlcounts tlc = {0};
     if (p->tr.timeline && !(flags & PP_SNAP_COUNTERS)) {
-        int64_t tnow = include_open && p->enabled ? (now ? now : pp_tracer_now(&p->tr)) : 0;
+        int64_t tnow = include_open && p->enabled ? in->now : 0;
         for (pp_thread *ts = p->threads.head; ts; ts = ts->next)
             put_timeline(&tlb, p, &tc, ts, include_open, tnow, &tlc);
     }
-    put_json_info(&b, p, &tc, time_unit, events, include_open, live ? &live_info : NULL, &tlc,
-                  sb.paths_dropped, line_cost);
+    put_json_info(&b, p, in, &tc, time_unit, events, &tlc, sb.paths_dropped, line_cost);
     if (p->meta && PyBytes_Check(p->meta)) {
         size_t r = record_begin(&b, PP_REC_META);
         put(&b, PyBytes_AS_STRING(p->meta), (size_t)PyBytes_GET_SIZE(p->meta));
@@ -992,7 +913,7 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
     if (!p->sampling && !p->memory_only && p->tr.coros.nfid)
-        pp_capture_put_coros(&b, p, &tc);
+        pp_capture_put_coros(&b, p, &tc, in->coro_open);
     if (p->tr.paths && !p->sampling && !p->memory_only)
         put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);
     if (p->tr.lines) {
@@ -1002,10 +923,10 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     if (p->sampling)
         put_samples(&b, &p->sm.samples);
     if ((p->sampling && p->sm.opts.async) || (!p->sampling && !p->memory_only && p->tr.asyncio))
-        pp_capture_put_tasks(&b, p, &tc, pp_tracer_now(&p->tr));
+        pp_capture_put_tasks(&b, p, &tc, in->now, in->tasks_named);
     if (p->memory) {
-        put_memory(&b, p, live, nlive, have_live_stacks ? &live_stacks : NULL);
-        put_curve(&b, p, live_curve, nlive_curve);
+        put_memory(&b, p, in->live, in->nlive, in->have_stacks ? &in->stacks : NULL);
+        put_curve(&b, p, in->curve, in->ncurve);
         if (!p->memory_only)
             put_table(&b, PP_REC_FMEMORY, &sb.ms, sb.nms);
         if (p->tr.lines && sb.nlm)
@@ -1033,10 +954,6 @@ static PyObject *capture_snapshot(pp_run *p, int flags)
     else
         result = PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 done:
-    free(live);
-    free(live_curve);
-    if (have_live_stacks)
-        pp_memstacks_free(&live_stacks);
     free(b.p);
     free(tlb.p);
     free(sb.fs.p);
@@ -1049,13 +966,6 @@ done:
     return result;
 }
 
-PyObject *pp_capture_snapshot(pp_run *p, int flags)
-{
-    int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
-    PyObject *r = capture_snapshot(p, flags);
-    pp_memory_self_end(was);
-    return r;
-}
 
 int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,
                           char *err, size_t errlen)
@@ -1141,9 +1051,10 @@ int pp_capture_write_blob(const char *path, const void *blob, size_t n, int fina
     return ok ? 0 : -1;
 }
 
-int pp_capture_write(pp_run *p, const char *path, int final, char *err, size_t errlen)
+int pp_capture_write(pp_run *p, const pp_snapin *in, const char *path, int final, char *err,
+                     size_t errlen)
 {
-    PyObject *blob = pp_capture_snapshot(p, PP_SNAP_OPEN);
+    PyObject *blob = pp_capture_snapshot(p, PP_SNAP_OPEN, in);
     if (blob == NULL) {
         snprintf(err, errlen, "snapshot failed (out of memory)");
         return -1;

@@ -9,7 +9,8 @@
  *         and require the END record (so a truncated blob is detected).
  * All integers little-endian. Times are integers in INFO.time_unit seconds.
  * Record layouts are documented in docs/capture-format.md.
- * Never: starts or stops an engine, or decides which engines run (profiler.c).
+ * Never: calls an engine (starts, stops, drains or reads one), or decides
+ * which engines run: the profiler layer hands it what it formats (pp_snapin).
  */
 #ifndef PP_CAPTURE_H
 #define PP_CAPTURE_H
@@ -97,18 +98,45 @@ typedef struct pp_run {
     pp_gcstats gcstats;         /* its collections while enabled, over all runs */
 } pp_run;
 
+/* What a capture is handed: the engines' state that is not plain data of
+ * pp_run, read at one instant by the profiler layer (profiler.c), which owns
+ * it. capture formats it and calls no engine. */
+typedef struct pp_snapin {
+    int include_open;           /* calls still open count as ending at `now` */
+    int64_t now;                /* the tracer's clock at the snapshot */
+    double ns_per_tick;         /* the clock's calibration (its own clock, not a user timer) */
+    const char *hook;           /* the interpreter mechanism in use, or last used */
+    uint32_t nthreads;
+    const pp_tables **tables;   /* per thread record, in list order: its own tables, or
+                                 * (include_open, calls open) a copy with them ended */
+    int64_t *coro_open;         /* function tracing: coroutines still open, wall by fid */
+    /* memory: the recording under way (live NULL when none) */
+    pp_memrow *live;
+    uint32_t nlive;
+    pp_meminfo live_info;
+    pp_mempoint *curve;
+    uint32_t ncurve;
+    pp_memstacks stacks;
+    int have_stacks;
+    uint64_t rss_end, rss_peak;
+    /* sampling */
+    pp_sampler_info si;
+    uint32_t tasks_named;
+} pp_snapin;
+
 /* Snapshot of the profiler as a blob (bytes). Calls still open are counted as
  * ending now when include_open is set (periodic flushes). GIL held. */
 #define PP_SNAP_OPEN 1           /* calls still open count as ending now */
 #define PP_SNAP_COUNTERS 2       /* counters only: no timeline, no records of the Python side */
-PyObject *pp_capture_snapshot(pp_run *p, int flags);
+PyObject *pp_capture_snapshot(pp_run *p, int flags, const pp_snapin *in);
 /* pyprof.step(): what every counter table gained since the previous call, as a
  * record stream (FSTATS, EDGES, PATHS, LINES, CALLROWS, SAMPLES, MEMORY as the
- * modes have them, then END), calls still open counting up to now. With peek,
- * the previous call stays the reference. */
-PyObject *pp_capture_step_counters(pp_run *p, int peek);
+ * modes have them, then END), calls still open counting up to now (`in` made
+ * with include_open). With peek, the previous call stays the reference. */
+PyObject *pp_capture_step_counters(pp_run *p, int peek, const pp_snapin *in);
 /* Snapshot and write atomically (temporary file + rename). -1 with err set. */
-int pp_capture_write(pp_run *p, const char *path, int final, char *err, size_t errlen);
+int pp_capture_write(pp_run *p, const pp_snapin *in, const char *path, int final, char *err,
+                     size_t errlen);
 /* Write a blob to a file atomically. -1 with err set. No Python API used. */
 int pp_capture_write_blob(const char *path, const void *blob, size_t n, int final,
                           char *err, size_t errlen);

@@ -6,16 +6,14 @@
 #include "capture_int.h"
 
 /* Function tracing: per coroutine function, its coroutines and their wall time
- * (those still open: up to now, or to when the tracer stopped). */
-void pp_capture_put_coros(buf *b, pp_run *p, const tconv *tc)
+ * (those still open: up to now, or to when the tracer stopped: `open`, by fid). */
+void pp_capture_put_coros(buf *b, const pp_run *p, const tconv *tc, const int64_t *open)
 {
     const pp_coros *c = &p->tr.coros;
-    int64_t *open = calloc(c->nfid, sizeof *open);
     if (open == NULL) {
         b->oom = 1;
         return;
     }
-    pp_tracer_coro_open_wall(&p->tr, pp_tracer_now(&p->tr), open, c->nfid);
     uint32_t n = 0;
     for (uint32_t f = 0; f < c->nfid; f++)
         n += c->instances[f] > 0;
@@ -32,7 +30,6 @@ void pp_capture_put_coros(buf *b, pp_run *p, const tconv *tc)
         put(b, w, sizeof w);
     }
     record_end(b, r);
-    free(open);
 }
 
 /* A task row: <6IqqqqQQ> (capture.h). */
@@ -49,12 +46,13 @@ static void put_task(buf *b, const uint32_t ids[6], const int64_t times[4], uint
  * CLOCK_MONOTONIC), or function tracing's (tracer.h's pp_tracer_task, ticks),
  * times from the run's start. Tracing's tasks have no awaiting stack: their
  * awaiting time is their lifetime less their steps. */
-void pp_capture_put_tasks(buf *b, const pp_run *p, const tconv *tc, int64_t now)
+void pp_capture_put_tasks(buf *b, const pp_run *p, const tconv *tc, int64_t now,
+                          uint32_t tasks_named)
 {
     size_t r = record_begin(b, PP_REC_TASKS);
     if (p->sampling) {
         const pp_tasks *t = &p->sm.tasks;
-        put_u32(b, pp_tasks_named(t));
+        put_u32(b, tasks_named);
         for (uint32_t i = 0; i < t->n; i++) {
             const pp_taskrow *x = &t->rows[i];
             if (x->fid == PP_NONE)

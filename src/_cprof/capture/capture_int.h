@@ -73,7 +73,8 @@ static inline int64_t conv(const tconv *c, int64_t ticks)
 
 /* capture_async.c: the TASKS record (--async sampling) and the COROS record
  * (function tracing's coroutines). GIL held. */
-void pp_capture_put_tasks(buf *b, const pp_run *p, const tconv *tc, int64_t now);
-void pp_capture_put_coros(buf *b, pp_run *p, const tconv *tc);
+void pp_capture_put_tasks(buf *b, const pp_run *p, const tconv *tc, int64_t now,
+                          uint32_t tasks_named);
+void pp_capture_put_coros(buf *b, const pp_run *p, const tconv *tc, const int64_t *open);
 
 #endif
