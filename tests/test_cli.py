@@ -708,13 +708,10 @@ def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
     assert pstats_calls(tmp_path / "w.prof", (str(script), line_of(script, "def work"),
                                               "work")) == (6, 6)
     # Every function that has callers is entered only through them (no stray
-    # roots from the runner), so its calls equal the sum over its callers; the
-    # one root is the runner's exec() of the program (the <module>'s caller, as
-    # under cProfile), which the program's import of threading also calls.
+    # roots from the runner), so its calls equal the sum over its callers.
     for key, (cc, nc, tt, ct, callers) in stats.items():
         if callers:
-            roots = 1 if key[2] == "<built-in method builtins.exec>" else 0
-            assert nc == sum(v[0] for v in callers.values()) + roots, key
+            assert nc == sum(v[0] for v in callers.values()), key
 
 
 def test_no_builtins_option(tmp_path):

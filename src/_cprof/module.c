@@ -820,7 +820,24 @@ static PyObject *mod_compile_program(PyObject *m, PyObject *args)
     return Py_CompileStringObject(str, filename, Py_file_input, &cf, -1);
 }
 
+/* exec(code, globals) as pyprof's own C function, which is never recorded:
+ * the program's <module> is the root of its call tree. Under exec itself, exec
+ * would be that root and also what every import of a source module calls,
+ * which leaves the program without a root in pstats' callers (tuna, snakeviz
+ * and gprof2dot then find no entry to the main thread's calls). */
+static PyObject *mod_run_program(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *code, *globals;
+    if (!PyArg_ParseTuple(args, "O!O!:run_program", &PyCode_Type, &code, &PyDict_Type, &globals))
+        return NULL;
+    return PyEval_EvalCode(code, globals, globals);
+}
+
 static PyMethodDef module_methods[] = {
+    {"run_program", mod_run_program, METH_VARARGS,
+     "run_program(code, globals)\nexec(code, globals), unrecorded: the program's <module> is "
+     "the root of its calls."},
     {"compile_program", mod_compile_program, METH_VARARGS,
      "compile_program(source, filename) -> code\nAs compile(source, filename, 'exec', "
      "dont_inherit=True), without building the ast module's types."},

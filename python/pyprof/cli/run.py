@@ -278,7 +278,7 @@ class _Runner:
                 self.prof.enable()
             try:
                 try:
-                    exec(self.target.code, globs)
+                    _cprof.run_program(self.target.code, globs)
                 finally:
                     # The interpreter waits for non-daemon threads at exit, after
                     # results would be written: wait here, still profiling them,

@@ -105,10 +105,15 @@ class _Option:
         return False if self.nargs == 0 else None if self.nargs == "?" else True
 
 
+_OPTIONS_TABLE = {}                     # OPTIONS' table, made once (a run reads it 4 times)
+
+
 def _table(parser=None):
     """{option string: _Option}: from an argparse parser's actions (with the
-    options %%cprof adds), else from OPTIONS."""
-    table = {}
+    options %%cprof adds), else from OPTIONS (not to be changed: shared)."""
+    if parser is None and _OPTIONS_TABLE:
+        return _OPTIONS_TABLE
+    table = {} if parser is not None else _OPTIONS_TABLE
     if parser is not None:
         for action in parser._actions:      # argparse's list of actions (stable since 2.7)
             opt = _Option(action.dest, action.nargs, {
