@@ -1,10 +1,17 @@
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from support import PROGRAMS, run_python
+
+# A suite started in the background by a shell without job control inherits
+# SIGINT ignored, and so would every program the tests start (Ctrl-C and
+# KeyboardInterrupt tests): they get Python's own handler, as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # the helper programs import each other as top-level modules, as when run as scripts
 sys.path.insert(0, PROGRAMS)
