@@ -14,7 +14,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
 def _load_children():
     """pyprof.runtime.children, pyprof._cprof and the small modules children.py
-    uses (_version, runtime._meta, runtime.core) without importing the pyprof package
+    uses (_version, runtime._meta, runtime.forkmask, runtime.core) without importing the pyprof package
     (tens of milliseconds: its data model and exporters), which the child
     needs only if the program imports it. None without pyprof."""
     # importlib's frozen halves are loaded at start-up; the importlib package
@@ -32,7 +32,7 @@ def _load_children():
     where = {"pyprof": list(pkg.submodule_search_locations)}
     # runtime/__init__.py is a docstring: loading the sub-package costs nothing
     for full in ("pyprof._cprof", "pyprof._version", "pyprof.runtime", "pyprof.runtime._meta",
-                 "pyprof.runtime.core", "pyprof.runtime.children"):
+                 "pyprof.runtime.forkmask", "pyprof.runtime.core", "pyprof.runtime.children"):
         if full not in sys.modules:
             spec = PathFinder.find_spec(full, where[full.rpartition(".")[0]])
             if spec is None:

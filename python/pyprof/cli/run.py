@@ -269,7 +269,7 @@ class _Runner:
             # bytecodes, so a worker blocked in a lock would never see it.
             # Blocked across fork: a SIGTERM reaching the child before that hook
             # would be dropped with the Python handler (tests/test_children.py).
-            from ..runtime.children import guard_sigterm_across_fork
+            from ..runtime.forkmask import guard_sigterm_across_fork
             guard_sigterm_across_fork(self._child_sigterm_default)
         try:
             if self.opts.signal:

@@ -47,6 +47,7 @@ import sys
 # `from .x import y`, never `from . import x`: in a lean child these modules are
 # loaded without the package (_boot/sitecustomize.py), which `from .` would import
 from ._meta import json_text, process_meta
+from .forkmask import block_sigterm as _block_sigterm, restore_mask as _restore_mask
 
 ENV = "PYPROF_CHILDREN"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_boot")
@@ -250,43 +251,6 @@ def _install_fork_hook():
         os.register_at_fork(before=_block_sigterm, after_in_parent=_restore_mask,
                             after_in_child=_after_fork_child)
         _state["fork_hook"] = True
-
-
-# SIGTERM is blocked in the forking thread across fork(): a SIGTERM sent to a
-# new child (a pool terminated right after it started a worker) before CPython
-# re-initialises its signal state in the child would be dropped there, and
-# the worker, whose handler is Python code, would never end. Blocked, it stays
-# pending until the child has installed its handler. Several threads may fork
-# at once (a pool's handler thread and the program's): one mask per thread.
-_masks = {}
-
-
-def _block_sigterm():
-    if _thread.get_ident() in _masks:
-        return                          # the runner's hook and ours: the first saves
-    try:
-        _masks[_thread.get_ident()] = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    except (OSError, ValueError):
-        pass
-
-
-def _restore_mask():
-    mask = _masks.pop(_thread.get_ident(), None)
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def guard_sigterm_across_fork(after_in_child):
-    """For a process whose SIGTERM handler is Python code (python -m pyprof's
-    runner): SIGTERM stays blocked in the forking thread until the child has
-    run `after_in_child` (which sets the child's disposition)."""
-    def child():
-        try:
-            after_in_child()
-        finally:
-            _restore_mask()
-    os.register_at_fork(before=_block_sigterm, after_in_parent=_restore_mask,
-                        after_in_child=child)
 
 
 def _after_fork_child():
