@@ -10,7 +10,7 @@ import pytest
 import pyprof
 from pyprof.base import amounts
 from pyprof.cli import args as cli, compare
-from pyprof.analysis import gates, timeline
+from pyprof.analysis import gates
 from pyprof.errors import PyprofError
 
 TIMEOUT = 120
@@ -79,9 +79,9 @@ def test_percentages_refused(text):
 
 def test_the_old_names_are_the_grammar():
     assert gates.parse_seconds("0.5", "t") == 0.5           # was refused by the timeline
-    assert timeline.duration_ns("0.5") == 500_000_000       # ...which now reads it
-    assert timeline.duration_ns("50ms") == gates.parse_seconds("50ms", "t") * 1e9
-    assert timeline.duration_ns(1500) == 1500               # an int stays nanoseconds
+    assert amounts.duration_ns("0.5") == 500_000_000        # ...which now reads it
+    assert amounts.duration_ns("50ms") == gates.parse_seconds("50ms", "t") * 1e9
+    assert amounts.duration_ns(1500) == 1500                # an int stays nanoseconds
     assert gates.parse_bytes("5MB", "m") == 5 * MIB
     assert cli._seconds("0.5") == 0.5 and cli._seconds("50ms") == 0.05
     assert cli._bytes_arg("5MB") == gates.parse_bytes("5MB", "m")

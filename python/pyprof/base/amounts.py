@@ -92,6 +92,17 @@ def parse_duration(value, what, zero_ok=False) -> float:
     return seconds
 
 
+def duration_ns(value, option="timeline_min_duration") -> int:
+    """A duration as integer nanoseconds: an int is nanoseconds (Profile's
+    keyword), anything else the grammar above ('250ns', '10us', '1.5ms', '0.5'
+    seconds)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise PyprofError(f"{option} must be >= 0, not {value!r}")
+        return value
+    return round(parse_duration(value, option, zero_ok=True) * 1e9)
+
+
 def parse_percent(value, what) -> float:
     """A percentage (>= 0): 25 or '25%'."""
     refused = PyprofError(f"{what} takes a percentage (a number >= 0), not {value!r} "

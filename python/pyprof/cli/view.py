@@ -28,7 +28,7 @@ def cmd_convert(argv) -> int:
     if opts.min_duration is not None:
         if fmt != "chrome":
             raise PyprofError("--min-duration goes with --format chrome")
-        from ..analysis.timeline import duration_ns
+        from ..base.amounts import duration_ns
         min_ns = duration_ns(opts.min_duration, "--min-duration")
     session = Session.load(opts.input)
     check_writable(opts.output)

@@ -129,7 +129,7 @@ def timeline_limits(opts):
     """The shortest call kept and the events kept at most; --async's defaults."""
     if not opts.timeline:
         return
-    from ..analysis.timeline import duration_ns
+    from ..base.amounts import duration_ns
     if opts.timeline_min_duration is None and opts.asyncio:
         opts.timeline_min_duration = ASYNC_MIN_DURATION_NS
     opts.timeline_min_duration = duration_ns(opts.timeline_min_duration or 0,

@@ -201,7 +201,7 @@ def convert(setting: Setting, value, from_env: bool, base_dir=None):
     if kind == "seconds":
         return parse_duration(value, "it", zero_ok=True)
     if kind == "duration":
-        from ..analysis.timeline import duration_ns
+        from ..base.amounts import duration_ns
         return duration_ns(value, "it")
     if kind == "bytes":
         from .units import byte_count

@@ -5,8 +5,6 @@ through Python's allocators. pyprof patches that handler (in C, until a detach
 gives it back: docs/attach.md) as soon as NumPy's core module is loaded: now if
 it is, else when the program imports it, through an import hook that removes
 itself."""
-from __future__ import annotations
-
 import sys
 
 from .. import _cprof
