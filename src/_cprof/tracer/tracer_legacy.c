@@ -300,32 +300,33 @@ static void remove_eval(void)
                                                                 : _PyEval_EvalFrameDefault);
 }
 
-/* Line mode needs the trace hook, which only one tool can hold: refuse,
- * naming the holder, rather than silence a debugger or coverage.py. */
-/* threading.setprofile(our bootstrap), keeping the hook it had. */
+/* threading.setprofile / settrace (which) of our bootstrap, keeping the hook
+ * it had in *prev. */
+static int hook_threading_with(pp_tracer *p, PyMethodDef *bootstrap, const char *which,
+                               PyObject **prev)
+{
+    PyObject *boot = PyCFunction_New(bootstrap, p->owner);
+    if (boot == NULL)
+        return -1;
+    Py_CLEAR(*prev);
+    int rc = set_threading_hook(which, boot, prev);
+    Py_DECREF(boot);
+    return rc;
+}
+
 static int hook_threading(pp_tracer *p)
 {
-    PyObject *boot = PyCFunction_New(&bootstrap_def, p->owner);
-    if (boot == NULL)
-        return -1;
-    Py_CLEAR(p->prev_thread_hook);
-    int rc = set_threading_hook("profile", boot, &p->prev_thread_hook);
-    Py_DECREF(boot);
-    return rc;
+    return hook_threading_with(p, &bootstrap_def, "profile", &p->prev_thread_hook);
 }
 
-/* Line mode: threading.settrace(our bootstrap), keeping the hook it had. */
+/* Line mode: new threads get the trace hook too. */
 static int hook_threading_trace(pp_tracer *p)
 {
-    PyObject *boot = PyCFunction_New(&trace_bootstrap_def, p->owner);
-    if (boot == NULL)
-        return -1;
-    Py_CLEAR(p->prev_trace_hook);
-    int rc = set_threading_hook("trace", boot, &p->prev_trace_hook);
-    Py_DECREF(boot);
-    return rc;
+    return hook_threading_with(p, &trace_bootstrap_def, "trace", &p->prev_trace_hook);
 }
 
+/* Line mode needs the trace hook, which only one tool can hold: refuse,
+ * naming the holder, rather than silence a debugger or coverage.py. */
 static int install_trace_hooks(pp_tracer *p)
 {
     PyThreadState *me = PyThreadState_Get();
