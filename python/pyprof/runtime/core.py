@@ -70,8 +70,8 @@ class _ThreadingImport:
             return None
         loader = spec.loader
         exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
+        if exec_module is None or isinstance(loader, type):
+            return spec     # a loader shared by every module (frozen): left as it is
         cores, self.cores = self.cores, []
 
         def exec_then_hook(module):
