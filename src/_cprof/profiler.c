@@ -501,7 +501,11 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
     settle(r);
     pp_snapin *in = &s->in;
     in->include_open = include_open;
-    in->now = pp_tracer_now(&r->tr);
+    int coros = !r->sampling && !r->memory_only && r->tr.coros.nfid;
+    int tasks = (r->sampling && r->sm.opts.async) || (!r->sampling && !r->memory_only
+                                                       && r->tr.asyncio);
+    /* read only when used: a user timer is Python code */
+    in->now = include_open || coros || tasks ? pp_tracer_now(&r->tr) : 0;
     in->ns_per_tick = r->tr.timer ? 1.0 : ns_per_tick > 0 ? ns_per_tick : pp_clock_ns_per_tick();
     in->hook = hook_name(r);
     uint32_t n = 0;
@@ -523,7 +527,7 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
         s->copied[i] = 1;
         in->tables[i] = &s->copies[i];
     }
-    if (!r->sampling && !r->memory_only && r->tr.coros.nfid) {
+    if (coros) {
         in->coro_open = calloc(r->tr.coros.nfid, sizeof *in->coro_open);
         if (in->coro_open == NULL)
             goto oom;

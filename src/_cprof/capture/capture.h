@@ -103,7 +103,8 @@ typedef struct pp_run {
  * it. capture formats it and calls no engine. */
 typedef struct pp_snapin {
     int include_open;           /* calls still open count as ending at `now` */
-    int64_t now;                /* the tracer's clock at the snapshot */
+    int64_t now;                /* the tracer's clock at the snapshot (when open calls,
+                                 * coroutines or tasks need it, else 0) */
     double ns_per_tick;         /* the clock's calibration (its own clock, not a user timer) */
     const char *hook;           /* the interpreter mechanism in use, or last used */
     uint32_t nthreads;
