@@ -379,12 +379,6 @@ void pp_profiler_clear(pp_profiler *p)
  * that the child's capture holds the child's work only and the parent's
  * counts are not written twice. Function ids stay registered (their counts
  * are gone). The next enable starts a new generation: this thread re-attaches. */
-int pp_profiler_hook_threading(pp_profiler *p)
-{
-    pp_sampler_hook_threading(&p->run.sm);
-    return pp_tracer_hook_threading(&p->run.tr);
-}
-
 int pp_profiler_after_fork(pp_profiler *p)
 {
     pp_run *r = &p->run;
@@ -418,6 +412,12 @@ void pp_profiler_free(pp_profiler *p)
     Py_CLEAR(r->records);
     free(p->flush_path);
     p->flush_path = NULL;
+}
+
+int pp_profiler_hook_threading(pp_profiler *p)
+{
+    pp_sampler_hook_threading(&p->run.sm);
+    return pp_tracer_hook_threading(&p->run.tr);
 }
 
 /* ---------------------------------------------------------- captures */
@@ -473,17 +473,15 @@ static int tables_ended_at(const pp_run *r, const pp_thread *ts, int64_t now, pp
 
 typedef struct {
     pp_snapin in;
-    pp_tables *copies;          /* per thread: used where `copied` is set */
-    uint8_t *copied;
+    pp_tables *copies;          /* per thread: those in.tables points to */
 } snapshot_input;
 
 static void input_free(snapshot_input *s)
 {
     for (uint32_t i = 0; i < s->in.nthreads; i++)
-        if (s->copied && s->copied[i])
+        if (s->in.tables[i] == &s->copies[i])
             pp_tables_free(&s->copies[i]);
     free(s->copies);
-    free(s->copied);
     free((void *)s->in.tables);
     free(s->in.coro_open);
     free(s->in.live);
@@ -493,17 +491,19 @@ static void input_free(snapshot_input *s)
 }
 
 /* Everything a capture reads from the engines, at this instant (settled
- * first). ns_per_tick: 0 for the clock's own calibration now. -1 with an
- * exception set. */
-static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapshot_input *s)
+ * first); for a step mark (steps) only what it counts: the threads' tables
+ * and the live memory rows. ns_per_tick: 0 for the clock's own calibration
+ * now. -1 with an exception set. */
+static int input_gather(pp_run *r, int include_open, int steps, double ns_per_tick,
+                        snapshot_input *s)
 {
     memset(s, 0, sizeof *s);
     settle(r);
     pp_snapin *in = &s->in;
     in->include_open = include_open;
-    int coros = !r->sampling && !r->memory_only && r->tr.coros.nfid;
-    int tasks = (r->sampling && r->sm.opts.async) || (!r->sampling && !r->memory_only
-                                                       && r->tr.asyncio);
+    int coros = !steps && !r->sampling && !r->memory_only && r->tr.coros.nfid;
+    int tasks = !steps && ((r->sampling && r->sm.opts.async)
+                           || (!r->sampling && !r->memory_only && r->tr.asyncio));
     /* read only when used: a user timer is Python code */
     in->now = include_open || coros || tasks ? pp_tracer_now(&r->tr) : 0;
     in->ns_per_tick = r->tr.timer ? 1.0 : ns_per_tick > 0 ? ns_per_tick : pp_clock_ns_per_tick();
@@ -513,8 +513,7 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
         n++;
     in->tables = calloc(n ? n : 1, sizeof *in->tables);
     s->copies = calloc(n ? n : 1, sizeof *s->copies);
-    s->copied = calloc(n ? n : 1, 1);
-    if (in->tables == NULL || s->copies == NULL || s->copied == NULL)
+    if (in->tables == NULL || s->copies == NULL)
         goto oom;
     for (pp_thread *ts = r->threads.head; ts; ts = ts->next, in->nthreads++) {
         uint32_t i = in->nthreads;
@@ -524,7 +523,6 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
         }
         if (tables_ended_at(r, ts, in->now, &s->copies[i]) < 0)
             goto oom;
-        s->copied[i] = 1;
         in->tables[i] = &s->copies[i];
     }
     if (coros) {
@@ -537,6 +535,8 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
         /* resolved before the names are written: it may register functions */
         if (pp_memory_rows(&r->mem, &in->live, &in->nlive, &in->live_info) < 0)
             goto fail;
+        if (steps)
+            return 0;
         in->curve = pp_memory_curve(&r->mem, &in->ncurve);
         if (pp_memory_stacks(&r->mem, &in->stacks) == 0)
             in->have_stacks = 1;
@@ -544,7 +544,7 @@ static int input_gather(pp_run *r, int include_open, double ns_per_tick, snapsho
             PyErr_Clear();
         pp_memory_rss(&in->rss_end, &in->rss_peak);
     }
-    if (r->sampling) {
+    if (r->sampling && !steps) {
         pp_sampler_get_info(&in->si);
         in->tasks_named = pp_tasks_named(&r->sm.tasks);
     }
@@ -562,7 +562,7 @@ PyObject *pp_profiler_snapshot(pp_profiler *p, int flags)
     int was = pp_memory_self_begin();       /* pyprof's allocations, not the program's */
     snapshot_input s;
     PyObject *blob = NULL;
-    if (input_gather(&p->run, flags & PP_SNAP_OPEN, p->run.snap_ns_per_tick, &s) == 0) {
+    if (input_gather(&p->run, flags & PP_SNAP_OPEN, 0, p->run.snap_ns_per_tick, &s) == 0) {
         blob = pp_capture_snapshot(&p->run, flags, &s.in);
         input_free(&s);
     }
@@ -575,7 +575,7 @@ PyObject *pp_profiler_step_counters(pp_profiler *p, int peek)
     int was = pp_memory_self_begin();
     snapshot_input s;
     PyObject *rows = NULL;
-    if (input_gather(&p->run, 1, 0.0, &s) == 0) {
+    if (input_gather(&p->run, 1, 1, 0.0, &s) == 0) {
         rows = pp_capture_step_counters(&p->run, peek, &s.in);
         input_free(&s);
     }
@@ -588,7 +588,7 @@ int pp_profiler_write(pp_profiler *p, const char *path, int final, char *err, si
     int was = pp_memory_self_begin();
     snapshot_input s;
     int rc = -1;
-    if (input_gather(&p->run, 1, p->run.snap_ns_per_tick, &s) == 0) {
+    if (input_gather(&p->run, 1, 0, p->run.snap_ns_per_tick, &s) == 0) {
         rc = pp_capture_write(&p->run, &s.in, path, final, err, errlen);
         input_free(&s);
     }

@@ -912,7 +912,7 @@ PyObject *pp_capture_snapshot(pp_run *p, int flags, const pp_snapin *in)
         goto done;
     put_table(&b, PP_REC_FSTATS, &sb.fs, sb.nfs);
     put_table(&b, PP_REC_EDGES, &sb.es, sb.nes);
-    if (!p->sampling && !p->memory_only && p->tr.coros.nfid)
+    if (in->coro_open)                      /* function tracing saw coroutines */
         pp_capture_put_coros(&b, p, &tc, in->coro_open);
     if (p->tr.paths && !p->sampling && !p->memory_only)
         put_table(&b, PP_REC_PATHS, &sb.ps, sb.nps);

@@ -110,8 +110,9 @@ typedef struct pp_snapin {
     uint32_t nthreads;
     const pp_tables **tables;   /* per thread record, in list order: its own tables, or
                                  * (include_open, calls open) a copy with them ended */
-    int64_t *coro_open;         /* function tracing: coroutines still open, wall by fid */
-    /* memory: the recording under way (live NULL when none) */
+    int64_t *coro_open;         /* function tracing: coroutines still open, wall by fid
+                                 * (NULL: no coroutine seen, or a step mark) */
+    /* memory: the recording under way (live NULL when none; a step mark: rows only) */
     pp_memrow *live;
     uint32_t nlive;
     pp_meminfo live_info;

@@ -10,10 +10,6 @@
 void pp_capture_put_coros(buf *b, const pp_run *p, const tconv *tc, const int64_t *open)
 {
     const pp_coros *c = &p->tr.coros;
-    if (open == NULL) {
-        b->oom = 1;
-        return;
-    }
     uint32_t n = 0;
     for (uint32_t f = 0; f < c->nfid; f++)
         n += c->instances[f] > 0;
