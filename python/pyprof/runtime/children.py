@@ -38,7 +38,6 @@ C-level atfork handler.
 # json and signal would bring re and enum (~10 ms). The rest is imported
 # where it is used.
 import _signal as signal
-import _thread
 import atexit
 import marshal
 import os
