@@ -238,12 +238,13 @@ def heatmap(session) -> dict | None:
     def weight(lines):     # a file's largest share of any column
         return max(sum(v.get(c) or 0 for v in lines.values()) / totals[c] for c in cols)
 
+    # the files with the most weight are kept; among them, those that ran first
+    kept = sorted(by_file.items(), key=lambda kv: (-weight(kv[1]), kv[0]))[:MAX_FILES]
     running = _running_by_file(session)
-    ranked = sorted(by_file.items(),
-                    key=lambda kv: (-running.get(kv[0], 0), -weight(kv[1]), kv[0]))
+    ranked = sorted(kept, key=lambda kv: (-running.get(kv[0], 0), -weight(kv[1]), kv[0]))
     hashes = session.meta.get("sources", {})
     files = []
-    for filename, lines in ranked[:MAX_FILES]:
+    for filename, lines in ranked:
         src, note = read_source(filename, hashes.get(filename))
         last = max(len(src), max(lines))
         if last <= MAX_FILE_LINES:
