@@ -210,7 +210,8 @@ def test_blocking_calls_behave_as_without_pyprof(tmp_path):
 
 def test_threads_started_while_sampling_are_sampled():
     """Threads started after enable() get samples and keep their names, even a
-    thread that ends long before its samples are drained (every 250 ms)."""
+    thread that ends long before its samples are drained (every 250 ms): it is
+    named as it starts, not looked up in threading._active at the drain."""
     def busy(seconds):
         t0 = time.monotonic()
         while time.monotonic() - t0 < seconds:
@@ -218,7 +219,7 @@ def test_threads_started_while_sampling_are_sampled():
 
     def run():
         time.sleep(0.05)
-        for name, seconds in (("late", 0.3), ("brief", 0.1)):
+        for name, seconds in (("late", 0.3), ("brief", 0.1), ("blip", 0.012)):
             t = threading.Thread(target=busy, args=(seconds,), name=name)
             t.start()
             t.join()
@@ -232,6 +233,7 @@ def test_threads_started_while_sampling_are_sampled():
     assert per_name.get("late", 0) == pytest.approx(0.3, rel=0.25), (per_name, count)
     assert per_name.get("brief", 0) == pytest.approx(0.1, rel=0.25), (per_name, count)
     assert count["late"] >= 3 and count["brief"] >= 1, count
+    assert count.get("blip", 0) >= 1, count
 
 
 def test_fork_while_sampling(tmp_path):

@@ -398,7 +398,7 @@ void pp_wall_refresh(void)
  * shorter than an interval is sampled with a chance of its time over the
  * interval, and the time after a thread's last tick, which no tick sees, is
  * made up for (as for CPU mode's first samples, sampler_drain.c). */
-static void thread_begins(void)
+static void thread_begins(PyObject *name)
 {
     if (!atomic_load(&S.active) || S.mode != PP_SAMPLE_WALL || S.pid != getpid() || !S.prof)
         return;
@@ -424,6 +424,14 @@ static void thread_begins(void)
             S.slots[S.nslots++] = sl;
     }
     pthread_mutex_unlock(&pp_wall_mu);
+    /* named now: one that ends before the next drain is gone from
+     * threading._active, where the drain would look its name up */
+    pp_thread *rec = name && S.prof ?
+        pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts)) : NULL;
+    if (rec && rec->name == NULL) {
+        rec->name = Py_NewRef(name);
+        rec->name_tries = 0;
+    }
 }
 
 /* The new thread's function behind thread_begins: a C call, so no frame of
@@ -431,17 +439,19 @@ static void thread_begins(void)
 typedef struct {
     PyObject_HEAD
     PyObject *fn;
+    PyObject *name;                     /* the Thread's name, or NULL */
 } begin_obj;
 
 static PyObject *begin_call(PyObject *self, PyObject *args, PyObject *kw)
 {
-    thread_begins();
+    thread_begins(((begin_obj *)self)->name);
     return PyObject_Call(((begin_obj *)self)->fn, args, kw);
 }
 
 static void begin_dealloc(PyObject *self)
 {
     Py_XDECREF(((begin_obj *)self)->fn);
+    Py_XDECREF(((begin_obj *)self)->name);
     PyObject_Free(self);
 }
 
@@ -453,6 +463,20 @@ static PyTypeObject begin_type = {
     .tp_call = begin_call,
     .tp_dealloc = begin_dealloc,
 };
+
+/* The name of the Thread whose bound _bootstrap is `fn` (a dict lookup: no
+ * Python code runs), or NULL. Never leaves an exception set. */
+static PyObject *thread_name(PyObject *fn)
+{
+    if (!PyMethod_Check(fn))
+        return NULL;
+    PyObject *dict = PyObject_GenericGetDict(PyMethod_GET_SELF(fn), NULL);
+    PyObject *name = dict && PyDict_Check(dict) ? PyDict_GetItemString(dict, "_name") : NULL;
+    name = name && PyUnicode_Check(name) ? Py_NewRef(name) : NULL;
+    Py_XDECREF(dict);
+    PyErr_Clear();
+    return name;
+}
 
 /* threading's start function, wrapped (self: the original): the new
  * thread's function, its first argument, goes behind thread_begins. */
@@ -468,6 +492,7 @@ static PyObject *start_wrapped(PyObject *orig, PyObject *args, PyObject *kw)
         return NULL;
     }
     b->fn = Py_NewRef(PyTuple_GET_ITEM(args, 0));
+    b->name = thread_name(b->fn);
     PyTuple_SET_ITEM(nargs, 0, (PyObject *)b);
     for (Py_ssize_t i = 1; i < n; i++)
         PyTuple_SET_ITEM(nargs, i, Py_NewRef(PyTuple_GET_ITEM(args, i)));
