@@ -17,7 +17,7 @@ PROGRAM = """
 import json, sys, time
 
 FACTOR = float(sys.argv[1])
-MEGS = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+MEGS = float(sys.argv[2]) if len(sys.argv) > 2 else 0
 
 def steady(n):
     s = 0
@@ -32,7 +32,10 @@ def changed(n):
     return s
 
 def allocate():
-    return [bytearray(1 << 20) for _ in range(MEGS)]
+    return [bytearray(1 << 20) for _ in range(int(MEGS))]
+
+def scraps():                           # the fraction of MEGS, in KiB pieces
+    return [bytearray(1024) for _ in range(round(MEGS % 1 * 1024))]
 
 def f():
     return 1
@@ -43,7 +46,7 @@ def main():
         t = time.process_time()
         fn(n)
         own[fn.__name__] = time.process_time() - t
-    held = allocate()
+    held = allocate(), scraps()
     for _ in range(100):
         f()
     json.dump(own, open(sys.argv[3] if len(sys.argv) > 3 else "own.json", "w"))
@@ -104,7 +107,7 @@ def captures(tmp_path_factory):
         for variant, files in parts.items():
             r = pyprof(["merge", *files, "-o", f"{kind}_{variant}.cprof"], d)
             assert r.returncode == 0, r.stderr
-    for name, megs in (("m_a", 10), ("m_b", 10), ("m_big", 30)):
+    for name, megs in (("m_a", 10), ("m_b", 10), ("m_big", 30), ("m_kib", 10 + 16 / 1024)):
         own[name] = run_variant(d, name, ["--memory", "--functions"], 1, megs)
     return d, own
 
@@ -211,6 +214,14 @@ def test_memory_gate(captures):
                      re.M), gate
     r = diff(d, "m_a", "m_b", "--fail-above", "5", "--memory")
     assert r.returncode == 0, r.stdout + r.stderr
+    # 16 KiB more in one function: below the gate's floor (64 KiB by default:
+    # what the interpreter's bookkeeping moves between runs), above 1 KiB
+    r = diff(d, "m_a", "m_kib", "--fail-above", "5", "--memory")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = diff(d, "m_a", "m_kib", "--fail-above", "5", "--memory", "--min-bytes", "1k")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"^  scraps(\.<locals>\.<listcomp>)? prog.py:\d+: .* -> 1[67]\.\d KiB", r.stdout,
+                     re.M), r.stdout
 
 
 @pytest.mark.parametrize("args, says", [

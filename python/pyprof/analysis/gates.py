@@ -17,8 +17,8 @@ capture recorded:
 
 A figure grew when its change is above PCT percent of BEFORE, above
 ``SIGMAS`` (3) standard errors of the difference, sqrt(sb^2 + sa^2), and above
-the floor (--min-time, --min-bytes). What only one capture has is listed, not
-judged: a renamed function is not a regression, and whatever it costs shows in
+the floor (--min-time; --min-bytes, MEMORY_FLOOR by default). What only one
+capture has is listed, not judged: a renamed function is not a regression, and whatever it costs shows in
 its callers and in the total.
 """
 from __future__ import annotations
@@ -31,6 +31,10 @@ from ..errors import PyprofError
 from .diff import function_key
 
 SIGMAS = 3.0
+# The memory gate's floor: the interpreter's own bookkeeping moves by kilobytes
+# between runs of one program (the importer's cache of a directory's listing,
+# which the first run's output files grow; interned strings; free lists).
+MEMORY_FLOOR = 64 * 1024
 
 
 # The grammar is amounts.py's (docs/cli.md, "Amounts"); these names are the
@@ -209,7 +213,7 @@ class Verdict:
 
 
 def gate(before, after, fail_above: float, memory=False, min_time=0.001,
-         min_bytes=1024, names=("BEFORE", "AFTER")) -> Verdict:
+         min_bytes=MEMORY_FLOOR, names=("BEFORE", "AFTER")) -> Verdict:
     """Did AFTER grow past ``fail_above`` percent of BEFORE, beyond the noise?"""
     if fail_above < 0:
         raise PyprofError(f"--fail-above must be a percentage >= 0, not {fail_above:g}")

@@ -75,8 +75,9 @@ def cmd_diff(argv) -> int:
                    default=0.001, metavar="SECONDS",
                    help="hide time changes smaller than SECONDS (default 0.001)")
     p.add_argument("--min-bytes", type=amount_type(parse_size, "--min-bytes", zero_ok=True),
-                   default=1024, metavar="BYTES",
-                   help="hide byte changes smaller than BYTES (default 1024)")
+                   metavar="BYTES",
+                   help="hide byte changes smaller than BYTES (default 1024; the --memory "
+                        "gate's floor, default 64k)")
     p.add_argument("--min-count", type=int, default=1, metavar="N",
                    help="hide count changes (calls, samples, hits) smaller than N (default 1)")
     p.add_argument("--limit", type=int, metavar="N", help="show at most N rows")
@@ -95,7 +96,7 @@ def cmd_diff(argv) -> int:
                    help="the gate judges memory: the peak and each function's allocated "
                         "bytes (default: time)")
     opts = p.parse_args(argv)
-    if opts.threshold < 0 or opts.min_time < 0 or opts.min_bytes < 0 or opts.min_count < 0:
+    if opts.threshold < 0 or opts.min_time < 0 or (opts.min_bytes or 0) < 0 or opts.min_count < 0:
         raise PyprofError("--threshold, --min-time, --min-bytes and --min-count must be >= 0")
     if opts.memory and opts.fail_above is None:
         raise PyprofError("--memory goes with --fail-above")
@@ -110,14 +111,17 @@ def cmd_diff(argv) -> int:
     before, after = Session.load(opts.before), Session.load(opts.after)
     result = diff.diff(before, after, by=opts.by, columns=opts.select,
                        threshold=opts.threshold, min_time=opts.min_time,
-                       min_bytes=opts.min_bytes, min_count=opts.min_count, limit=opts.limit,
+                       min_bytes=1024 if opts.min_bytes is None else opts.min_bytes,
+                       min_count=opts.min_count, limit=opts.limit,
                        names=(opts.before, opts.after))
     verdict = None
     if opts.fail_above is not None:
         from ..analysis import gates
         from ..render import gatetext
         verdict = gates.gate(before, after, opts.fail_above, memory=opts.memory,
-                             min_time=opts.min_time, min_bytes=opts.min_bytes,
+                             min_time=opts.min_time,
+                             min_bytes=gates.MEMORY_FLOOR if opts.min_bytes is None
+                             else opts.min_bytes,
                              names=(opts.before, opts.after))
     if verdict is not None and fmt == "json":
         import json
