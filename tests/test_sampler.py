@@ -908,12 +908,22 @@ def test_short_lived_threads_keep_their_cpu(tmp_path, n, work, together, rate):
     thread's last sample, which no sample sees, cost a thread a few intervals
     long about a fifth of its time, and threads shorter than one interval about
     three quarters at 1 kHz (0.26x the truth) and nine tenths at 100 Hz."""
-    got, truth, si = short_threads(tmp_path, False, n, work, together, rate)
+    # A loaded machine delivers a fraction of ITIMER_PROF's signals (3 busy
+    # processes beside it on two CPUs: 17-102 of ~650): each then weighs much,
+    # and the estimate's spread grows as 1/sqrt(signals) (0.81-1.73x seen). The
+    # run is retaken, at most twice, when fewer than half came; the bounds
+    # widen to 3 standard errors of what did.
+    for attempt in range(3):
+        got, truth, si = short_threads(tmp_path, False, n, work, together, rate)
+        if si["signals"] >= 0.5 * si["cpu_s"] * rate:
+            break
+    spread = 3 / max(si["signals"], 1) ** 0.5
     # a statistical estimate: 0.95-1.04x in runs here, 0.76-1.19x with other
     # test runs beside it on two CPUs (the stop 26 build: 0.27x, 0.27x and
     # 0.75-0.83x: the 20 ms case tells them apart only on a quiet machine)
-    assert 0.7 * truth < got < 1.25 * truth, (got, truth)
-    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=0.2), si
+    assert (1 - max(0.3, spread)) * truth < got < (1 + max(0.25, spread)) * truth, \
+        (got, truth, si)
+    assert si["weighted_s"] == pytest.approx(si["cpu_s"], rel=max(0.2, spread)), si
 
 
 @pytest.mark.parametrize("n,work,together,rate", [
