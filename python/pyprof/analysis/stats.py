@@ -6,7 +6,9 @@ over the ranks of an MPI run (``by="rank"``, docs/mpi.md: the ranks' captures,
 or merged captures whose processes carry their rank; with the rank that had
 the minimum and the maximum) or over the processes of merged captures
 (``by="process"``, docs/children.md: --children, pools; with the pid that had
-the minimum and the maximum).
+the minimum and the maximum) or over the workers of a Dask job (``by="worker"``,
+docs/clusters.md: the processes whose meta carries a Dask worker; with the
+worker that had the minimum and the maximum).
 
 Entities are aligned by key, not by the ids of one capture: a function by
 (kind, file, qualified name), a line by (file, line). A step or run in which an
@@ -26,10 +28,10 @@ from . import views
 from ..errors import PyprofError
 
 STAT_NAMES = ("mean", "cv", "std", "min", "max")
-BY = ("step", "run", "rank", "process")
+BY = ("step", "run", "rank", "process", "worker")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 # --by rank and process: which unit had the minimum and the maximum
-LABELLED = {"rank": "rank", "process": "pid"}
+LABELLED = {"rank": "rank", "process": "pid", "worker": "worker"}
 
 
 def stat_names(by) -> tuple:
@@ -74,7 +76,7 @@ def collect(sessions, by="step", select=None, lines=True):
     labels of the steps, runs, ranks or processes (in order), and warnings
     (keys that do not align)."""
     if by not in BY:
-        raise PyprofError(f"--by {by!r}: choose step, run, rank or process")
+        raise PyprofError(f"--by {by!r}: choose step, run, rank, process or worker")
     if not sessions:
         raise PyprofError("no capture files given")
     select = list(select or default_columns(sessions[0][1]))
@@ -88,6 +90,8 @@ def collect(sessions, by="step", select=None, lines=True):
         units, warnings = rank_units(sessions)
     elif by == "process":
         units = process_units(sessions)
+    elif by == "worker":
+        units = worker_units(sessions)
     for path, s in sessions if by in ("step", "run") else ():
         if by == "step":
             if not s.steps:
@@ -154,6 +158,29 @@ def process_units(sessions):
     if len(units) < 2:
         raise PyprofError("--by process needs captures of several processes (run with "
                           "--children, or give several captures)")
+    return units
+
+
+def worker_units(sessions):
+    """[(worker address, Session, threads)] for every Dask worker process of
+    the captures (pyprof.dask: meta["dask"]["worker"]), by address; the
+    scheduler's process, and processes of no worker, are left out."""
+    units, seen = [], {}
+    for path, s in sessions:
+        for i, record in enumerate(s.processes):
+            address = (record.get("dask") or {}).get("worker")
+            if not isinstance(address, str):
+                continue
+            if address in seen:
+                raise PyprofError(f"worker {address} is in both {seen[address]} and {path} "
+                                  f"(captures of two jobs?): give the captures of one job")
+            seen[address] = path
+            threads = s.process_threads(i) if "processes" in s.meta else None
+            units.append((address, s, threads))
+    if not units:
+        raise PyprofError("--by worker needs a capture of Dask workers (pyprof.dask.profile: "
+                          "docs/clusters.md)")
+    units.sort(key=lambda u: u[0])
     return units
 
 

@@ -6,7 +6,8 @@
     pyprof convert FILE.cprof -o OUT [-f FORMAT] [--min-duration DURATION]
     pyprof view FILE.cprof [--lines | --functions] [--unit U]
     pyprof view FILE.cprof --view code|op|scope|graph|lines|memory [filters] [--format F]
-    pyprof stats FILE.cprof... [--by step|run] [--csv OUT]
+    pyprof stats FILE.cprof... [--by step|run|rank|process|worker] [--csv OUT]
+    pyprof tasks FILE.cprof [--format table|csv|json] [-o OUT]
     pyprof merge A.cprof B.cprof ... -o ALL.cprof [--force]
     pyprof diff BEFORE.cprof AFTER.cprof [--by function|line] [--format table|csv|json] ...
                 [--fail-above PCT [--memory]]
@@ -34,7 +35,7 @@ from .args import EXIT_USAGE
 # `python -m pyprof -o x.cprof` loads only what its mode needs (docs/cli.md,
 # "Start-up").
 COMMANDS = {"convert": ("view", "cmd_convert"), "view": ("view", "cmd_view"),
-            "stats": ("view", "cmd_stats"), "merge": ("compare", "cmd_merge"),
+            "stats": ("view", "cmd_stats"), "tasks": ("view", "cmd_tasks"), "merge": ("compare", "cmd_merge"),
             "diff": ("compare", "cmd_diff"), "check": ("compare", "cmd_check"),
             "attach": ("live", "cmd_attach"), "top": ("live", "cmd_top"),
             "dump": ("live", "cmd_dump"), "config": ("settings", "cmd_config"),

@@ -1,4 +1,4 @@
-"""`pyprof convert`, `view` and `stats`: one capture (or a set of them) shown or
+"""`pyprof convert`, `view`, `stats` and `tasks`: one capture (or a set of them) shown or
 written in another format."""
 from __future__ import annotations
 
@@ -93,12 +93,15 @@ def cmd_stats(argv) -> int:
                    description="Per function (and line): the mean and coefficient of variation "
                                "(with std, min, max) of columns over the steps of the captures "
                                "(pyprof.step()), over the captures as repeated runs, over the "
-                               "ranks of an MPI run, or over the processes of a --children run.")
+                               "ranks of an MPI run, over the processes of a --children run, or "
+                               "over the workers of a Dask job.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
-    p.add_argument("--by", choices=["step", "run", "rank", "process"], default="step",
+    p.add_argument("--by", choices=["step", "run", "rank", "process", "worker"],
+                   default="step",
                    help="statistics over steps (default), over the files as runs, over "
-                        "the ranks of an MPI run (docs/mpi.md), or over the processes of "
-                        "merged captures (docs/children.md)")
+                        "the ranks of an MPI run (docs/mpi.md), over the processes of "
+                        "merged captures (docs/children.md), or over the workers of a Dask "
+                        "job (docs/clusters.md)")
     p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns, comma-separated (default: calls,time,self-time, or "
                         "samples,... for sampled captures, plus bytes,net-bytes with memory)")
@@ -110,3 +113,28 @@ def cmd_stats(argv) -> int:
     select = [c.strip() for arg in opts.select for c in arg.split(",") if c.strip()]
     from ..render import statstable
     return statstable.run(opts.inputs, opts.by, select or None, opts.csv, not opts.no_lines)
+
+
+def cmd_tasks(argv) -> int:
+    p = arg_parser(prog="pyprof tasks",
+                   description="The tasks of a Dask job (a capture of pyprof.dask.profile) by "
+                               "task group: count, wall time (total, mean, coefficient of "
+                               "variation, min, max) and thread CPU time, in seconds.")
+    p.add_argument("input", help="a .cprof capture of pyprof.dask.profile")
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="output format (default: table)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    opts = p.parse_args(argv)
+    if opts.output:
+        check_writable(opts.output)
+    from ..analysis import taskgroups
+    from ..model.session import Session
+    session = Session.load(opts.input)
+    text = taskgroups.render(taskgroups.rows(taskgroups.task_figures(session, opts.input)),
+                             opts.format)
+    if opts.output:
+        from ..base.files import atomic_write
+        atomic_write(opts.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -18,7 +18,8 @@ def write_text(entries, columns, units, by, out, limit=30) -> None:
     tag = LABELLED.get(by)
     mark = {"rank": "r", "pid": "pid "}.get(tag, "")
     where = {"rank": "; min and max with their rank (rN)",
-             "pid": "; over the processes that ran it (n), min and max with their pid"}
+             "pid": "; over the processes that ran it (n), min and max with their pid",
+             "worker": "; min and max with their worker"}
     plural = "processes" if by == "process" else f"{by}s"
     out.write(f"{len(units)} {plural}; "
               f"mean and coefficient of variation (std/mean) per function"
@@ -39,8 +40,10 @@ def write_text(entries, columns, units, by, out, limit=30) -> None:
             if tag:
                 for stat in ("min", "max"):
                     v = e.get(f"{c}_{stat}")
-                    cells.append("" if v is None else
-                                 f"{_fmt(c, v)} ({mark}{e.get(f'{c}_{stat}_{tag}')})")
+                    who = str(e.get(f'{c}_{stat}_{tag}'))
+                    if tag == "worker":
+                        who = who.split("://", 1)[-1]
+                    cells.append("" if v is None else f"{_fmt(c, v)} ({mark}{who})")
         if by == "process":
             cells.insert(0, str(e["n"]))
         where = f" ({os.path.basename(e['file'])}:{e['line']})" if e["file"] else ""

@@ -1,0 +1,71 @@
+"""`pyprof tasks` (docs/clusters.md): the tasks of a Dask job by task group
+(key prefix), from the per-prefix figures each worker's capture keeps in
+meta["dask"]["tasks"] (pyprof.dask): count, wall time (total, mean,
+coefficient of variation, min, max) and thread CPU time."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+from ..errors import PyprofError
+
+COLUMNS = ("group", "count", "total_s", "mean_s", "cv", "min_s", "max_s", "cpu_s")
+HEADS = ("task group", "count", "total (s)", "mean (s)", "cv", "min (s)", "max (s)", "cpu (s)")
+
+
+def task_figures(session, source="capture") -> dict:
+    """prefix -> summed figures over the capture's workers (each process's
+    record; a single worker's capture: its meta)."""
+    from ..integrations.dask import add_tasks
+    out: dict = {}
+    found = False
+    for record in session.processes:
+        tasks = (record.get("dask") or {}).get("tasks")
+        if isinstance(tasks, dict):
+            found = True
+            add_tasks(out, tasks)
+    if not found:
+        raise PyprofError(f"{source} has no Dask tasks (profile the job with "
+                          f"pyprof.dask.profile: docs/clusters.md)")
+    return out
+
+
+def rows(figures) -> list:
+    """One dict per task group (COLUMNS, plus erred), by total time, largest first."""
+    out = []
+    for prefix, t in figures.items():
+        n, total = t["count"], t["total_ns"]
+        if n > 1:       # sample variance from exact integer sums (ns, ns^2)
+            var = max(0, n * t["sum_sq_ns2"] - total * total) / (n * (n - 1))
+        else:
+            var = 0
+        mean = total / n if n else 0.0
+        out.append({"group": prefix, "count": n, "total_s": total / 1e9,
+                    "mean_s": mean / 1e9, "cv": math.sqrt(var) / mean if mean else 0.0,
+                    "min_s": t["min_ns"] / 1e9, "max_s": t["max_ns"] / 1e9,
+                    "cpu_s": t["cpu_ns"] / 1e9, "erred": t.get("erred", 0)})
+    out.sort(key=lambda r: (-r["total_s"], r["group"]))
+    return out
+
+
+def render(table, fmt) -> str:
+    if fmt == "json":
+        return json.dumps({"tasks": table}, indent=1) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(COLUMNS)
+        for r in table:
+            w.writerow([r["group"], r["count"]] + [repr(round(r[c], 9)) for c in COLUMNS[2:]])
+        return buf.getvalue()
+    cells = [[r["group"], f"{r['count']:,}", f"{r['total_s']:.6f}", f"{r['mean_s']:.6f}",
+              f"{r['cv']:.1%}", f"{r['min_s']:.6f}", f"{r['max_s']:.6f}", f"{r['cpu_s']:.6f}"]
+             for r in table]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(HEADS)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
+                         for i, (v, w) in enumerate(zip(values, widths))).rstrip() + "\n"
+    return line(HEADS) + "".join(line(c) for c in cells)

@@ -1,0 +1,245 @@
+"""pyprof.dask (docs/clusters.md): every worker of a real LocalCluster (worker
+processes, 127.0.0.1) profiled and merged on the client; the figures are
+checked against what the tasks themselves report (their worker, their thread
+CPU time) and the number of tasks submitted."""
+import csv
+import io
+import json
+import os
+import sys
+import time
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import pyprof  # noqa: E402
+import pyprof.dask  # noqa: E402
+from pyprof.analysis import views  # noqa: E402
+from pyprof.model.session import Session  # noqa: E402
+from support import clean_env, pyprof as run_cli, run_python  # noqa: E402
+
+
+# ------------------------------------------------------------------ tasks
+def inc(i):
+    return i + 1, distributed.get_worker().address
+
+
+def double(i):
+    return 2 * i, distributed.get_worker().address
+
+
+def _spin(seconds):
+    """Burn this thread's CPU for `seconds`; (CPU measured, worker)."""
+    start = time.thread_time()
+    x = 0
+    while time.thread_time() - start < seconds:
+        for i in range(2000):
+            x += i * i
+    return time.thread_time() - start, distributed.get_worker().address
+
+
+def spin_a(i):
+    return _spin(0.12)
+
+
+def spin_b(i):
+    return _spin(0.06)
+
+
+def profiler_state():
+    """In a worker: (no pyprof profiler running, the task runner unpatched,
+    pyprof-dask temporary files left)."""
+    import glob
+    import tempfile
+    import distributed.worker as w
+    from pyprof import _cprof
+    left = glob.glob(os.path.join(tempfile.gettempdir(), "pyprof-dask-*"))
+    return _cprof.active() is None, w._run_task.__module__ == "distributed.worker", left
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, host="127.0.0.1") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    with distributed.Client(cluster) as c:
+        c.wait_for_workers(2)
+        yield c
+
+
+def functions(session, threads=None):
+    """name -> op node (the capture's functions, summed over `threads`)."""
+    return {n.name: n for n in views.op_nodes(session, threads).values()}
+
+
+def value(node, col):
+    return views.node_value(node, col) if node is not None else None
+
+
+def worker_index(session):
+    return {(rec.get("dask") or {}).get("worker"): i for i, rec in enumerate(session.processes)}
+
+
+def calls_under(session, name, ancestor):
+    """The calls of function `name` in the call tree below a node `ancestor`."""
+    found = 0
+    stack = [(session.call_tree(), False)]
+    while stack:
+        node, under = stack.pop()
+        fn = session.functions.get(node.fid) if node.fid is not None else None
+        if fn is not None and fn.name == name and under:
+            found += node.calls
+        under = under or (fn is not None and fn.qualname == ancestor)
+        stack.extend((child, under) for child in node.children.values())
+    return found
+
+
+def assert_clean(client):
+    for address, (idle, unpatched, left) in client.run(profiler_state).items():
+        assert idle, f"{address} still has a pyprof profiler running"
+        assert unpatched, f"{address} still runs tasks through pyprof's frame"
+        assert not left, f"{address} left {left}"
+
+
+# ------------------------------------------------------------------ tests
+def test_function_mode_counts_every_task_per_worker(client, tmp_path):
+    out = tmp_path / "job.cprof"
+    with pyprof.dask.profile(client, mode="function", output=out) as job:
+        incs = client.gather(client.map(inc, range(30)))
+        doubles = client.gather(client.map(double, range(20)))
+    assert_clean(client)
+    session = Session.load(out)
+    assert job.session is not None and not job.lost and not job.errors
+    where = worker_index(session)
+    workers = set(client.scheduler_info()["workers"])
+    assert set(where) == workers, "every worker is a process of the capture"
+    ran = {"inc": [a for _, a in incs], "double": [a for _, a in doubles]}
+    totals = functions(session)
+    for name, addresses in ran.items():
+        assert value(totals[name], "calls") == len(addresses)
+        assert value(totals[f"dask task {name}"], "calls") == len(addresses)
+        # each worker's process holds the calls of the tasks it ran
+        for address in workers:
+            mine = functions(session, session.process_threads(where[address]))
+            assert value(mine.get(name), "calls") == addresses.count(address) or (
+                addresses.count(address) == 0 and mine.get(name) is None)
+    # in the call tree every call of a task's function is below its task frame
+    for name, addresses in ran.items():
+        assert calls_under(session, name, f"dask task {name}") == len(addresses)
+    # per worker meta, as mpi's
+    for address, i in where.items():
+        rec = session.processes[i]["dask"]
+        assert rec["pid"] == session.processes[i]["pid"]
+        assert rec["tasks"].get("inc", {}).get("count", 0) == ran["inc"].count(address)
+
+    # pyprof tasks: the counts of the tasks run; CSV parses
+    r = run_cli("tasks", out, "--format", "csv", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    rows = {row["group"]: row for row in csv.DictReader(io.StringIO(r.stdout))}
+    assert {g: int(row["count"]) for g, row in rows.items()} == {"inc": 30, "double": 20}
+    for row in rows.values():
+        assert float(row["min_s"]) <= float(row["mean_s"]) <= float(row["max_s"])
+        # (CSV: seconds to the nanosecond)
+        assert float(row["total_s"]) == pytest.approx(float(row["mean_s"]) * int(row["count"]),
+                                                      abs=1e-9 * int(row["count"]))
+    r = run_cli("tasks", out, "--format", "json", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert {t["group"]: t["count"] for t in json.loads(r.stdout)["tasks"]} == \
+        {"inc": 30, "double": 20}
+    r = run_cli("tasks", out, env=clean_env())
+    assert r.returncode == 0 and r.stdout.splitlines()[0].split()[:3] == ["task", "group",
+                                                                           "count"]
+
+    # pyprof stats --by worker: one unit per worker, min/max named by address
+    r = run_cli("stats", "--by", "worker", "--no-lines", "--select", "calls", "--csv", "-", out,
+                env=clean_env())
+    assert r.returncode == 0, r.stderr
+    row = next(row for row in csv.DictReader(io.StringIO(r.stdout)) if row["name"] == "inc")
+    counts = {a: ran["inc"].count(a) for a in workers}
+    assert int(row["n"]) == len(workers)
+    assert float(row["calls_max"]) == max(counts.values())
+    assert counts[row["calls_max_worker"]] == max(counts.values())
+
+
+def test_sampled_cpu_of_each_task_group(client, tmp_path):
+    # Linux ticks CPU timers at CONFIG_HZ (often 250, docs/sampling.md): 1000
+    # samples take 4 s of CPU or more (5.4 s here)
+    with pyprof.dask.profile(client, mode="sample", output=tmp_path / "s.cprof",
+                             rate=1000) as job:
+        a = client.gather(client.map(spin_a, range(30)))
+        b = client.gather(client.map(spin_b, range(30)))
+    assert_clean(client)
+    session = job.session
+    totals = functions(session)
+    samples = sum(value(totals[f"dask task {g}"], "samples") for g in ("spin_a", "spin_b"))
+    assert samples >= 1000
+    for group, results in (("spin_a", a), ("spin_b", b)):
+        measured = sum(cpu for cpu, _ in results)
+        sampled = value(totals[f"dask task {group}"], "time")
+        assert sampled == pytest.approx(measured, rel=0.15), group
+        # the worker's own per-task count and CPU (the frame's whole call)
+        figures = session.meta["dask"]["tasks"][group]
+        assert figures["count"] == len(results)
+        assert figures["cpu_ns"] / 1e9 == pytest.approx(measured, rel=0.15)
+
+
+def test_bad_options_are_refused_before_the_workers(client):
+    for kwargs, words in ((dict(mode="sample", rate=-5), "rate"),
+                          (dict(mode="sampling"), "mode"),
+                          (dict(mode="sample", bogus=1), "bogus")):
+        with pytest.raises(pyprof.PyprofError, match=words) as e:
+            pyprof.dask.profile(client, **kwargs)
+        assert "\n" not in str(e.value)
+    assert_clean(client)
+
+
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_exception_in_the_block_stops_the_workers(client, tmp_path, error):
+    out = tmp_path / "e.cprof"
+    with pytest.raises(error):
+        with pyprof.dask.profile(client, mode="function", output=out):
+            client.gather(client.map(inc, range(10, 20)))
+            raise error("in the block")
+    assert_clean(client)
+    # what ran is written all the same
+    assert value(functions(Session.load(out))["inc"], "calls") == 10
+
+
+def test_without_distributed():
+    code = ("import sys; sys.modules['distributed'] = None\n"
+            "import pyprof, pyprof.dask\n"
+            "try:\n    pyprof.dask.profile(object())\n"
+            "except pyprof.PyprofError as e:\n    print(e)\n")
+    r = run_python(["-c", code], env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("pyprof.dask needs the 'distributed' package: "
+                        "pip install 'dask[distributed]'\n")
+
+
+def test_workers_that_join_are_profiled(client, cluster):
+    """Last: leaves the cluster with three workers."""
+    before = set(client.scheduler_info()["workers"])
+    with pyprof.dask.profile(client, mode="function") as job:
+        cluster.scale(3)
+        client.wait_for_workers(3)
+        new = sorted(set(client.scheduler_info()["workers"]) - before)
+        assert len(new) == 1
+        ran = client.gather(client.map(inc, range(100, 112), workers=new))
+    assert_clean(client)
+    assert {a for _, a in ran} == set(new)
+    session = job.session
+    where = worker_index(session)
+    assert set(where) == before | set(new)
+    mine = functions(session, session.process_threads(where[new[0]]))
+    assert value(mine["inc"], "calls") == len(ran)
+    assert not job.lost
+
+
+if sys.platform == "win32":     # pragma: no cover
+    pytestmark = pytest.mark.skip("LocalCluster's worker processes: POSIX here")
