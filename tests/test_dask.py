@@ -47,14 +47,14 @@ def spin_b(i):
     return _spin(0.06)
 
 
-def profiler_state():
+def profiler_state(job):
     """In a worker: (no pyprof profiler running, the task runner unpatched,
-    pyprof-dask temporary files left)."""
+    the job's temporary files left)."""
     import glob
     import tempfile
     import distributed.worker as w
     from pyprof import _cprof
-    left = glob.glob(os.path.join(tempfile.gettempdir(), "pyprof-dask-*"))
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"pyprof-dask-{job}-*"))
     return _cprof.active() is None, w._run_task.__module__ == "distributed.worker", left
 
 
@@ -100,8 +100,8 @@ def calls_under(session, name, ancestor):
     return found
 
 
-def assert_clean(client):
-    for address, (idle, unpatched, left) in client.run(profiler_state).items():
+def assert_clean(client, job):
+    for address, (idle, unpatched, left) in client.run(profiler_state, job.id).items():
         assert idle, f"{address} still has a pyprof profiler running"
         assert unpatched, f"{address} still runs tasks through pyprof's frame"
         assert not left, f"{address} left {left}"
@@ -113,7 +113,7 @@ def test_function_mode_counts_every_task_per_worker(client, tmp_path):
     with pyprof.dask.profile(client, mode="function", output=out) as job:
         incs = client.gather(client.map(inc, range(30)))
         doubles = client.gather(client.map(double, range(20)))
-    assert_clean(client)
+    assert_clean(client, job)
     session = Session.load(out)
     assert job.session is not None and not job.lost and not job.errors
     where = worker_index(session)
@@ -174,7 +174,7 @@ def test_sampled_cpu_of_each_task_group(client, tmp_path):
                              rate=1000) as job:
         a = client.gather(client.map(spin_a, range(30)))
         b = client.gather(client.map(spin_b, range(30)))
-    assert_clean(client)
+    assert_clean(client, job)
     session = job.session
     totals = functions(session)
     samples = sum(value(totals[f"dask task {g}"], "samples") for g in ("spin_a", "spin_b"))
@@ -189,24 +189,30 @@ def test_sampled_cpu_of_each_task_group(client, tmp_path):
         assert figures["cpu_ns"] / 1e9 == pytest.approx(measured, rel=0.15)
 
 
+def active_profiler():
+    from pyprof import _cprof
+    return _cprof.active() is not None
+
+
 def test_bad_options_are_refused_before_the_workers(client):
     for kwargs, words in ((dict(mode="sample", rate=-5), "rate"),
                           (dict(mode="sampling"), "mode"),
-                          (dict(mode="sample", bogus=1), "bogus")):
+                          (dict(mode="sample", bogus=1), "bogus"),
+                          (dict(mode="lines"), "lines_of")):
         with pytest.raises(pyprof.PyprofError, match=words) as e:
             pyprof.dask.profile(client, **kwargs)
         assert "\n" not in str(e.value)
-    assert_clean(client)
+    assert not any(client.run(active_profiler).values())
 
 
 @pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
 def test_exception_in_the_block_stops_the_workers(client, tmp_path, error):
     out = tmp_path / "e.cprof"
     with pytest.raises(error):
-        with pyprof.dask.profile(client, mode="function", output=out):
+        with pyprof.dask.profile(client, mode="function", output=out) as job:
             client.gather(client.map(inc, range(10, 20)))
             raise error("in the block")
-    assert_clean(client)
+    assert_clean(client, job)
     # what ran is written all the same
     assert value(functions(Session.load(out))["inc"], "calls") == 10
 
@@ -222,16 +228,54 @@ def test_without_distributed():
                         "pip install 'dask[distributed]'\n")
 
 
+def start_own_profile():
+    import pyprof
+    global OWN
+    OWN = pyprof.Profile()
+    OWN.enable()
+
+
+def stop_own_profile():
+    OWN.disable()
+    return OWN.session().function_totals() != {}
+
+
+def test_a_worker_pyprof_cannot_profile_runs_its_tasks(client, capsys):
+    """A worker whose process pyprof already profiles: the job runs, that
+    worker is named as not profiled, the others merge."""
+    workers = sorted(client.scheduler_info()["workers"])
+    busy = workers[0]
+    client.run(start_own_profile, workers=[busy])
+    try:
+        with pyprof.dask.profile(client, mode="function", scheduler=True) as job:
+            ran = client.gather(client.map(inc, range(200, 220)))
+    finally:
+        assert client.run(stop_own_profile, workers=[busy])[busy]
+    assert sorted(v for v, _ in ran) == list(range(201, 221))
+    assert set(job.errors) == {busy} and "another pyprof profile" in job.errors[busy]
+    err = capsys.readouterr().err
+    assert f"worker {busy} was not profiled" in err
+    session = job.session
+    assert session.meta["dask_errors"] == job.errors
+    where = worker_index(session)
+    assert set(where) - {None} == set(workers[1:])
+    # scheduler=True: its process is one more, with its address
+    schedulers = [r["dask"] for r in session.processes if "scheduler" in r["dask"]]
+    assert [s["scheduler"] for s in schedulers] == [client.scheduler.address]
+    ran_elsewhere = sum(1 for _, a in ran if a != busy)
+    assert value(functions(session).get("inc"), "calls") == (ran_elsewhere or None)
+
+
 def test_workers_that_join_are_profiled(client, cluster):
-    """Last: leaves the cluster with three workers."""
+    """Near the end: leaves the cluster with one more worker."""
     before = set(client.scheduler_info()["workers"])
     with pyprof.dask.profile(client, mode="function") as job:
-        cluster.scale(3)
-        client.wait_for_workers(3)
+        cluster.scale(len(before) + 1)
+        client.wait_for_workers(len(before) + 1)
         new = sorted(set(client.scheduler_info()["workers"]) - before)
         assert len(new) == 1
         ran = client.gather(client.map(inc, range(100, 112), workers=new))
-    assert_clean(client)
+    assert_clean(client, job)
     assert {a for _, a in ran} == set(new)
     session = job.session
     where = worker_index(session)
@@ -239,6 +283,21 @@ def test_workers_that_join_are_profiled(client, cluster):
     mine = functions(session, session.process_threads(where[new[0]]))
     assert value(mine["inc"], "calls") == len(ran)
     assert not job.lost
+
+
+def test_a_worker_that_leaves_is_named(client, capsys):
+    """Last: a worker retired inside the block is lost, the others merge."""
+    workers = sorted(client.scheduler_info()["workers"])
+    gone = workers[-1]
+    with pyprof.dask.profile(client, mode="function") as job:
+        ran = client.gather(client.map(inc, range(300, 310), workers=workers[:-1]))
+        client.retire_workers([gone])
+    assert [rec["worker"] for rec in job.lost] == [gone]
+    assert job.session.meta["dask_lost"] == job.lost
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if gone in ln]
+    assert len(lines) == 1 and "left before its profile was gathered" in lines[0]
+    assert set(worker_index(job.session)) == set(workers[:-1])
+    assert value(functions(job.session)["inc"], "calls") == len(ran)
 
 
 if sys.platform == "win32":     # pragma: no cover

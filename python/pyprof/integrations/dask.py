@@ -319,15 +319,18 @@ def _patch(state):
     """Runs each task of the worker's thread pool through its prefix's frame."""
     import distributed.worker as module
     from dask.utils import key_split
+    import inspect
     original = getattr(module, "_run_task", None)
-    if original is None:
+    try:
+        at = list(inspect.signature(original).parameters).index("key")
+    except (TypeError, ValueError):     # not this version's runner: tasks not attributed
         state.info["attribution"] = "unavailable in this version of distributed"
         return
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
 
     def _run_task(*args, **kwargs):
         try:
-            key = args[3] if len(args) > 3 else kwargs["key"]
+            key = args[at] if len(args) > at else kwargs["key"]
             prefix = key_split(key)
             frame = state.frame(prefix)
         except Exception:
@@ -379,7 +382,7 @@ def _stop(job, gather=False):
         dask["workers"] = list(state.workers)
     dask["tasks"] = tasks
     state.prof.meta["dask"] = dask
-    fd, path = tempfile.mkstemp(prefix="pyprof-dask-", suffix=".cprof")
+    fd, path = tempfile.mkstemp(prefix=f"pyprof-dask-{job}-", suffix=".cprof")
     os.close(fd)
     try:
         state.prof.dump(path)
