@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -300,5 +299,12 @@ def test_a_worker_that_leaves_is_named(client, capsys):
     assert value(functions(job.session)["inc"], "calls") == len(ran)
 
 
-if sys.platform == "win32":     # pragma: no cover
-    pytestmark = pytest.mark.skip("LocalCluster's worker processes: POSIX here")
+def test_tasks_and_by_worker_refuse_a_capture_without_dask(tmp_path):
+    out = tmp_path / "plain.cprof"
+    r = run_cli("-o", out, "-c", "sum(range(10))", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    for args in (("tasks", out), ("stats", "--by", "worker", out), ("tasks", out, "--format",
+                                                                     "xml")):
+        r = run_cli(*args, env=clean_env())
+        assert r.returncode == 2 and r.stdout == "", (args, r.stdout)
+        assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)

@@ -18,7 +18,6 @@ HEADS = ("task group", "count", "total (s)", "mean (s)", "cv", "min (s)", "max (
 def task_figures(session, source="capture") -> dict:
     """prefix -> summed figures over the capture's workers (each process's
     record; a single worker's capture: its meta)."""
-    from ..integrations.dask import add_tasks
     out: dict = {}
     found = False
     for record in session.processes:
@@ -30,6 +29,20 @@ def task_figures(session, source="capture") -> dict:
         raise PyprofError(f"{source} has no Dask tasks (profile the job with "
                           f"pyprof.dask.profile: docs/clusters.md)")
     return out
+
+
+def add_tasks(into, tasks) -> dict:
+    """Adds one worker's per-prefix figures (meta["dask"]["tasks"]) into `into`."""
+    for prefix, t in tasks.items():
+        mine = into.get(prefix)
+        if mine is None:
+            into[prefix] = dict(t)
+            continue
+        for k in ("count", "erred", "total_ns", "cpu_ns", "sum_sq_ns2"):
+            mine[k] = mine.get(k, 0) + t.get(k, 0)
+        mine["min_ns"] = min(mine["min_ns"], t["min_ns"])
+        mine["max_ns"] = max(mine["max_ns"], t["max_ns"])
+    return into
 
 
 def rows(figures) -> list:

@@ -175,6 +175,7 @@ class Job:
 
 def _merge(captures, client, lost, errors):
     import tempfile
+    from ..analysis import taskgroups
     from ..analysis.merge import merge
     from ..model.session import Session
     sessions, sources = [], []
@@ -189,7 +190,7 @@ def _merge(captures, client, lost, errors):
     session = merge(sessions, force=True, sources=sources)
     tasks = {}
     for rec in session.processes:
-        add_tasks(tasks, ((rec.get("dask") or {}).get("tasks") or {}))
+        taskgroups.add_tasks(tasks, ((rec.get("dask") or {}).get("tasks") or {}))
     session.meta["dask"] = {"scheduler": getattr(client.scheduler, "address", None),
                             "workers": [w for w, _ in captures if not w.startswith("scheduler")],
                             "tasks": tasks}
@@ -198,20 +199,6 @@ def _merge(captures, client, lost, errors):
     if errors:
         session.meta["dask_errors"] = dict(errors)
     return session
-
-
-def add_tasks(into, tasks) -> dict:
-    """Adds per-prefix task figures (a worker's) into `into`."""
-    for prefix, t in tasks.items():
-        mine = into.get(prefix)
-        if mine is None:
-            into[prefix] = dict(t)
-            continue
-        for k in ("count", "erred", "total_ns", "cpu_ns", "sum_sq_ns2"):
-            mine[k] = mine.get(k, 0) + t.get(k, 0)
-        mine["min_ns"] = min(mine["min_ns"], t["min_ns"])
-        mine["max_ns"] = max(mine["max_ns"], t["max_ns"])
-    return into
 
 
 # ---------------------------------------------------------------- in a worker
@@ -302,7 +289,7 @@ def _start(job, kwargs, info, patch=True):
             return state
         if _cprof.active() is not None:
             raise PyprofError("another pyprof profile is running in this process")
-        prof = Profile(**kwargs, _warn=False)
+        prof = Profile(**kwargs)
         state = _JOBS[job] = _State(job, prof, info)
         try:
             if patch:
