@@ -125,22 +125,28 @@ class Job:
 
     def _finish(self):
         client = self.client
+        sched = None
         try:
             results = client.run(_collect, self.id, True, on_error="return")
-            sched = (client.run_on_scheduler(_collect_scheduler, self.id, True)
-                     if self.scheduler else None)
+            if self.scheduler:
+                sched = client.run_on_scheduler(_collect_scheduler, self.id, True) or {}
             started = {}
             try:
                 for _, msg in client.get_events(EVENT):
                     if isinstance(msg, dict) and msg.get("job") == self.id:
-                        started[msg["worker"]] = msg
+                        started[msg["worker"]] = {k: v for k, v in msg.items() if k != "job"}
             except Exception:
                 pass        # no list of starts: only what was gathered is known
         finally:
             try:
-                client.unregister_worker_plugin(self.name)
+                client.unregister_worker_plugin(self.name)      # teardown stops the rest
             except Exception:
                 pass        # every worker may be gone
+            if self.scheduler and sched is None:
+                try:
+                    client.run_on_scheduler(_collect_scheduler, self.id, False)
+                except Exception:
+                    pass
         captures, shared = [], set()
         for address in sorted(results):
             r = results[address]
