@@ -275,11 +275,19 @@ def test_next_client_removes_what_dead_processes_left(listener, tmp_path):
     lock = os.open(f"{RUN_DIR}/{held}.lock", os.O_RDWR)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        r = pyprof("dump", "--channel", p.pid, "-v")
-        assert r.returncode == 0, r.stderr
-        left = set(os.listdir(RUN_DIR))
-        assert not left & set(stale), sorted(left & set(stale))
-        assert set(kept) <= left, sorted(set(kept) - left)
+        # the directory is the user's: a client of a test beside this one may
+        # remove the stale files first (then this one says nothing): made again
+        for attempt in range(3):
+            for name in stale:
+                if not os.path.exists(f"{RUN_DIR}/{name}"):
+                    open(f"{RUN_DIR}/{name}", "w").close()
+            r = pyprof("dump", "--channel", p.pid, "-v")
+            assert r.returncode == 0, r.stderr
+            left = set(os.listdir(RUN_DIR))
+            assert not left & set(stale), sorted(left & set(stale))
+            assert set(kept) <= left, sorted(set(kept) - left)
+            if "removed what ended processes left" in r.stderr:
+                break
         assert "removed what ended processes left" in r.stderr, r.stderr
     finally:
         os.close(lock)
