@@ -677,7 +677,9 @@ def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
     profiling them; its own waiting (threading.enumerate, join...) must not
     appear, even with a daemon thread still running."""
     script = write(tmp_path / "waitprog.py", """
-        import threading, time
+        import time
+        t0 = time.perf_counter()
+        import threading
 
         def spin():
             while True:
@@ -687,13 +689,14 @@ def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
             return sum(range(n))
 
         def late():
-            time.sleep(0.05)            # still running when the program returns
+            time.sleep(0.2)             # still running when the program returns
             for _ in range(5):
                 work(100)
 
         threading.Thread(target=spin, daemon=True).start()
         threading.Thread(target=late).start()
         work(10)
+        open("own.txt", "w").write(repr(time.perf_counter() - t0))
     """)
     r = pyprof(["-o", "w.prof", str(script)], tmp_path)
     assert r.returncode == 0, r.stderr
@@ -701,10 +704,12 @@ def test_waiting_for_threads_is_not_in_the_profile(tmp_path):
     names = {k[2] for k in stats}
     assert "enumerate" not in names and "main_thread" not in names and "join" not in names
     assert not any("pyprof" in n for n in names), names
-    # The 50 ms the runner waited for `late` is not charged to any function
-    # of the main thread: the program's own module took well under that.
+    # The 200 ms the runner waited for `late` is not charged to any function
+    # of the main thread: the module's time is what its own clock says it took
+    # (a loaded machine can stretch its threading import past 40 ms).
+    own = float((tmp_path / "own.txt").read_text())
     module = next(v for k, v in stats.items() if k[2] == "<module>" and k[0] == str(script))
-    assert module[3] < 0.04, module
+    assert module[3] < min(own + 0.01, 0.15), (module, own)
     assert pstats_calls(tmp_path / "w.prof", (str(script), line_of(script, "def work"),
                                               "work")) == (6, 6)
     # Every function that has callers is entered only through them (no stray

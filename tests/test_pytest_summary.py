@@ -74,7 +74,11 @@ def test_summary_labels_figures_summed_over_threads(tmp_path, mode):
     assert (25 if mode == "sample" else 31) <= row["threads"] <= 31, row
     assert row["wall"] == pytest.approx(wall, abs=1e-3)
     clock = "CPU" if mode == "sample" else "wall"
-    assert tops.startswith(f"{clock} self time summed over {row['threads']} threads: burn "), tops
+    assert tops.startswith(f"{clock} self time summed over {row['threads']} threads: "), tops
+    # CPU: burn leads; wall: so does, on a quiet machine, but the threads' waits
+    # (lock.acquire: starts, joins) can outgrow it on a loaded one (1.50 s to 1.43 s)
+    top = [f[0] for f in row["top"]]
+    assert top[0] == "burn" if mode == "sample" else "burn" in top[:2], tops
     burn = next(f[3] for f in row["top"] if f[0] == "burn")
     if mode == "sample":
         # the threads' CPU, sampled: near what their own clocks say

@@ -294,19 +294,26 @@ holds_it_in_c()
 def test_dump_while_the_gil_is_held_in_c(python, tmp_path):
     script = tmp_path / "gil.py"
     script.write_text(GIL_IN_C)
-    p = start(python, script)
-    try:
-        settle(p.pid, 2)
-        # the waiter wakes every switch interval (5 ms) to ask for the GIL: a
-        # dump may catch it on a CPU for that moment; read again then, at most 4 times
-        for _ in range(5):
+    # the waiter wakes every switch interval (5 ms) to ask for the GIL: a dump
+    # may catch it on a CPU for that moment; then a new process is read, at
+    # most 4 times (a read stops the threads, and the kernel resumes the main
+    # thread's interrupted nanosleep as restart_syscall: not read again)
+    for attempt in range(5):
+        p = start(python, script)
+        try:
+            settle(p.pid, 2)
             t0 = time.monotonic()
             r = pyprof("dump", p.pid, timeout=30)
             assert time.monotonic() - t0 < 20
             assert r.returncode == 0 and r.stderr == "", r.stderr
             bl = blocks(r.stdout)
-            if not any(": running" in h for h in bl if not h.startswith(f"Thread {p.pid} ")):
-                break
+        except BaseException:
+            kill(p)
+            raise
+        if not any(": running" in h for h in bl if not h.startswith(f"Thread {p.pid} ")):
+            break
+        kill(p)
+    try:
         main = header(bl, rf"^Thread {p.pid} \(MainThread\)")
         assert "holds the GIL" in main and "nanosleep (sleeping)" in main, main
         assert bl[main][0] == f"holds_it_in_c ({script}:{line_of(GIL_IN_C, 'C-LINE')})"

@@ -910,12 +910,14 @@ def test_short_lived_threads_keep_their_cpu(tmp_path, n, work, together, rate):
     three quarters at 1 kHz (0.26x the truth) and nine tenths at 100 Hz."""
     # A loaded machine delivers a fraction of ITIMER_PROF's signals (3 busy
     # processes beside it on two CPUs: 17-102 of ~650): each then weighs much,
-    # and the estimate's spread grows as 1/sqrt(signals) (0.81-1.73x seen). The
-    # run is retaken, at most twice, when fewer than half came; the bounds
-    # widen to 3 standard errors of what did.
+    # and the estimate's spread grows as 1/sqrt(signals) (0.81-1.73x seen; the
+    # run's weights then miss its CPU clock too, 2.3x once). The run is
+    # retaken, at most twice, when fewer than half came or its weights miss
+    # its CPU by a fifth; the bounds widen to 3 standard errors of what came.
     for attempt in range(3):
         got, truth, si = short_threads(tmp_path, False, n, work, together, rate)
-        if si["signals"] >= 0.5 * si["cpu_s"] * rate:
+        if si["signals"] >= 0.5 * si["cpu_s"] * rate and \
+                abs(si["weighted_s"] - si["cpu_s"]) <= 0.2 * si["cpu_s"]:
             break
     spread = 3 / max(si["signals"], 1) ** 0.5
     # a statistical estimate: 0.95-1.04x in runs here, 0.76-1.19x with other
