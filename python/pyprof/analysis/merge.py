@@ -49,9 +49,6 @@ class Remap:
     memory_stacks: dict = field(default_factory=dict)  # input allocation stack id -> merged id
     processes: dict = field(default_factory=dict)   # input process index -> merged index
 
-    def fid(self, fid):
-        return fid if fid == NO_FUNCTION else self.functions[fid]
-
 
 class _Merged:
     """The Session being built and the interning tables shared by all inputs."""
@@ -109,31 +106,55 @@ def _merge_threads(merged, src, remap):
         thread_process[str(new)] = remap.processes[src.thread_process(index)]
 
 
-def _remap_key(key, kinds, remap) -> tuple:
-    """A row's key in the merged Session: each part mapped by what it is."""
-    return tuple(_REMAP[kind](remap, part) for kind, part in zip(kinds, key))
+def _part_mapper(kind, remap):
+    """How one part of a key maps (None: it stays)."""
+    if kind == "thread":
+        return remap.threads.__getitem__
+    if kind == "function":
+        functions = remap.functions
+        return lambda fid: fid if fid == NO_FUNCTION else functions[fid]
+    if kind == "stack":
+        return remap.stacks.__getitem__
+    if kind == "memstack":
+        stacks = remap.memory_stacks
+        return lambda sid: sid if sid == NO_FUNCTION else stacks[sid]
+    return None                 # "path" (ids per thread, and threads are new), ""
 
 
-_REMAP = {
-    "thread": lambda remap, t: remap.threads[t],
-    "function": lambda remap, fid: remap.fid(fid),
-    "stack": lambda remap, sid: remap.stacks[sid],
-    "memstack": lambda remap, sid: sid if sid == NO_FUNCTION else remap.memory_stacks[sid],
-    "path": lambda remap, pid: pid,         # path ids are per thread, and threads are new
-    "": lambda remap, value: value,
-}
+def _key_mapper(kinds, remap):
+    """A function mapping keys made of `kinds` into the merged Session, made
+    once per table and input: 64 workers' captures have millions of key parts."""
+    f = [_part_mapper(kind, remap) for kind in kinds]
+    same = lambda v: v                                  # noqa: E731
+    f = [g or same for g in f]
+    if len(f) == 2:
+        a, b = f
+        return lambda k: (a(k[0]), b(k[1]))
+    if len(f) == 3:
+        a, b, c = f
+        return lambda k: (a(k[0]), b(k[1]), c(k[2]))
+    return lambda k: tuple(g(part) for g, part in zip(f, k))
+
+
+def _clone(c):
+    """A copy of a counters row (a plain dataclass), without copy.copy's reduce."""
+    new = object.__new__(type(c))
+    new.__dict__.update(c.__dict__)
+    return new
 
 
 def _table_merger(table):
     """Copy a {key: counters} table through the remap, adding counters that meet."""
     def merge_table(merged, src, remap):
         out = getattr(merged.session, table.name)
+        key_of = _key_mapper(table.keys, remap)
         for key, c in getattr(src, table.name).items():
-            new_key = _remap_key(key, table.keys, remap)
-            if new_key in out:
-                out[new_key].add(c)
+            new_key = key_of(key)
+            mine = out.get(new_key)
+            if mine is not None:
+                mine.add(c)
             else:
-                out[new_key] = copy.copy(c)
+                out[new_key] = _clone(c)
     merge_table.__name__ = f"_merge_{table.name}"
     return merge_table
 
@@ -161,8 +182,9 @@ def _merge_memory_stacks(merged, src, remap):
 def _merge_site_rows(name, counters, merged, src, remap):
     # Not per thread nor per process (the core does not record it): summed.
     table, rows = _TABLE[name], getattr(merged, name)
+    key_of = _key_mapper(table.keys, remap)
     for fid, line, site, stack, c in getattr(src, name):
-        key = _remap_key((fid, line, site, stack), table.keys, remap)
+        key = key_of((fid, line, site, stack))
         rows.setdefault(key, counters()).add(c)
     setattr(merged.session, name, [(*key, c) for key, c in rows.items()])
 
@@ -177,8 +199,9 @@ def _merge_memory_extra(merged, src, remap):
 
 def _merge_fmemory(merged, src, remap):
     out = merged.session.fmemory
+    key_of = _key_mapper(_TABLE["fmemory"].keys, remap)
     for key, (peak, residual) in src.fmemory.items():
-        key = _remap_key(key, _TABLE["fmemory"].keys, remap)
+        key = key_of(key)
         p0, r0 = out.get(key, (0, 0))       # two fids of one input may meet: as function_peaks
         out[key] = (max(p0, peak), r0 + residual)
 
@@ -216,9 +239,9 @@ def _merge_meta(merged, src, remap):
 def _merge_paths(merged, src, remap):
     # path ids are per thread, and each input's threads are new ones
     out = merged.session.paths
+    key_of, functions = _key_mapper(_TABLE["paths"].keys, remap), remap.functions
     for key, p in src.paths.items():
-        out[_remap_key(key, _TABLE["paths"].keys, remap)] = PathNode(
-            p.parent, remap.functions[p.fid], p.calls, p.total, p.own)
+        out[key_of(key)] = PathNode(p.parent, functions[p.fid], p.calls, p.total, p.own)
 
 
 def _merge_timeline(merged, src, remap):
