@@ -41,7 +41,8 @@ REC_END, REC_STEP, REC_INFO, REC_META, REC_PATHS = 0xFFFF, 17, 1, 2, 16
 ROW_SIZES = {4: 24, 5: 32, 6: 40, 7: 48, 8: 32, 9: 32, 11: 32, 12: 64, 13: 24, 14: 40,
              16: 40, 18: 24, 21: 72, 22: 40, 23: 24}
 VIEWS = ("code", "op", "scope", "graph", "lines", "memory")
-OP_SECONDS = 10                 # one reader on one file
+OP_SECONDS = 30                 # one reader on one file: a hang (a loaded machine once
+                                # stretched a pprof export past 10 s)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PROGRAM = textwrap.dedent("""
