@@ -162,13 +162,15 @@ def process_units(sessions):
 
 
 def worker_units(sessions):
-    """[(worker address, Session, threads)] for every Dask worker process of
-    the captures (pyprof.dask: meta["dask"]["worker"]), by address; the
-    scheduler's process, and processes of no worker, are left out."""
+    """[(worker, Session, threads)] for every Dask or Ray worker process of
+    the captures (meta["dask"]["worker"]: its address; meta["ray"]["worker"]:
+    node id/pid), by name; the scheduler's process, and processes of no
+    worker, are left out."""
     units, seen = [], {}
     for path, s in sessions:
         for i, record in enumerate(s.processes):
-            address = (record.get("dask") or {}).get("worker")
+            address = ((record.get("dask") or {}).get("worker")
+                       or (record.get("ray") or {}).get("worker"))
             if not isinstance(address, str):
                 continue
             if address in seen:
@@ -178,8 +180,8 @@ def worker_units(sessions):
             threads = s.process_threads(i) if "processes" in s.meta else None
             units.append((address, s, threads))
     if not units:
-        raise PyprofError("--by worker needs a capture of Dask workers (pyprof.dask.profile: "
-                          "docs/clusters.md)")
+        raise PyprofError("--by worker needs a capture of Dask or Ray workers "
+                          "(pyprof.dask.profile, pyprof.ray.profile: docs/clusters.md)")
     units.sort(key=lambda u: u[0])
     return units
 

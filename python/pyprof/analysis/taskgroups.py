@@ -1,7 +1,8 @@
-"""`pyprof tasks` (docs/clusters.md): the tasks of a Dask job by task group
-(key prefix), from the per-prefix figures each worker's capture keeps in
-meta["dask"]["tasks"] (pyprof.dask): count, wall time (total, mean,
-coefficient of variation, min, max) and thread CPU time."""
+"""`pyprof tasks` (docs/clusters.md): the tasks of a Dask or Ray job by task
+group (Dask: key prefix; Ray: function, or Class.method), from the per-group
+figures each worker's capture keeps in meta["dask"]["tasks"] (pyprof.dask) or
+meta["ray"]["tasks"] (pyprof.ray): count, wall time (total, mean, coefficient
+of variation, min, max) and thread CPU time."""
 from __future__ import annotations
 
 import csv
@@ -21,18 +22,19 @@ def task_figures(session, source="capture") -> dict:
     out: dict = {}
     found = False
     for record in session.processes:
-        tasks = (record.get("dask") or {}).get("tasks")
-        if isinstance(tasks, dict):
-            found = True
-            add_tasks(out, tasks)
+        for cluster in ("dask", "ray"):
+            tasks = (record.get(cluster) or {}).get("tasks")
+            if isinstance(tasks, dict):
+                found = True
+                add_tasks(out, tasks)
     if not found:
-        raise PyprofError(f"{source} has no Dask tasks (profile the job with "
-                          f"pyprof.dask.profile: docs/clusters.md)")
+        raise PyprofError(f"{source} has no Dask or Ray tasks (profile the job with "
+                          f"pyprof.dask.profile or pyprof.ray.profile: docs/clusters.md)")
     return out
 
 
 def add_tasks(into, tasks) -> dict:
-    """Adds one worker's per-prefix figures (meta["dask"]["tasks"]) into `into`."""
+    """Adds one worker's per-group figures (meta["dask" or "ray"]["tasks"]) into `into`."""
     for prefix, t in tasks.items():
         mine = into.get(prefix)
         if mine is None:

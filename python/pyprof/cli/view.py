@@ -94,14 +94,14 @@ def cmd_stats(argv) -> int:
                                "(with std, min, max) of columns over the steps of the captures "
                                "(pyprof.step()), over the captures as repeated runs, over the "
                                "ranks of an MPI run, over the processes of a --children run, or "
-                               "over the workers of a Dask job.")
+                               "over the workers of a Dask or Ray job.")
     p.add_argument("inputs", nargs="+", metavar="FILE", help=".cprof capture files")
     p.add_argument("--by", choices=["step", "run", "rank", "process", "worker"],
                    default="step",
                    help="statistics over steps (default), over the files as runs, over "
                         "the ranks of an MPI run (docs/mpi.md), over the processes of "
                         "merged captures (docs/children.md), or over the workers of a Dask "
-                        "job (docs/clusters.md)")
+                        "or Ray job (docs/clusters.md)")
     p.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns, comma-separated (default: calls,time,self-time, or "
                         "samples,... for sampled captures, plus bytes,net-bytes with memory)")
@@ -117,10 +117,11 @@ def cmd_stats(argv) -> int:
 
 def cmd_tasks(argv) -> int:
     p = arg_parser(prog="pyprof tasks",
-                   description="The tasks of a Dask job (a capture of pyprof.dask.profile) by "
+                   description="The tasks of a Dask or Ray job (a capture of "
+                               "pyprof.dask.profile or pyprof.ray.profile) by "
                                "task group: count, wall time (total, mean, coefficient of "
                                "variation, min, max) and thread CPU time, in seconds.")
-    p.add_argument("input", help="a .cprof capture of pyprof.dask.profile")
+    p.add_argument("input", help="a .cprof capture of pyprof.dask.profile or pyprof.ray.profile")
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="output format (default: table)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")

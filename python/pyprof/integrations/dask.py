@@ -56,7 +56,7 @@ def profile(client, mode="sample", output=None, *, scheduler=False, **options) -
     return Job(client, mode, output, scheduler, options)
 
 
-def check_options(mode, options) -> dict:
+def check_options(mode, options, who="pyprof.dask.profile") -> dict:
     """Profile's keywords for `mode` and `options`, checked as Profile checks
     them (PyprofError, one message)."""
     from ..options import KEYWORDS, RunOptions
@@ -65,7 +65,7 @@ def check_options(mode, options) -> dict:
     bad = sorted(k for k in options if k not in KEYWORDS or k in _NOT_OPTIONS)
     if bad:
         known = ", ".join(k for k in KEYWORDS if k not in _NOT_OPTIONS)
-        raise PyprofError(f"pyprof.dask.profile: unknown option {bad[0]!r} (options: {known})")
+        raise PyprofError(f"{who}: unknown option {bad[0]!r} (options: {known})")
     kwargs = {**options, **MODES[mode]}
     if mode == "lines" and not (kwargs.get("lines_of") or kwargs.get("lines_all")
                                 or kwargs.get("include")):
@@ -179,21 +179,26 @@ class Job:
             export(self.session, format_for_path(self.path), self.path)
 
 
-def _merge(captures, client, lost, errors):
+def _merge_sessions(captures, prefix="dask"):
+    """One Session of the workers' captures [(name, .cprof bytes)], a process each."""
     import tempfile
-    from ..analysis import taskgroups
     from ..analysis.merge import merge
     from ..model.session import Session
     sessions, sources = [], []
-    with tempfile.TemporaryDirectory(prefix="pyprof-dask-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"pyprof-{prefix}-") as tmp:
         for i, (who, data) in enumerate(captures):
             path = os.path.join(tmp, f"{i}.cprof")
             with open(path, "wb") as f:
                 f.write(data)
             sessions.append(Session.load(path))
             sources.append(who)
-    # the workers run dask's command, or a spawned interpreter: not one program
-    session = merge(sessions, force=True, sources=sources)
+    # the workers run the cluster's command, or a spawned interpreter: not one program
+    return merge(sessions, force=True, sources=sources)
+
+
+def _merge(captures, client, lost, errors):
+    from ..analysis import taskgroups
+    session = _merge_sessions(captures)
     tasks = {}
     for rec in session.processes:
         taskgroups.add_tasks(tasks, ((rec.get("dask") or {}).get("tasks") or {}))

@@ -1,0 +1,226 @@
+"""pyprof.ray (docs/clusters.md): the worker processes of a real local Ray
+(ray.init, 2 CPUs) profiled and merged on the driver; the figures are checked
+against what the tasks themselves report (their pid, their thread CPU time)
+and the number of tasks and actor calls made."""
+import csv
+import glob
+import io
+import json
+import os
+import tempfile
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import pyprof  # noqa: E402
+import pyprof.ray  # noqa: E402
+from pyprof.analysis import views  # noqa: E402
+from pyprof.model.session import Session  # noqa: E402
+from support import clean_env, pyprof as run_cli, run_python  # noqa: E402
+
+
+# ------------------------------------------------------------------ tasks
+@ray.remote
+def inc(i):
+    return i + 1, os.getpid()
+
+
+@ray.remote
+def double(i):
+    return 2 * i, os.getpid()
+
+
+def _spin(seconds):
+    """Burn this thread's CPU for `seconds`; (CPU measured, pid)."""
+    start = time.thread_time()
+    x = 0
+    while time.thread_time() - start < seconds:
+        for i in range(2000):
+            x += i * i
+    return time.thread_time() - start, os.getpid()
+
+
+@ray.remote
+def spin_a(i):
+    return _spin(0.15)
+
+
+@ray.remote
+def spin_b(i):
+    return _spin(0.075)
+
+
+@ray.remote
+def fails(i):
+    raise ValueError(f"task {i}")
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def add(self, k):
+        self.n += k
+        return self.n, os.getpid()
+
+
+@ray.remote
+def profiler_state(job):
+    """In a worker: (pid, no pyprof profiler running, the job's temporary files left)."""
+    from pyprof import _cprof
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"pyprof-ray-{job}-*"))
+    return os.getpid(), _cprof.active() is None, left
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def cluster():
+    # the tasks call this module's helpers: the workers import it
+    here = os.path.dirname(os.path.abspath(__file__))
+    pyprof.ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                    runtime_env={"env_vars": {"PYTHONPATH": here}})
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def functions(session, threads=None):
+    """name -> op node (the capture's functions, summed over `threads`)."""
+    return {n.name: n for n in views.op_nodes(session, threads).values()}
+
+
+def value(node, col):
+    return views.node_value(node, col) if node is not None else None
+
+
+def pid_index(session):
+    return {rec["pid"]: i for i, rec in enumerate(session.processes)}
+
+
+def assert_clean(job):
+    for pid, idle, left in ray.get([profiler_state.remote(job.id) for _ in range(8)]):
+        assert idle, f"worker {pid} still has a pyprof profiler running"
+        assert not left, f"worker {pid} left {left}"
+    assert not os.path.exists(os.path.join(job.dir, "active.json"))
+    assert not os.path.exists(os.path.join(job.dir, job.id))
+
+
+# ------------------------------------------------------------------ tests
+def test_function_mode_counts_tasks_and_actor_calls(cluster, tmp_path):
+    out = tmp_path / "job.cprof"
+    with pyprof.ray.profile(mode="function", output=out) as job:
+        incs = ray.get([inc.remote(i) for i in range(40)])
+        doubles = ray.get([double.remote(i) for i in range(20)])
+        counter = Counter.remote()      # its worker starts inside the block
+        adds = ray.get([counter.add.remote(1) for _ in range(15)])
+    assert_clean(job)
+    assert not job.lost and not job.errors
+    session = Session.load(out)
+    where = pid_index(session)
+    ran = {"inc": [p for _, p in incs], "double": [p for _, p in doubles],
+           "add": [p for _, p in adds]}
+    assert {p for pids in ran.values() for p in pids} <= set(where), \
+        "every worker that ran a task is a process of the capture"
+    assert sorted(n for n, _ in adds) == list(range(1, 16))
+    totals = functions(session)
+    frames = {"inc": "ray task inc", "double": "ray task double", "add": "ray actor Counter.add"}
+    for name, pids in ran.items():
+        assert value(totals[frames[name]], "calls") == len(pids)
+        # each worker's process holds the calls of the tasks it ran
+        for pid in set(pids):
+            mine = functions(session, session.process_threads(where[pid]))
+            assert value(mine[frames[name]], "calls") == pids.count(pid)
+    assert value(totals["inc"], "calls") == 40
+    # per worker meta
+    for pid, i in where.items():
+        rec = session.processes[i]["ray"]
+        assert rec["pid"] == pid and rec["worker"].endswith(f"/{pid}") and rec["node_id"]
+        assert rec["tasks"].get("inc", {}).get("count", 0) == ran["inc"].count(pid)
+    assert session.meta["ray"]["tasks"]["Counter.add"]["count"] == 15
+
+    # pyprof tasks: the counts of the tasks run
+    r = run_cli("tasks", out, "--format", "csv", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    rows = {row["group"]: int(row["count"]) for row in csv.DictReader(io.StringIO(r.stdout))}
+    assert rows == {"inc": 40, "double": 20, "Counter.__init__": 1, "Counter.add": 15}
+    r = run_cli("tasks", out, "--format", "json", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert {t["group"]: t["count"] for t in json.loads(r.stdout)["tasks"]} == rows
+
+    # pyprof stats --by worker: one unit per worker process
+    r = run_cli("stats", "--by", "worker", "--no-lines", "--select", "calls", "--csv", "-", out,
+                env=clean_env())
+    assert r.returncode == 0, r.stderr
+    row = next(row for row in csv.DictReader(io.StringIO(r.stdout))
+               if row["name"] == "ray task inc")
+    counts = {pid: ran["inc"].count(pid) for pid in where}
+    assert int(row["n"]) == len(where)
+    assert float(row["calls_max"]) == max(counts.values())
+    assert counts[int(row["calls_max_worker"].rsplit("/", 1)[1])] == max(counts.values())
+
+
+def test_sampled_cpu_of_each_task_group(cluster, tmp_path):
+    # CPU timers tick at CONFIG_HZ (250 here): 1000 samples take 4 s of CPU or more
+    with pyprof.ray.profile(mode="sample", output=tmp_path / "s.cprof", rate=1000) as job:
+        a = ray.get([spin_a.remote(i) for i in range(24)])
+        b = ray.get([spin_b.remote(i) for i in range(24)])
+    assert_clean(job)
+    session = job.session
+    totals = functions(session)
+    samples = sum(value(totals[f"ray task {g}"], "samples") for g in ("spin_a", "spin_b"))
+    assert samples >= 1000
+    for group, results in (("spin_a", a), ("spin_b", b)):
+        measured = sum(cpu for cpu, _ in results)
+        assert value(totals[f"ray task {group}"], "time") == pytest.approx(measured, rel=0.15)
+        figures = session.meta["ray"]["tasks"][group]
+        assert figures["count"] == len(results)
+        assert figures["cpu_ns"] / 1e9 == pytest.approx(measured, rel=0.15)
+
+
+def test_a_failing_task_is_counted_as_erred(cluster):
+    with pyprof.ray.profile(mode="sample") as job:
+        with pytest.raises(ray.exceptions.RayTaskError):
+            ray.get(fails.remote(1))
+        ray.get([inc.remote(i) for i in range(3)])
+    figures = job.session.meta["ray"]["tasks"]
+    assert figures["fails"]["count"] == figures["fails"]["erred"] == 1
+    assert figures["inc"] == {**figures["inc"], "count": 3, "erred": 0}
+
+
+@pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
+def test_exception_in_the_block_stops_the_workers(cluster, tmp_path, error):
+    out = tmp_path / "e.cprof"
+    with pytest.raises(error):
+        with pyprof.ray.profile(mode="function", output=out) as job:
+            ray.get([inc.remote(i) for i in range(10)])
+            raise error("in the block")
+    assert_clean(job)
+    # what ran is written all the same
+    assert value(functions(Session.load(out))["ray task inc"], "calls") == 10
+
+
+def test_bad_options_are_refused(cluster):
+    for kwargs, words in ((dict(mode="sample", rate=-5), "rate"),
+                          (dict(mode="sampling"), "mode"),
+                          (dict(mode="sample", bogus=1), "bogus"),
+                          (dict(mode="lines"), "lines_of")):
+        with pytest.raises(pyprof.PyprofError, match=words) as e:
+            pyprof.ray.profile(**kwargs)
+        assert "\n" not in str(e.value)
+
+
+def test_without_ray_or_before_init():
+    code = ("import sys\n"
+            "import pyprof, pyprof.ray\n"
+            "try:\n    pyprof.ray.profile()\n"
+            "except pyprof.PyprofError as e:\n    print(e)\n")
+    r = run_python(["-c", "import sys; sys.modules['ray'] = None\n" + code], env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "pyprof.ray needs the 'ray' package: pip install ray\n"
+    r = run_python(["-c", code], env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 1 and "ray.init()" in r.stdout, r.stdout
