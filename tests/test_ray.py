@@ -224,3 +224,24 @@ def test_without_ray_or_before_init():
     r = run_python(["-c", code], env=clean_env())
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 1 and "ray.init()" in r.stdout, r.stdout
+
+
+def test_a_worker_that_exits_in_the_block_leaves_its_capture(cluster):
+    """An actor ended inside the block: its process writes its capture to the
+    session directory as it exits, and the driver merges it."""
+    import select
+    with pyprof.ray.profile(mode="function") as job:
+        counter = Counter.remote()
+        adds = ray.get([counter.add.remote(1) for _ in range(6)])
+        pid = adds[0][1]
+        fd = os.pidfd_open(pid)
+        try:
+            counter.__ray_terminate__.remote()
+            select.select([fd], [], [])         # readable once the process is gone
+        finally:
+            os.close(fd)
+    assert not job.lost and not job.errors
+    where = pid_index(job.session)
+    rec = job.session.processes[where[pid]]["ray"]
+    assert rec["tasks"]["Counter.add"]["count"] == 6
+    assert not os.path.exists(os.path.join(job.dir, job.id))
