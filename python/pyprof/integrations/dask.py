@@ -179,7 +179,7 @@ class Job:
             export(self.session, format_for_path(self.path), self.path)
 
 
-def _merge_sessions(captures, prefix="dask"):
+def merge_sessions(captures, prefix="dask"):
     """One Session of the workers' captures [(name, .cprof bytes)], a process each."""
     import tempfile
     from ..analysis.merge import merge
@@ -198,7 +198,7 @@ def _merge_sessions(captures, prefix="dask"):
 
 def _merge(captures, client, lost, errors):
     from ..analysis import taskgroups
-    session = _merge_sessions(captures)
+    session = merge_sessions(captures)
     tasks = {}
     for rec in session.processes:
         taskgroups.add_tasks(tasks, ((rec.get("dask") or {}).get("tasks") or {}))
@@ -239,7 +239,7 @@ class ProfilePlugin(_PluginBase):
         _stop(self.job)
 
 
-class _State:
+class TaskState:
     """One job's profile in this process."""
 
     def __init__(self, job, prof, info):
@@ -255,9 +255,9 @@ class _State:
         fn = self.frames.get(prefix)
         if fn is None:
             name = f"dask task {prefix}"
-            code = _task_frame.__code__.replace(co_name=name, co_qualname=name,
+            code = task_frame.__code__.replace(co_name=name, co_qualname=name,
                                                 co_filename=FRAME_FILE, co_firstlineno=1)
-            fn = self.frames[prefix] = type(_task_frame)(code, {})
+            fn = self.frames[prefix] = type(task_frame)(code, {})
         return fn
 
     def record(self, prefix, wall_ns, cpu_ns, erred):
@@ -277,11 +277,11 @@ class _State:
             t["max_ns"] = max(t["max_ns"], wall_ns)
 
 
-def _task_frame(run, args, kwargs):
+def task_frame(run, args, kwargs):
     return run(*args, **kwargs)
 
 
-_JOBS: dict = {}            # job id -> _State: this process's profile of each job
+_JOBS: dict = {}            # job id -> TaskState: this process's profile of each job
 _FAILED: dict = {}          # (job id, worker address) -> why it was not profiled
 _LOCK = threading.Lock()
 
@@ -301,7 +301,7 @@ def _start(job, kwargs, info, patch=True):
         if _cprof.active() is not None:
             raise PyprofError("another pyprof profile is running in this process")
         prof = Profile(**kwargs)
-        state = _JOBS[job] = _State(job, prof, info)
+        state = _JOBS[job] = TaskState(job, prof, info)
         try:
             if patch:
                 _patch(state)

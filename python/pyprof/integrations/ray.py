@@ -37,7 +37,7 @@ import time
 import uuid
 
 from ..errors import PyprofError
-from .dask import _State, _task_frame, _merge_sessions, check_options
+from .dask import TaskState, task_frame, merge_sessions, check_options
 
 NEEDS = "pyprof.ray needs the 'ray' package: pip install ray"
 HOOK = "pyprof.ray.setup_hook"
@@ -215,7 +215,7 @@ class Job:
 
 def _merge(captures, lost, errors):
     from ..analysis import taskgroups
-    session = _merge_sessions([(info.get("worker"), data) for info, data in captures], "ray")
+    session = merge_sessions([(info.get("worker"), data) for info, data in captures], "ray")
     tasks = {}
     for rec in session.processes:
         taskgroups.add_tasks(tasks, ((rec.get("ray") or {}).get("tasks") or {}))
@@ -298,15 +298,15 @@ _DIR = None                 # this worker's <session>/pyprof, once the hook ran
 _SOCK = None
 
 
-class _RayState(_State):
+class _RayState(TaskState):
     def frame(self, group):
         fn = self.frames.get(group)
         if fn is None:
             kind = "actor" if "." in group else "task"
             name = f"ray {kind} {group}"
-            code = _task_frame.__code__.replace(co_name=name, co_qualname=name,
+            code = task_frame.__code__.replace(co_name=name, co_qualname=name,
                                                 co_filename=FRAME_FILE, co_firstlineno=1)
-            fn = self.frames[group] = type(_task_frame)(code, {})
+            fn = self.frames[group] = type(task_frame)(code, {})
         return fn
 
 
