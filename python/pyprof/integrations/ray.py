@@ -10,14 +10,14 @@ with a process per worker.
 Ray cannot run a function on a chosen worker process, so each worker is
 reached through the job's ``worker_process_setup_hook`` (setup_hook, set by
 pyprof.ray.init): when a worker process starts, it opens a Unix socket in the
-Ray session directory (``<session>/pyprof/<pid>.sock``) served by a daemon
-thread, and wraps the functions Ray hands its task loop so that each task
+Ray session directory (``<session>/pyprof/<ray job>/<pid>.sock``) served by a
+daemon thread, and wraps the functions Ray hands its task loop so that each task
 runs through a frame of its own (``ray task f``, ``ray actor C.m``) while a
 profile is on. The driver's block starts a pyprof Profile in every worker
-through its socket (and writes ``<session>/pyprof/active.json`` so that a
+through its socket (and writes ``.../<ray job>/active.json`` so that a
 worker starting inside the block starts one too); on exit it asks each one for
 its capture (bytes, over the socket) and merges them. A worker that exits
-inside the block writes its capture to ``<session>/pyprof/<job>/`` first.
+inside the block writes its capture to ``.../<ray job>/<block id>/`` first.
 
 Nothing here may change what the job does: a worker where pyprof fails runs its
 tasks unprofiled, and the failure is reported on the driver.
@@ -79,13 +79,15 @@ def profile(mode="sample", output=None, **options) -> "Job":
 
 
 def _session_dir():
+    """<session>/pyprof/<Ray job id>: a session can hold several drivers' jobs,
+    each with workers of its own."""
     import ray._private.worker as w
     node = getattr(w, "_global_node", None)
     path = node.get_session_dir_path() if node is not None else None
     if not path:
         raise PyprofError("pyprof.ray: no Ray session directory on this host "
                           "(a ray:// client cannot be profiled: run the driver on the head)")
-    return os.path.join(path, "pyprof")
+    return os.path.join(path, "pyprof", w.global_worker.current_job_id.hex())
 
 
 def _hook_configured():
@@ -120,6 +122,7 @@ class Job:
         self._open = False
 
     def __enter__(self):
+        os.makedirs(os.path.dirname(self.dir), mode=0o700, exist_ok=True)
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         active = os.path.join(self.dir, _ACTIVE)
         if os.path.exists(active):
@@ -326,7 +329,9 @@ def _setup():
     worker = w.global_worker
     if worker.mode != w.WORKER_MODE or _SOCK is not None:
         return          # spill/restore workers run no tasks
-    _DIR = os.path.join(w._global_node.get_session_dir_path(), "pyprof")
+    _DIR = os.path.join(w._global_node.get_session_dir_path(), "pyprof",
+                        worker.current_job_id.hex())
+    os.makedirs(os.path.dirname(_DIR), mode=0o700, exist_ok=True)
     os.makedirs(_DIR, mode=0o700, exist_ok=True)
     _wrap_functions(worker.function_actor_manager)
     path = os.path.join(_DIR, f"{os.getpid()}.sock")
