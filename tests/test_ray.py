@@ -245,3 +245,40 @@ def test_a_worker_that_exits_in_the_block_leaves_its_capture(cluster):
     rec = job.session.processes[where[pid]]["ray"]
     assert rec["tasks"]["Counter.add"]["count"] == 6
     assert not os.path.exists(os.path.join(job.dir, job.id))
+
+
+@ray.remote
+class OwnProfile:
+    """An actor whose process pyprof already profiles (its own Profile)."""
+
+    def start(self):
+        import pyprof
+        self.prof = pyprof.Profile()
+        self.prof.enable()
+        return os.getpid()
+
+    def add(self, k):
+        return k + 1
+
+    def stop(self):
+        self.prof.disable()
+        return self.prof.session().function_totals() != {}
+
+
+def test_a_worker_pyprof_cannot_profile_runs_its_tasks(cluster, capsys):
+    busy = OwnProfile.remote()
+    pid = ray.get(busy.start.remote())
+    try:
+        with pyprof.ray.profile(mode="function") as job:
+            added = ray.get([busy.add.remote(i) for i in range(5)])
+            ran = ray.get([inc.remote(i) for i in range(10)])
+    finally:
+        assert ray.get(busy.stop.remote())
+    assert added == [1, 2, 3, 4, 5] and sorted(v for v, _ in ran) == list(range(1, 11))
+    [(who, why)] = job.errors.items()
+    assert who.endswith(f"/{pid}") and "another pyprof profile" in why
+    assert f"Ray worker {who} was not profiled" in capsys.readouterr().err
+    assert job.session.meta["ray_errors"] == job.errors
+    assert pid not in pid_index(job.session)
+    assert value(functions(job.session)["ray task inc"], "calls") == 10
+    ray.kill(busy)
