@@ -302,14 +302,13 @@ _SOCK = None
 
 
 class _RayState(TaskState):
-    def frame(self, group):
-        fn = self.frames.get(group)
+    def frame(self, group, kind="task"):
+        fn = self.frames.get((kind, group))
         if fn is None:
-            kind = "actor" if "." in group else "task"
             name = f"ray {kind} {group}"
             code = task_frame.__code__.replace(co_name=name, co_qualname=name,
                                                 co_filename=FRAME_FILE, co_firstlineno=1)
-            fn = self.frames[group] = type(task_frame)(code, {})
+            fn = self.frames[(kind, group)] = type(task_frame)(code, {})
         return fn
 
 
@@ -495,9 +494,9 @@ def _wrapper(info, descriptor):
         return None         # its work runs after the call returns: not attributed
     cls = getattr(descriptor, "class_name", "")
     if cls:
-        group = f"{cls.rsplit('.', 1)[-1]}.{name}"
+        kind, group = "actor", f"{cls.rsplit('.', 1)[-1]}.{name}"
     else:
-        group = getattr(descriptor, "function_name", "") or name
+        kind, group = "task", getattr(descriptor, "function_name", "") or name
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
 
     def run(*args, **kwargs):
@@ -505,7 +504,7 @@ def _wrapper(info, descriptor):
         if state is None:
             return fn(*args, **kwargs)
         try:
-            frame = state.frame(group)
+            frame = state.frame(group, kind)
         except Exception:
             return fn(*args, **kwargs)
         t0, c0 = perf(), cpu()
