@@ -173,19 +173,24 @@ class Job:
                   f"was not profiled: {why}", file=sys.stderr)
         if not captures:
             raise PyprofError("no Dask worker returned a profile")
-        self.session = _merge(captures, client, self.lost, self.errors)
+        summary = {"scheduler": getattr(client.scheduler, "address", None),
+                   "workers": [w for w, _ in captures if not w.startswith("scheduler")]}
+        self.session = merge_sessions(captures, "dask", summary, self.lost, self.errors)
         if self.path is not None:
             from ..export import export, format_for_path
             export(self.session, format_for_path(self.path), self.path)
 
 
-def merge_sessions(captures, prefix="dask"):
-    """One Session of the workers' captures [(name, .cprof bytes)], a process each."""
+def merge_sessions(captures, engine="dask", summary=None, lost=(), errors=None):
+    """One Session of the workers' captures [(name, .cprof bytes)], a process
+    each; meta[engine] is `summary` with the task groups of all the workers,
+    meta[engine + "_lost"] and [engine + "_errors"] what was not gathered."""
     import tempfile
+    from ..analysis import taskgroups
     from ..analysis.merge import merge
     from ..model.session import Session
     sessions, sources = [], []
-    with tempfile.TemporaryDirectory(prefix=f"pyprof-{prefix}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"pyprof-{engine}-") as tmp:
         for i, (who, data) in enumerate(captures):
             path = os.path.join(tmp, f"{i}.cprof")
             with open(path, "wb") as f:
@@ -193,22 +198,15 @@ def merge_sessions(captures, prefix="dask"):
             sessions.append(Session.load(path))
             sources.append(who)
     # the workers run the cluster's command, or a spawned interpreter: not one program
-    return merge(sessions, force=True, sources=sources)
-
-
-def _merge(captures, client, lost, errors):
-    from ..analysis import taskgroups
-    session = merge_sessions(captures)
+    session = merge(sessions, force=True, sources=sources)
     tasks = {}
     for rec in session.processes:
-        taskgroups.add_tasks(tasks, ((rec.get("dask") or {}).get("tasks") or {}))
-    session.meta["dask"] = {"scheduler": getattr(client.scheduler, "address", None),
-                            "workers": [w for w, _ in captures if not w.startswith("scheduler")],
-                            "tasks": tasks}
+        taskgroups.add_tasks(tasks, ((rec.get(engine) or {}).get("tasks") or {}))
+    session.meta[engine] = {**(summary or {}), "tasks": tasks}
     if lost:
-        session.meta["dask_lost"] = lost
+        session.meta[engine + "_lost"] = list(lost)
     if errors:
-        session.meta["dask_errors"] = dict(errors)
+        session.meta[engine + "_errors"] = dict(errors)
     return session
 
 

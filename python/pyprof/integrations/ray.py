@@ -210,25 +210,12 @@ class Job:
         if not captures:
             raise PyprofError("no Ray worker returned a profile")
         captures.sort(key=lambda c: c[0].get("worker", ""))
-        self.session = _merge(captures, self.lost, self.errors)
+        self.session = merge_sessions(
+            [(info.get("worker"), data) for info, data in captures], "ray",
+            {"workers": [info.get("worker") for info, _ in captures]}, self.lost, self.errors)
         if self.path is not None:
             from ..export import export, format_for_path
             export(self.session, format_for_path(self.path), self.path)
-
-
-def _merge(captures, lost, errors):
-    from ..analysis import taskgroups
-    session = merge_sessions([(info.get("worker"), data) for info, data in captures], "ray")
-    tasks = {}
-    for rec in session.processes:
-        taskgroups.add_tasks(tasks, ((rec.get("ray") or {}).get("tasks") or {}))
-    session.meta["ray"] = {"workers": [info.get("worker") for info, _ in captures],
-                           "tasks": tasks}
-    if lost:
-        session.meta["ray_lost"] = lost
-    if errors:
-        session.meta["ray_errors"] = dict(errors)
-    return session
 
 
 def _rmtree(path):
