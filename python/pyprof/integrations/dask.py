@@ -364,7 +364,6 @@ def _stop(job, gather=False):
         state = _JOBS.pop(job, None)
     if state is None:
         return None
-    import tempfile
     try:
         state.prof.disable()
     finally:
@@ -378,10 +377,16 @@ def _stop(job, gather=False):
         dask["workers"] = list(state.workers)
     dask["tasks"] = tasks
     state.prof.meta["dask"] = dask
-    fd, path = tempfile.mkstemp(prefix=f"pyprof-dask-{job}-", suffix=".cprof")
+    return capture_bytes(state.prof, f"pyprof-dask-{job}-")
+
+
+def capture_bytes(prof, prefix) -> bytes:
+    """`prof`'s capture, written to a temporary file (removed) and read back."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".cprof")
     os.close(fd)
     try:
-        state.prof.dump(path)
+        prof.dump(path)
         with open(path, "rb") as f:
             return f.read()
     finally:

@@ -37,7 +37,7 @@ import time
 import uuid
 
 from ..errors import PyprofError
-from .dask import TaskState, task_frame, merge_sessions, check_options
+from .dask import TaskState, capture_bytes, check_options, merge_sessions, task_frame
 
 NEEDS = "pyprof.ray needs the 'ray' package: pip install ray"
 HOOK = "pyprof.ray.setup_hook"
@@ -414,21 +414,13 @@ def _take(job):
 
 def _stop(state, gather):
     """Stop `state`'s profile: with `gather`, its capture as bytes."""
-    import tempfile
     state.prof.disable()
     if not gather:
         return None
     with state.lock:
         tasks = {g: dict(t) for g, t in state.tasks.items()}
     state.prof.meta["ray"] = {**state.info, "tasks": tasks}
-    fd, path = tempfile.mkstemp(prefix=f"pyprof-ray-{state.job}-", suffix=".cprof")
-    os.close(fd)
-    try:
-        state.prof.dump(path)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        os.unlink(path)
+    return capture_bytes(state.prof, f"pyprof-ray-{state.job}-")
 
 
 def _at_exit(path):
