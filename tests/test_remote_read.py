@@ -550,6 +550,16 @@ def test_location_table_decoder_matches_cpython():
     assert seen > 10000
 
 
+def test_location_table_torn_below_line_0_is_no_line():
+    """A live read may meet a location table freed and made again (CI: line
+    -130616 in a churning process): a line below 0 is no line CPython gives."""
+    # one entry, no columns (code 13), 4 code units, signed delta -10 (varint 21)
+    table = bytes([0x80 | 13 << 3 | 3, 21])
+    assert _cprof.RemoteProcess.addr2line(table, 50, 0) == 40
+    assert _cprof.RemoteProcess.addr2line(table, 5, 0) == -1
+    assert _cprof.RemoteProcess.addr2line(table, -7, -2) == -1
+
+
 def test_a_traced_process_is_read_without_stopping(tmp_path):
     script = tmp_path / "threads.py"
     script.write_text(THREADS)

@@ -66,10 +66,12 @@ static int varint(const unsigned char *p, const unsigned char *end, const unsign
     return 0;
 }
 
+/* A line below 0 is none CPython gives (0: a module's RESUME): a table read
+ * torn, as a live read of a code object freed and made again can be, gives -1. */
 int pp_remote_addr2line(const unsigned char *table, size_t len, int firstlineno, int addrq)
 {
     if (addrq < 0)
-        return firstlineno;
+        return firstlineno < 0 ? -1 : firstlineno;
     const unsigned char *p = table, *end = table + len;
     int line = firstlineno, start = 0;
     while (p < end) {
@@ -89,7 +91,7 @@ int pp_remote_addr2line(const unsigned char *table, size_t len, int firstlineno,
         line += delta;
         int stop = start + units * 2;           /* bytes: 2 per code unit */
         if (addrq < stop)
-            return code == 15 ? -1 : line;
+            return code == 15 || line < 0 ? -1 : line;
         start = stop;
         /* the next entry starts at the next byte with the high bit set */
         p++;
@@ -352,7 +354,7 @@ static int walk_frames(pp_remote *r, pp_remote_cache *c, uintptr_t frame, pp_rem
         if (e->shim)
             continue;                           /* a C-stack frame read as it changed */
         intptr_t lasti = ((intptr_t)instr - (intptr_t)(code + L->co_code)) / 2;
-        int line = e->firstlineno;
+        int line = e->firstlineno < 0 ? -1 : e->firstlineno;
         if (e->linetable != NULL && lasti >= -1 && lasti < (1 << 28))
             line = pp_remote_addr2line(e->linetable, e->linetable_len, e->firstlineno,
                                        (int)lasti * 2);
