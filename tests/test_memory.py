@@ -423,8 +423,12 @@ def test_memory_curve_rss_and_peak_marker(tmp_path):
     peak = max(pts, key=lambda p: p.heap_max)
     assert peak.heap_max == s.info["memory"]["peak_bytes"]
     assert peak.heap_max == pytest.approx(30_000_000 + 50_000_000, rel=0.02)
-    assert peak.site == (next(f for f, x in s.functions.items() if x.name == "phase2"),
-                         first_line(phase2) + 1)
+    # the temporary's line; or the next one, when a curve point fell between the
+    # two and the sleep's few bytes, the temporary still alive, topped the level
+    # in the next interval (CI, 3.13: the site is the line running at the max)
+    phase2_fid = next(f for f, x in s.functions.items() if x.name == "phase2")
+    assert peak.site in ((phase2_fid, first_line(phase2) + 1),
+                         (phase2_fid, first_line(phase2) + 2)), peak
     # the curve's RSS points are read now and then: on a loaded machine one may
     # miss the temporary's 50 ms (seen: 57.6 MB of 80); the kernel's
     # high-water mark does not
