@@ -52,7 +52,7 @@ SPEEDSCOPE_VERSION ?= 1.25.0
 # The demo needs the required ones and a C compiler only.
 APT_REQUIRED := zlib1g-dev
 APT_OPTIONAL := libunwind-dev libdw-dev graphviz valgrind golang-go chromium openmpi-bin \
-                libopenmpi-dev tmux
+                libopenmpi-dev tmux openjdk-17-jre-headless
 
 .PHONY: help deps pythons venv test demo asan bench accuracy bench-threads clean
 
@@ -195,7 +195,7 @@ ensure_apt() {
   elif [ -n "$$req" ]; then
     die "missing packages:$$req (required)$${opt:+,$$opt (optional)}; run: sudo apt-get install -y --no-install-recommends $$missing"
   else
-    echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
+    echo "warning: missing optional packages:$$opt (libunwind-dev: no native stacks; graphviz/valgrind/openmpi-bin/openjdk: some tests skip); run: sudo apt-get install -y --no-install-recommends $$missing" >&2
   fi
 }
 

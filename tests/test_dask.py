@@ -6,6 +6,8 @@ import csv
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,9 +16,12 @@ distributed = pytest.importorskip("distributed")
 
 import pyprof  # noqa: E402
 import pyprof.dask  # noqa: E402
-from pyprof.analysis import views  # noqa: E402
+from pyprof.analysis import taskgroups, views  # noqa: E402
 from pyprof.model.session import Session  # noqa: E402
 from support import clean_env, pyprof as run_cli, run_python  # noqa: E402
+import cluster_tasks  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ------------------------------------------------------------------ tasks
@@ -29,13 +34,8 @@ def double(i):
 
 
 def _spin(seconds):
-    """Burn this thread's CPU for `seconds`; (CPU measured, worker)."""
-    start = time.thread_time()
-    x = 0
-    while time.thread_time() - start < seconds:
-        for i in range(2000):
-            x += i * i
-    return time.thread_time() - start, distributed.get_worker().address
+    """(CPU measured, worker)."""
+    return cluster_tasks.spin(seconds), distributed.get_worker().address
 
 
 def spin_a(i):
@@ -186,6 +186,102 @@ def test_sampled_cpu_of_each_task_group(client, tmp_path):
         figures = session.meta["dask"]["tasks"][group]
         assert figures["count"] == len(results)
         assert figures["cpu_ns"] / 1e9 == pytest.approx(measured, rel=0.15)
+
+
+def hold(i):
+    return cluster_tasks.hold()
+
+
+def test_exact_memory_equals_tracemalloc_in_the_task(client):
+    with pyprof.dask.profile(client, mode="memory") as job:
+        got = client.gather(client.map(hold, range(4), pure=False))
+    assert_clean(client, job)
+    assert not job.lost and not job.errors
+    truth = sum(size for size, _ in got)
+    assert truth >= 4 * 40 * 10000
+    assert cluster_tasks.bytes_of_make(job.session) == truth
+
+
+def small_peak(i):
+    return cluster_tasks.rise_and_fall(20)
+
+
+def large_peak(i):
+    return cluster_tasks.rise_and_fall(80)
+
+
+def test_task_peak_bytes_equal_tracemalloc(client, tmp_path):
+    """Exact memory mode: a task group's peak is the most bytes its tasks held
+    at once, as tracemalloc measures the same code in the same worker."""
+    truth = {n: client.submit(cluster_tasks.traced_peak, n, pure=False).result()
+             for n in (20, 80)}
+    out = tmp_path / "job.cprof"
+    with pyprof.dask.profile(client, mode="memory", output=str(out)) as job:
+        client.gather(client.map(small_peak, range(4), pure=False))
+        client.gather(client.map(large_peak, range(4), pure=False))
+    assert not job.lost and not job.errors
+    rows = {r["group"]: r for r in taskgroups.rows(taskgroups.task_figures(job.session))}
+    for group, n in (("small_peak", 20), ("large_peak", 80)):
+        assert truth[n] >= n * 10000
+        # the worker's own bookkeeping around the task adds a few KiB (6 KiB on 3.12)
+        assert truth[n] <= rows[group]["peak_bytes"] <= truth[n] + 16384, (group, truth, rows)
+        # a task's peak is the process's: the event loop's thread may free tens of
+        # KiB while one task runs (3.13, CI: a mean 9.5 KiB under the truth)
+        assert truth[n] - 65536 <= rows[group]["mean_peak_bytes"] <= rows[group]["peak_bytes"]
+    # the table and its CSV show them
+    r = run_cli("tasks", out, "--format", "csv", env=clean_env())
+    assert r.returncode == 0, r.stderr
+    table = {row["group"]: row for row in csv.DictReader(io.StringIO(r.stdout))}
+    assert int(table["large_peak"]["peak_bytes"]) == rows["large_peak"]["peak_bytes"]
+    text = run_cli("tasks", out, env=clean_env()).stdout
+    assert "mean peak" in text.splitlines()[0]
+    html = tmp_path / "job.html"
+    assert run_cli("convert", out, "-o", html, env=clean_env()).returncode == 0
+    table = html.read_text().split('<table id="taskgroups">', 1)[1].split("</table>", 1)[0]
+    assert "<th>peak</th><th>mean peak</th>" in table
+    assert table.count(" KiB</td>") == 4
+
+
+def test_a_command_line_cluster(tmp_path):
+    """`dask scheduler` and `dask worker --nworkers 2` as processes of their own:
+    every task counted, by the worker that ran it."""
+    info = tmp_path / "scheduler.json"
+    env = clean_env(PYTHONPATH=os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH"))
+                                               if p))
+    dask = [sys.executable, "-m", "dask"]
+    procs = [subprocess.Popen(dask + ["scheduler", "--host", "127.0.0.1", "--port", "0",
+                                      "--no-dashboard", "--scheduler-file", str(info)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        procs.append(subprocess.Popen(dask + ["worker", "--scheduler-file", str(info),
+                                              "--nworkers", "2", "--nthreads", "1",
+                                              "--host", "127.0.0.1", "--no-dashboard"],
+                                      env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        with distributed.Client(scheduler_file=str(info)) as c:
+            c.wait_for_workers(2, timeout=60)
+            with pyprof.dask.profile(c, mode="function") as job:
+                ran = c.gather(c.map(inc, range(40)))
+            workers = set(c.scheduler_info()["workers"])
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    session = job.session
+    where = worker_index(session)
+    assert set(where) == workers and len(workers) == 2
+    assert value(functions(session)["inc"], "calls") == 40
+    for address in workers:
+        mine = functions(session, session.process_threads(where[address]))
+        assert value(mine.get("inc"), "calls") == [a for _, a in ran].count(address) or (
+            mine.get("inc") is None and address not in [a for _, a in ran])
 
 
 def active_profiler():

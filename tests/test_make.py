@@ -59,7 +59,8 @@ def test_deps_installs_the_tests_tools(tmp_path):
     """`make test` (through `make deps`) still installs every tool the tests use."""
     _, asked = make(tmp_path, "deps", timeout=60)
     assert asked == {"zlib1g-dev", "libunwind-dev", "libdw-dev", "graphviz", "valgrind",
-                     "golang-go", "chromium", "openmpi-bin", "libopenmpi-dev", "tmux"}, asked
+                     "golang-go", "chromium", "openmpi-bin", "libopenmpi-dev", "tmux",
+                     "openjdk-17-jre-headless"}, asked
 
 
 def test_demo_installs_only_what_it_needs(tmp_path):

@@ -191,6 +191,13 @@ def test_samples_add_up(tmp_path):
     assert stacks(s) == expected
     assert len(s.stacks) == len({frames for frames, _ in expected})   # identical stacks merged
     assert s.info["sampling"]["drained"] == sum(i.info["sampling"]["drained"] for i in inputs)
+    # the achieved rate of the whole: signals per CPU second of all the processes,
+    # so between the processes' own rates (each differs: it was dropped once)
+    sp = [i.info["sampling"] for i in inputs]
+    signals, cpu = sum(x["signals"] for x in sp), sum(x["cpu_s"] for x in sp)
+    assert s.info["sampling"]["rate_achieved"] == pytest.approx(signals / cpu, rel=1e-6)
+    assert min(x["rate_achieved"] for x in sp) * 0.999 <= s.info["sampling"]["rate_achieved"] \
+        <= max(x["rate_achieved"] for x in sp) * 1.001
 
 
 @pytest.mark.parametrize("opts", [("--memory",), ("--memory-sample", "4096")])

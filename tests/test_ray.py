@@ -3,11 +3,11 @@
 against what the tasks themselves report (their pid, their thread CPU time)
 and the number of tasks and actor calls made."""
 import csv
+import json
 import glob
 import io
 import os
 import tempfile
-import time
 
 import pytest
 
@@ -18,6 +18,7 @@ import pyprof.ray  # noqa: E402
 from pyprof.analysis import views  # noqa: E402
 from pyprof.model.session import Session  # noqa: E402
 from support import clean_env, pyprof as run_cli, run_python  # noqa: E402
+import cluster_tasks  # noqa: E402
 
 
 # ------------------------------------------------------------------ tasks
@@ -32,13 +33,8 @@ def double(i):
 
 
 def _spin(seconds):
-    """Burn this thread's CPU for `seconds`; (CPU measured, pid)."""
-    start = time.thread_time()
-    x = 0
-    while time.thread_time() - start < seconds:
-        for i in range(2000):
-            x += i * i
-    return time.thread_time() - start, os.getpid()
+    """(CPU measured, pid)."""
+    return cluster_tasks.spin(seconds), os.getpid()
 
 
 @ray.remote
@@ -278,3 +274,74 @@ def test_a_worker_pyprof_cannot_profile_runs_its_tasks(cluster, capsys):
     assert pid not in pid_index(job.session)
     assert value(functions(job.session)["ray task inc"], "calls") == 10
     ray.kill(busy)
+
+
+TWO_NODES = r"""
+import json, os, shutil, sys, tempfile
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+import pyprof.ray
+
+
+def where(i):
+    import ray._private.worker as w
+    return (ray.get_runtime_context().get_node_id(), os.getpid(),
+            w._global_node.get_session_dir_path())
+
+
+if __name__ == "__main__":
+    # the second node keeps its Ray files apart, as a node of another host does
+    # (a short path: Unix socket paths are at most 107 bytes)
+    other = tempfile.mkdtemp(prefix="pp-rb", dir="/tmp")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
+                                                           "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1, temp_dir=other)
+        ray.init(address=cluster.address, log_to_driver=False,
+                 runtime_env={"worker_process_setup_hook": "pyprof.ray.setup_hook"})
+        f = ray.remote(where)
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        with pyprof.ray.profile(mode="function", output=sys.argv[1]) as job:
+            ran = []
+            for k, node in enumerate(nodes):
+                on = f.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                ran += ray.get([on.remote(i) for i in range(5 + 7 * k)])
+        counts = {}
+        for node, pid, _ in ran:
+            key = f"{node[:12]}/{pid}"
+            counts[key] = counts.get(key, 0) + 1
+        print(json.dumps({"nodes": nodes, "session_dirs": sorted({d for _, _, d in ran}),
+                          "counts": counts, "lost": job.lost, "errors": job.errors,
+                          "driver_node": ray.get_runtime_context().get_node_id()}))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(other, ignore_errors=True)
+"""
+
+
+def test_workers_of_another_node_are_profiled(tmp_path):
+    """A node whose Ray files are its own (another host's are): its workers are
+    reached by a task pinned there, and their captures come back with the
+    driver's node's, each task counted by the worker that ran it."""
+    script = tmp_path / "two_nodes.py"
+    script.write_text(TWO_NODES)
+    out = tmp_path / "job.cprof"
+    r = run_python([script, out], cwd=tmp_path, env=clean_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got["nodes"]) == 2 and len(got["session_dirs"]) == 2, got
+    assert not got["lost"] and not got["errors"], got
+    session = Session.load(str(out))
+    by_worker = {rec["ray"]["worker"]: rec["ray"]["tasks"].get("where", {}).get("count", 0)
+                 for rec in session.processes if rec.get("ray")}
+    assert {w: n for w, n in by_worker.items() if n} == got["counts"]
+    other = [n for n in got["nodes"] if n != got["driver_node"]]
+    assert any(w.startswith(other[0][:12]) for w in got["counts"]), got
+    assert sum(got["counts"].values()) == 5 + 12
+    # no task of pyprof's own relays among the job's, nor their code
+    assert all(set(rec["ray"]["tasks"]) <= {"where"} for rec in session.processes
+               if rec.get("ray"))
+    from conftest import pyprof_own_functions
+    assert pyprof_own_functions(session) == []

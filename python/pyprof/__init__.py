@@ -42,6 +42,11 @@ _SUBMODULES = {"_cprof": "_cprof", "errors": "errors", "export": "export", "opti
                "lines": "runtime.lines", "profiler": "runtime.profiler", "steps": "runtime.steps"}
 
 
+# The clusters' public paths (`import pyprof.dask`, .ray, .spark): modules of
+# the _paths folder, on the package's path (docs/architecture.md).
+__path__.append(_os.path.join(_os.path.dirname(__file__), "_paths"))
+
+
 def __getattr__(name):
     module = _LAZY.get(name)
     if module is None and name in _SUBMODULES:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from ..errors import PyprofError
 from ..model.names import stable_name
@@ -48,6 +49,7 @@ class Remap:
     stacks: dict = field(default_factory=dict)      # input sampled stack id -> merged id
     memory_stacks: dict = field(default_factory=dict)  # input allocation stack id -> merged id
     processes: dict = field(default_factory=dict)   # input process index -> merged index
+    maps: dict = field(default_factory=dict)        # key part kind -> its map (_part_map)
 
 
 class _Merged:
@@ -56,7 +58,7 @@ class _Merged:
     def __init__(self):
         self.session = Session()
         self.function_ids: dict = {}        # identity -> merged fid
-        self.stack_ids: dict = {}           # Stack with merged fids -> merged stack id
+        self.stack_ids: dict = {}           # (frames, native, entries), merged fids -> stack id
         self.memory_stack_ids: dict = {}    # (frames with merged fids, native) -> merged id
         self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
         self.memory_extra: dict = {}        # (fid, line, site, stack) -> MemExtra
@@ -106,34 +108,30 @@ def _merge_threads(merged, src, remap):
         thread_process[str(new)] = remap.processes[src.thread_process(index)]
 
 
-def _part_mapper(kind, remap):
-    """How one part of a key maps (None: it stays)."""
-    if kind == "thread":
-        return remap.threads.__getitem__
-    if kind == "function":
-        functions = remap.functions
-        return lambda fid: fid if fid == NO_FUNCTION else functions[fid]
-    if kind == "stack":
-        return remap.stacks.__getitem__
-    if kind == "memstack":
-        stacks = remap.memory_stacks
-        return lambda sid: sid if sid == NO_FUNCTION else stacks[sid]
-    return None                 # "path" (ids per thread, and threads are new), ""
+def _part_map(kind, remap):
+    """The dict mapping one part of a key into the merged Session (None: the
+    part stays: a "path", as path ids are per thread and threads are new, or
+    a plain value). Made once per input and kind (after its stacks are merged)."""
+    if kind not in ("thread", "function", "stack", "memstack"):
+        return None
+    m = remap.maps.get(kind)
+    if m is None:
+        m = {"thread": remap.threads, "function": remap.functions, "stack": remap.stacks,
+             "memstack": remap.memory_stacks}[kind]
+        if kind in ("function", "memstack"):
+            m = {**m, NO_FUNCTION: NO_FUNCTION}     # memory rows: a site without one
+        remap.maps[kind] = m
+    return m
 
 
-def _key_mapper(kinds, remap):
-    """A function mapping keys made of `kinds` into the merged Session, made
-    once per table and input: 64 workers' captures have millions of key parts."""
-    f = [_part_mapper(kind, remap) for kind in kinds]
-    same = lambda v: v                                  # noqa: E731
-    f = [g or same for g in f]
-    if len(f) == 2:
-        a, b = f
-        return lambda k: (a(k[0]), b(k[1]))
-    if len(f) == 3:
-        a, b, c = f
-        return lambda k: (a(k[0]), b(k[1]), c(k[2]))
-    return lambda k: tuple(g(part) for g, part in zip(f, k))
+def _mapped_keys(keys, maps):
+    """`keys` (tuples; or rows that start with their key) with each part
+    mapped by its dict of `maps` (None: kept), as an iterator of tuples. The
+    loops are C's (columns through zip and map): 64 workers' captures have
+    millions of key parts, and a Python call per part was most of a merge."""
+    columns = zip(*keys)            # a listed row's counters are a column past the maps: dropped
+    return zip(*[col if m is None else map(m.__getitem__, col)
+                 for m, col in zip(maps, columns)])
 
 
 def _clone(c):
@@ -145,11 +143,23 @@ def _clone(c):
 
 def _table_merger(table):
     """Copy a {key: counters} table through the remap, adding counters that meet."""
+    assert table.per_thread, "only a per-thread table has rows no earlier input has"
+
     def merge_table(merged, src, remap):
+        rows = getattr(src, table.name)
+        if not rows:
+            return
         out = getattr(merged.session, table.name)
-        key_of = _key_mapper(table.keys, remap)
-        for key, c in getattr(src, table.name).items():
-            new_key = key_of(key)
+        maps = [_part_map(kind, remap) for kind in table.keys]
+        # Each input's threads are new ones, so its rows meet no earlier
+        # input's and are never added to: they are taken as they are (shared
+        # with the input, not copied), unless two of its own rows meet (two
+        # function ids of one input that are one function in the merge).
+        fresh = dict(zip(_mapped_keys(rows, maps), rows.values()))
+        if len(fresh) == len(rows):
+            out.update(fresh)
+            return
+        for new_key, c in zip(_mapped_keys(rows, maps), rows.values()):
             mine = out.get(new_key)
             if mine is not None:
                 mine.add(c)
@@ -160,19 +170,27 @@ def _table_merger(table):
 
 
 def _merge_stacks(merged, src, remap):
+    # each distinct frame of the input mapped once, the stacks through that
+    functions, ids, out = remap.functions, merged.stack_ids, merged.session.stacks
+    frames = set(chain.from_iterable(st.frames for st in src.stacks.values()))
+    frame = {fr: (functions[fr[0]], fr[1]) for fr in frames}.__getitem__
     for sid, st in src.stacks.items():
-        frames = tuple((remap.functions[fid], line) for fid, line in st.frames)
-        key = Stack(frames, st.native, st.entries)
-        new = merged.stack_ids.setdefault(key, len(merged.stack_ids))
-        merged.session.stacks[new] = key
+        key = (tuple(map(frame, st.frames)), st.native, st.entries)
+        new = ids.get(key)
+        if new is None:
+            new = ids[key] = len(ids)
+            out[new] = Stack(*key)
         remap.stacks[sid] = new
 
 
 def _merge_memory_stacks(merged, src, remap):
+    functions, ids = remap.functions, merged.memory_stack_ids
+    frames = set(chain.from_iterable(src.memory_stacks.values()))
+    frame = {fr: (functions[fr[0]], fr[1]) for fr in frames}.__getitem__
     for sid, frames in src.memory_stacks.items():
-        frames = tuple((remap.functions[fid], line) for fid, line in frames)
+        frames = tuple(map(frame, frames))
         native = src.memory_native.get(sid)
-        new = merged.memory_stack_ids.setdefault((frames, native), len(merged.memory_stack_ids))
+        new = ids.setdefault((frames, native), len(ids))
         merged.session.memory_stacks[new] = frames
         if native:
             merged.session.memory_native[new] = native
@@ -181,11 +199,10 @@ def _merge_memory_stacks(merged, src, remap):
 
 def _merge_site_rows(name, counters, merged, src, remap):
     # Not per thread nor per process (the core does not record it): summed.
-    table, rows = _TABLE[name], getattr(merged, name)
-    key_of = _key_mapper(table.keys, remap)
-    for fid, line, site, stack, c in getattr(src, name):
-        key = key_of((fid, line, site, stack))
-        rows.setdefault(key, counters()).add(c)
+    table, rows, src_rows = _TABLE[name], getattr(merged, name), getattr(src, name)
+    maps = [_part_map(kind, remap) for kind in table.keys]
+    for key, row in zip(_mapped_keys(src_rows, maps), src_rows):
+        rows.setdefault(key, counters()).add(row[-1])
     setattr(merged.session, name, [(*key, c) for key, c in rows.items()])
 
 
@@ -199,9 +216,8 @@ def _merge_memory_extra(merged, src, remap):
 
 def _merge_fmemory(merged, src, remap):
     out = merged.session.fmemory
-    key_of = _key_mapper(_TABLE["fmemory"].keys, remap)
-    for key, (peak, residual) in src.fmemory.items():
-        key = key_of(key)
+    maps = [_part_map(kind, remap) for kind in _TABLE["fmemory"].keys]
+    for key, (peak, residual) in zip(_mapped_keys(src.fmemory, maps), src.fmemory.values()):
         p0, r0 = out.get(key, (0, 0))       # two fids of one input may meet: as function_peaks
         out[key] = (max(p0, peak), r0 + residual)
 
@@ -238,10 +254,11 @@ def _merge_meta(merged, src, remap):
 
 def _merge_paths(merged, src, remap):
     # path ids are per thread, and each input's threads are new ones
-    out = merged.session.paths
-    key_of, functions = _key_mapper(_TABLE["paths"].keys, remap), remap.functions
-    for key, p in src.paths.items():
-        out[key_of(key)] = PathNode(p.parent, functions[p.fid], p.calls, p.total, p.own)
+    out, functions = merged.session.paths, remap.functions
+    maps = [_part_map(kind, remap) for kind in _TABLE["paths"].keys]
+    out.update(zip(_mapped_keys(src.paths, maps), [
+        PathNode(p.parent, functions[p.fid], p.calls, p.total, p.own)
+        for p in src.paths.values()]))
 
 
 def _merge_timeline(merged, src, remap):
@@ -332,13 +349,18 @@ _STEP_TABLES = [_COUNTER_MERGERS[t.name] for t in TABLES if t.step]
 _SUM = {"events", "duration_ns", "cstack_asides", "line_bookkeeping_ns",
         # sampling
         "signals", "recorded", "dropped", "throttled", "other_threads", "drained", "truncated",
-        "elapsed_s", "cpu_s",
+        "elapsed_s", "cpu_s", "weighted_s", "parked", "woken", "idle_ticks",
         # memory (peaks summed: an upper bound of the processes' peak together)
         "peak_bytes", "current_bytes", "allocated_bytes", "live_blocks", "unknown_frees",
-        "rss_peak_bytes", "rss_end_bytes", "dropped_blocks"}
+        "rss_peak_bytes", "rss_end_bytes", "dropped_blocks",
+        # function tracing's call paths and timeline
+        "paths_dropped", "timeline_events", "timeline_dropped_short", "timeline_dropped_full",
+        "timeline_open"}
 _MIN = {"start_wall_ns"}
 _MAX = {"snapshot_wall_ns", "format"}
-_ANY = {"enabled", "open_calls_counted", "lines", "native", "handler_replaced"}
+# A mode one input had: the merged capture has its table (the others add no rows).
+_ANY = {"enabled", "open_calls_counted", "lines", "paths", "timeline", "asyncio", "native",
+        "handler_replaced"}
 _ALL = {"hooks_linked", "subcalls", "builtins"}
 _MIXED = {"mode": "mixed", "clock": "mixed", "hook": "mixed", "python": "mixed"}
 
@@ -370,7 +392,21 @@ def merge_info(a: dict, b: dict) -> dict:
             out[key] = x
         elif key in _MIXED:
             out[key] = _MIXED[key]
+    if "rate_achieved" in a and "rate_achieved" in b and "rate_achieved" not in out:
+        out["rate_achieved"] = _achieved(out)
     return out
+
+
+def _achieved(sampling) -> float:
+    """The achieved rate of merged sampling info, from its summed counts (as
+    the core computes it: signals per CPU second, or samples per second of the
+    time they weigh)."""
+    if sampling.get("mode") == "cpu":
+        cpu = sampling.get("cpu_s") or 0
+        return sampling.get("signals", 0) / cpu if cpu > 0 else 0.0
+    weighed = sampling.get("weighted_s") or 0
+    taken = sampling.get("recorded", 0) + sampling.get("idle_ticks", 0)
+    return taken / weighed if weighed > 0 else 0.0
 
 
 def program_of(record) -> str:
@@ -429,6 +465,10 @@ def merge(sessions, force=False, sources=None) -> Session:
     """One Session from several captures of one program (runs, threads,
     processes). ``sources`` names the inputs in messages and in
     ``meta["processes"]`` (default ``input 1``, ``input 2``...).
+
+    The merged Session's per-thread counter rows are the inputs' own objects
+    (each input's threads are new ones, so nothing is added to them): like
+    every Session's rows, they are read, not changed.
 
     Refused (PyprofError) unless ``force``: captures of different programs (main
     script or command differ) and the same process twice (same host, pid and

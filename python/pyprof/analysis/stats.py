@@ -170,7 +170,8 @@ def worker_units(sessions):
     for path, s in sessions:
         for i, record in enumerate(s.processes):
             address = ((record.get("dask") or {}).get("worker")
-                       or (record.get("ray") or {}).get("worker"))
+                       or (record.get("ray") or {}).get("worker")
+                       or (record.get("spark") or {}).get("worker"))
             if not isinstance(address, str):
                 continue
             if address in seen:

@@ -1,19 +1,18 @@
-"""`pyprof tasks` (docs/clusters.md): the tasks of a Dask or Ray job by task
-group (Dask: key prefix; Ray: function, or Class.method), from the per-group
-figures each worker's capture keeps in meta["dask"]["tasks"] (pyprof.dask) or
-meta["ray"]["tasks"] (pyprof.ray): count, wall time (total, mean, coefficient
-of variation, min, max) and thread CPU time."""
+"""`pyprof tasks` (docs/clusters.md; the table: render/tasktable.py): the tasks of a Dask, Ray or Spark job by
+task group (Dask: key prefix; Ray: function, or Class.method; Spark: the RDD
+function or UDF), from the per-group figures each worker's capture keeps in
+meta["dask" | "ray" | "spark"]["tasks"]: count, wall time (total, mean, coefficient
+of variation, min, max), thread CPU time and, in exact memory mode, the most
+traced bytes live above a task's start (its peak), largest and mean."""
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 
 from ..errors import PyprofError
 
-COLUMNS = ("group", "count", "total_s", "mean_s", "cv", "min_s", "max_s", "cpu_s")
-HEADS = ("task group", "count", "total (s)", "mean (s)", "cv", "min (s)", "max (s)", "cpu (s)")
+COLUMNS = ("group", "count", "total_s", "mean_s", "cv", "min_s", "max_s", "cpu_s",
+           "peak_bytes", "mean_peak_bytes")
+TIMES = 6           # COLUMNS[2:8] are seconds
 
 
 def task_figures(session, source="capture") -> dict:
@@ -22,14 +21,14 @@ def task_figures(session, source="capture") -> dict:
     out: dict = {}
     found = False
     for record in session.processes:
-        for cluster in ("dask", "ray"):
+        for cluster in ("dask", "ray", "spark"):
             tasks = (record.get(cluster) or {}).get("tasks")
             if isinstance(tasks, dict):
                 found = True
                 add_tasks(out, tasks)
     if not found:
-        raise PyprofError(f"{source} has no Dask or Ray tasks (profile the job with "
-                          f"pyprof.dask.profile or pyprof.ray.profile: docs/clusters.md)")
+        raise PyprofError(f"{source} has no Dask, Ray or Spark tasks (profile the job with "
+                          f"pyprof.dask, pyprof.ray or pyprof.spark: docs/clusters.md)")
     return out
 
 
@@ -44,11 +43,15 @@ def add_tasks(into, tasks) -> dict:
             mine[k] = mine.get(k, 0) + t.get(k, 0)
         mine["min_ns"] = min(mine["min_ns"], t["min_ns"])
         mine["max_ns"] = max(mine["max_ns"], t["max_ns"])
+        if "peak_bytes" in t:
+            mine["peak_bytes"] = max(mine.get("peak_bytes", 0), t["peak_bytes"])
+            mine["peak_sum_bytes"] = mine.get("peak_sum_bytes", 0) + t.get("peak_sum_bytes", 0)
     return into
 
 
 def rows(figures) -> list:
-    """One dict per task group (COLUMNS, plus erred), by total time, largest first."""
+    """One dict per task group (COLUMNS, plus erred), by total time, largest first;
+    the peaks are None without exact memory mode."""
     out = []
     for prefix, t in figures.items():
         n, total = t["count"], t["total_ns"]
@@ -60,27 +63,8 @@ def rows(figures) -> list:
         out.append({"group": prefix, "count": n, "total_s": total / 1e9,
                     "mean_s": mean / 1e9, "cv": math.sqrt(var) / mean if mean else 0.0,
                     "min_s": t["min_ns"] / 1e9, "max_s": t["max_ns"] / 1e9,
-                    "cpu_s": t["cpu_ns"] / 1e9, "erred": t.get("erred", 0)})
+                    "cpu_s": t["cpu_ns"] / 1e9, "erred": t.get("erred", 0),
+                    "peak_bytes": t.get("peak_bytes"),
+                    "mean_peak_bytes": t["peak_sum_bytes"] / n if "peak_bytes" in t and n else None})
     out.sort(key=lambda r: (-r["total_s"], r["group"]))
     return out
-
-
-def render(table, fmt) -> str:
-    if fmt == "json":
-        return json.dumps({"tasks": table}, indent=1) + "\n"
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(COLUMNS)
-        for r in table:
-            w.writerow([r["group"], r["count"]] + [repr(round(r[c], 9)) for c in COLUMNS[2:]])
-        return buf.getvalue()
-    cells = [[r["group"], f"{r['count']:,}", f"{r['total_s']:.6f}", f"{r['mean_s']:.6f}",
-              f"{r['cv']:.1%}", f"{r['min_s']:.6f}", f"{r['max_s']:.6f}", f"{r['cpu_s']:.6f}"]
-             for r in table]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(HEADS)]
-
-    def line(values):
-        return "  ".join(v.ljust(w) if i == 0 else v.rjust(w)
-                         for i, (v, w) in enumerate(zip(values, widths))).rstrip() + "\n"
-    return line(HEADS) + "".join(line(c) for c in cells)

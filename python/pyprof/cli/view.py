@@ -129,9 +129,10 @@ def cmd_tasks(argv) -> int:
     if opts.output:
         check_writable(opts.output)
     from ..analysis import taskgroups
+    from ..render import tasktable
     from ..model.session import Session
     session = Session.load(opts.input)
-    text = taskgroups.render(taskgroups.rows(taskgroups.task_figures(session, opts.input)),
+    text = tasktable.render(taskgroups.rows(taskgroups.task_figures(session, opts.input)),
                              opts.format)
     if opts.output:
         from ..base.files import atomic_write

@@ -422,6 +422,65 @@ def tasks_section(session) -> str | None:
             f'<tbody>{body}</tbody></table></div></section>\n')
 
 
+CLUSTERS = ("dask", "ray", "spark")
+
+
+def cluster_section(session) -> str | None:
+    """A Dask, Ray or Spark job's workers (a process each) and its task groups
+    (pyprof tasks' figures), as static tables (escaped)."""
+    from ..analysis import taskgroups
+    workers = []
+    for i, rec in enumerate(session.processes):
+        for engine in CLUSTERS:
+            info = rec.get(engine)
+            if isinstance(info, dict):
+                tasks = info.get("tasks") or {}
+                workers.append((engine, info.get("worker") or info.get("scheduler") or "",
+                                str(info.get("host", rec.get("host", ""))),
+                                str(info.get("pid", rec.get("pid", ""))),
+                                sum(t.get("count", 0) for t in tasks.values()),
+                                sum(t.get("total_ns", 0) for t in tasks.values()) / 1e9,
+                                sum(t.get("cpu_ns", 0) for t in tasks.values()) / 1e9))
+    if not workers:
+        return None
+    esc = html.escape
+
+    def num(text):
+        return f'<td class="num">{esc(text)}</td>'
+    body = "".join(f"<tr><td>{esc(e)}</td><td>{esc(str(w))}</td><td>{esc(h)}</td>{num(p)}"
+                   f"{num(f'{n:,}')}{num(format_time(t))}{num(format_time(c))}</tr>"
+                   for e, w, h, p, n, t, c in workers)
+    parts = ['<section id="sec-workers"><h2>Workers</h2><div class="scroll">'
+             '<table id="workers"><thead><tr><th>engine</th><th>worker</th><th>host</th>'
+             '<th title="process id">pid</th><th title="tasks run">tasks</th>'
+             '<th title="wall time of its tasks">task time</th>'
+             '<th title="thread CPU time of its tasks">task CPU</th></tr></thead>'
+             f'<tbody>{body}</tbody></table></div>']
+    try:
+        rows = taskgroups.rows(taskgroups.task_figures(session))
+    except PyprofError:
+        rows = []
+    if rows:
+        memory = any(r["peak_bytes"] is not None for r in rows)
+        from ..render.tasktable import HEADS
+        shown = HEADS if memory else HEADS[:2 + taskgroups.TIMES]
+        heads = "".join(f"<th>{esc(h)}</th>" for h in shown)
+
+        def peaks(r):
+            return "".join(num(_fmt_b(r[c]) if r[c] is not None else "-")
+                           for c in ("peak_bytes", "mean_peak_bytes")) if memory else ""
+        body = "".join(
+            f"<tr><td>{esc(r['group'])}</td>{num(format(r['count'], ','))}"
+            f"{num(format_time(r['total_s']))}{num(format_time(r['mean_s']))}"
+            f"{num(format(r['cv'], '.1%'))}{num(format_time(r['min_s']))}"
+            f"{num(format_time(r['max_s']))}{num(format_time(r['cpu_s']))}{peaks(r)}</tr>"
+            for r in rows[:MAX_TASKS])
+        parts.append(f'<h3>Task groups</h3><div class="scroll"><table id="taskgroups"><thead>'
+                     f'<tr>{heads}</tr></thead><tbody>{body}</tbody></table></div>')
+    parts.append("</section>\n")
+    return "".join(parts)
+
+
 # ---------------------------------------------------------------- the page
 def data(session) -> dict:
     """What the page's script renders (the JSON blob)."""
@@ -453,6 +512,9 @@ def render(session) -> str:
     tasks = tasks_section(session)
     if tasks:
         nav.append(("tasks", "Tasks"))
+    cluster = cluster_section(session)
+    if cluster:
+        nav.append(("workers", "Workers"))
     links = " ".join(f'<a href="#sec-{k}">{v}</a>' for k, v in nav)
     parts = [HEAD.replace("%TITLE%", html.escape(title)).replace("%CSS%", CSS + FLAME_CSS),
              f'<header><h1>{html.escape(title)}</h1><nav>{links}</nav></header>\n',
@@ -471,6 +533,8 @@ def render(session) -> str:
         parts.append(SEC_STEPS)
     if tasks:
         parts.append(tasks)
+    if cluster:
+        parts.append(cluster)
     parts.append(f'<footer>pyprof {html.escape(__version__)}: a self-contained report '
                  f'(no network). Columns: docs/columns.md; this page: docs/report.md.</footer>\n')
     parts.append(f'<script type="application/json" id="data">{json_for_html(d)}</script>\n')

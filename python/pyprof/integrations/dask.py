@@ -26,6 +26,7 @@ import time
 import uuid
 
 from ..errors import PyprofError
+from .clusters import TaskState, capture_bytes, check_options, merge_sessions, task_frame  # noqa: F401
 
 try:
     from distributed import WorkerPlugin as _PluginBase
@@ -33,12 +34,7 @@ except Exception:       # distributed missing (or broken): profile() says so
     _PluginBase = object
 
 NEEDS = "pyprof.dask needs the 'distributed' package: pip install 'dask[distributed]'"
-MODES = {"function": {"mode": "trace"}, "sample": {"mode": "sample"},
-         "memory": {"mode": "memory"}, "lines": {"mode": "trace", "lines": True}}
 EVENT = "pyprof-dask"           # the scheduler's event topic: which workers started
-FRAME_FILE = "<dask>"
-# keywords the job sets itself (a worker's children and flushes are not gathered)
-_NOT_OPTIONS = ("mode", "children", "flush_interval")
 
 
 def profile(client, mode="sample", output=None, *, scheduler=False, **options) -> "Job":
@@ -54,25 +50,6 @@ def profile(client, mode="sample", output=None, *, scheduler=False, **options) -
     except ImportError:
         raise PyprofError(NEEDS) from None
     return Job(client, mode, output, scheduler, options)
-
-
-def check_options(mode, options, who="pyprof.dask.profile") -> dict:
-    """Profile's keywords for `mode` and `options`, checked as Profile checks
-    them (PyprofError, one message)."""
-    from ..options import KEYWORDS, RunOptions
-    if mode not in MODES:
-        raise PyprofError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-    bad = sorted(k for k in options if k not in KEYWORDS or k in _NOT_OPTIONS)
-    if bad:
-        known = ", ".join(k for k in KEYWORDS if k not in _NOT_OPTIONS)
-        raise PyprofError(f"{who}: unknown option {bad[0]!r} (options: {known})")
-    kwargs = {**options, **MODES[mode]}
-    if mode == "lines" and not (kwargs.get("lines_of") or kwargs.get("lines_all")
-                                or kwargs.get("include")):
-        raise PyprofError("mode='lines' needs lines_of=[patterns] (or lines_all, include): "
-                          "the functions to time line by line")
-    RunOptions.from_profile(**{**KEYWORDS, **kwargs}).check()
-    return kwargs
 
 
 class Job:
@@ -181,35 +158,6 @@ class Job:
             export(self.session, format_for_path(self.path), self.path)
 
 
-def merge_sessions(captures, engine="dask", summary=None, lost=(), errors=None):
-    """One Session of the workers' captures [(name, .cprof bytes)], a process
-    each; meta[engine] is `summary` with the task groups of all the workers,
-    meta[engine + "_lost"] and [engine + "_errors"] what was not gathered."""
-    import tempfile
-    from ..analysis import taskgroups
-    from ..analysis.merge import merge
-    from ..model.session import Session
-    sessions, sources = [], []
-    with tempfile.TemporaryDirectory(prefix=f"pyprof-{engine}-") as tmp:
-        for i, (who, data) in enumerate(captures):
-            path = os.path.join(tmp, f"{i}.cprof")
-            with open(path, "wb") as f:
-                f.write(data)
-            sessions.append(Session.load(path))
-            sources.append(who)
-    # the workers run the cluster's command, or a spawned interpreter: not one program
-    session = merge(sessions, force=True, sources=sources)
-    tasks = {}
-    for rec in session.processes:
-        taskgroups.add_tasks(tasks, ((rec.get(engine) or {}).get("tasks") or {}))
-    session.meta[engine] = {**(summary or {}), "tasks": tasks}
-    if lost:
-        session.meta[engine + "_lost"] = list(lost)
-    if errors:
-        session.meta[engine + "_errors"] = dict(errors)
-    return session
-
-
 # ---------------------------------------------------------------- in a worker
 class ProfilePlugin(_PluginBase):
     """Starts this job's profile in each worker process (setup) and undoes the
@@ -235,48 +183,6 @@ class ProfilePlugin(_PluginBase):
 
     def teardown(self, worker):
         _stop(self.job)
-
-
-class TaskState:
-    """One job's profile in this process."""
-
-    def __init__(self, job, prof, info):
-        self.job, self.prof, self.info = job, prof, info
-        self.workers = [info.get("worker")]
-        self.lock = threading.Lock()
-        self.tasks = {}                 # prefix -> figures (add_tasks' shape)
-        self.frames = {}                # prefix -> the trampoline function
-        self.patched = None             # (module, name, original, wrapper)
-        self.gathered = False
-
-    def frame(self, prefix):
-        fn = self.frames.get(prefix)
-        if fn is None:
-            name = f"dask task {prefix}"
-            code = task_frame.__code__.replace(co_name=name, co_qualname=name,
-                                                co_filename=FRAME_FILE, co_firstlineno=1)
-            fn = self.frames[prefix] = type(task_frame)(code, {})
-        return fn
-
-    def record(self, prefix, wall_ns, cpu_ns, erred):
-        with self.lock:
-            t = self.tasks.get(prefix)
-            if t is None:
-                self.tasks[prefix] = {"count": 1, "erred": int(erred), "total_ns": wall_ns,
-                                      "cpu_ns": cpu_ns, "min_ns": wall_ns, "max_ns": wall_ns,
-                                      "sum_sq_ns2": wall_ns * wall_ns}
-                return
-            t["count"] += 1
-            t["erred"] += int(erred)
-            t["total_ns"] += wall_ns
-            t["cpu_ns"] += cpu_ns
-            t["sum_sq_ns2"] += wall_ns * wall_ns
-            t["min_ns"] = min(t["min_ns"], wall_ns)
-            t["max_ns"] = max(t["max_ns"], wall_ns)
-
-
-def task_frame(run, args, kwargs):
-    return run(*args, **kwargs)
 
 
 _JOBS: dict = {}            # job id -> TaskState: this process's profile of each job
@@ -331,6 +237,7 @@ def _patch(state):
             frame = state.frame(prefix)
         except Exception:
             return original(*args, **kwargs)
+        window = state.begin()
         t0, c0 = perf(), cpu()
         msg = None
         try:
@@ -339,7 +246,8 @@ def _patch(state):
         finally:
             try:
                 erred = not isinstance(msg, dict) or msg.get("op") != "task-finished"
-                state.record(prefix, perf() - t0, cpu() - c0, erred)
+                wall, used = perf() - t0, cpu() - c0
+                state.record(prefix, wall, used, erred, state.end(window))
             except Exception:
                 pass
 
@@ -378,19 +286,6 @@ def _stop(job, gather=False):
     dask["tasks"] = tasks
     state.prof.meta["dask"] = dask
     return capture_bytes(state.prof, f"pyprof-dask-{job}-")
-
-
-def capture_bytes(prof, prefix) -> bytes:
-    """`prof`'s capture, written to a temporary file (removed) and read back."""
-    import tempfile
-    fd, path = tempfile.mkstemp(prefix=prefix, suffix=".cprof")
-    os.close(fd)
-    try:
-        prof.dump(path)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        os.unlink(path)
 
 
 def _collect(job, gather, dask_worker=None):

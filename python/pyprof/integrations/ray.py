@@ -1,6 +1,6 @@
-"""Ray (docs/clusters.md): profile every Ray worker process of this host that
-runs the job's tasks and actor methods, merged on the driver into one capture
-with a process per worker.
+"""Ray (docs/clusters.md): profile every Ray worker process that runs the
+job's tasks and actor methods, on every node, merged on the driver into one
+capture with a process per worker.
 
     import ray, pyprof.ray
     pyprof.ray.init(num_cpus=2)         # ray.init with pyprof's worker hook
@@ -18,6 +18,9 @@ through its socket (and writes ``.../<ray job>/active.json`` so that a
 worker starting inside the block starts one too); on exit it asks each one for
 its capture (bytes, over the socket) and merges them. A worker that exits
 inside the block writes its capture to ``.../<ray job>/<block id>/`` first.
+The sockets are a node's own: on each other node of the cluster a task pinned
+there (``_relay``, NodeAffinitySchedulingStrategy) does the same through that
+node's session directory and returns its workers' captures as its result.
 
 Nothing here may change what the job does: a worker where pyprof fails runs its
 tasks unprofiled, and the failure is reported on the driver.
@@ -37,7 +40,7 @@ import time
 import uuid
 
 from ..errors import PyprofError
-from .dask import TaskState, capture_bytes, check_options, merge_sessions, task_frame
+from .clusters import TaskState, capture_bytes, check_options, merge_sessions, named, task_frame
 
 NEEDS = "pyprof.ray needs the 'ray' package: pip install ray"
 HOOK = "pyprof.ray.setup_hook"
@@ -62,7 +65,7 @@ def init(*args, **kwargs):
 
 
 def profile(mode="sample", output=None, **options) -> "Job":
-    """A context manager profiling every Ray worker process of this host while
+    """A context manager profiling every Ray worker process of the cluster while
     it is open (``mode``: function, sample, memory or lines; ``options``: the
     keywords of pyprof.Profile). On exit the workers' captures are merged into
     ``output`` (any format Profile.dump writes) and into ``job.session``."""
@@ -118,42 +121,55 @@ class Job:
         self.dir = _session_dir()
         self.session = None
         self.lost, self.errors = [], {}
-        self.started = {}               # socket path -> the worker's record
+        self.started = {}               # this node's: socket path -> the worker's record
+        self.remote = {}                # other nodes': node id -> their started records
+        self.node, self.others = None, []
         self._open = False
 
     def __enter__(self):
-        os.makedirs(os.path.dirname(self.dir), mode=0o700, exist_ok=True)
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        active = os.path.join(self.dir, _ACTIVE)
-        if os.path.exists(active):
-            raise PyprofError(f"pyprof.ray: another profile of this Ray session is open "
-                              f"({active})")
-        tmp = f"{active}.{self.id}"
-        with open(tmp, "w") as f:
-            json.dump({"job": self.id, "kwargs": self.kwargs}, f)
-        os.replace(tmp, active)         # before listing: a worker starting now sees it
+        import ray
+        self.node = ray.get_runtime_context().get_node_id()
+        self.others = [n["NodeID"] for n in ray.nodes()
+                       if n.get("Alive") and n.get("NodeID") != self.node]
+        self.started = _node_start(self.dir, self.id, self.kwargs, self.errors)
         self._open = True
         try:
-            for path in _sockets(self.dir):
-                reply = _ask(path, {"op": "start", "job": self.id, "kwargs": self.kwargs})
-                self._note(path, reply, starting=True)
+            for node, reply in self._relay("start", {"kwargs": self.kwargs}).items():
+                self.remote[node] = reply.get("started", {})
+                self.errors.update(reply.get("errors", {}))
         except BaseException:
             self._open = False
             self._finish(gather=False)
             raise
         return self
 
-    def _note(self, path, reply, starting=False):
-        if reply is None:
-            if not starting:
-                self.lost.append(self.started.get(path, {"socket": path}))
-            return None
-        info = reply.get("info") or {}
-        if reply.get("error"):
-            self.errors[info.get("worker") or path] = reply["error"]
-        elif info:
-            self.started[path] = info
-        return reply
+    def _relay(self, op, payload):
+        """`op` run on every other node of the cluster, by a task pinned there
+        (node -> its reply); a node not reached is named in ``errors``."""
+        if not self.others:
+            return {}
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        global _RELAY
+        if _RELAY is None:
+            _RELAY = ray.remote(num_cpus=0, max_retries=0)(_relay)
+        me = [socket.gethostname(), os.path.realpath(self.dir)]
+        refs = {}
+        for node in self.others:
+            body = dict(payload, started=self.remote.get(node, {})) if op == "stop" else payload
+            strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+            refs[node] = _RELAY.options(scheduling_strategy=strategy).remote(
+                op, self.id, body, me)
+        out = {}
+        for node, ref in refs.items():
+            try:
+                reply = ray.get(ref, timeout=_TIMEOUT)
+            except Exception as e:
+                self.errors[f"node {node[:12]}"] = f"not reached: {type(e).__name__}: {e}"
+                continue
+            if not reply.get("same"):
+                out[node] = reply
+        return out
 
     def __exit__(self, kind, value, tb):
         if not self._open:
@@ -170,39 +186,15 @@ class Job:
         return False
 
     def _finish(self, gather):
-        try:
-            os.unlink(os.path.join(self.dir, _ACTIVE))
-        except OSError:
-            pass
-        captures = []
-        for path in sorted(set(_sockets(self.dir)) | set(self.started)):
-            reply = _ask(path, {"op": "stop", "job": self.id, "gather": gather}, data=True)
-            if reply is None and path not in self.started:
-                continue            # a stale socket, of a worker not in this job
-            reply = self._note(path, reply)
-            if reply is not None and reply.get("capture") is not None:
-                captures.append((reply["info"], reply["capture"]))
-        # the captures of workers that exited inside the block
-        exited = os.path.join(self.dir, self.id)
-        for file in sorted(glob.glob(os.path.join(exited, "*.cprof"))):
-            try:
-                with open(file, "rb") as f:
-                    data = f.read()
-                with open(file[:-len(".cprof")] + ".json") as f:
-                    info = json.load(f)
-                sock = info.pop("socket", None)
-                self.lost = [r for r in self.lost if r.get("socket", r.get("worker")) not in
-                             (sock, info.get("worker"))]
-                if gather:
-                    captures.append((info, data))
-            except (OSError, ValueError):
-                pass
-        _rmtree(exited)
+        captures, lost = _node_stop(self.dir, self.id, self.started, gather, self.errors)
+        for node, reply in self._relay("stop", {"gather": gather}).items():
+            captures += [(info, data) for info, data in reply.get("captures", [])]
+            lost += reply.get("lost", [])
+            self.errors.update(reply.get("errors", {}))
         if not gather:
             return
-        self.lost = [dict(r) for r in self.lost]
+        self.lost = lost
         for rec in self.lost:
-            rec.pop("socket", None)
             print(f"pyprof: warning: Ray worker {rec.get('worker')} (pid {rec.get('pid')}) "
                   f"left before its profile was gathered", file=sys.stderr)
         for who, why in sorted(self.errors.items()):
@@ -216,6 +208,96 @@ class Job:
         if self.path is not None:
             from ..export import export, format_for_path
             export(self.session, format_for_path(self.path), self.path)
+
+
+# ------------------------------------------------- on each node of the job
+def _node_start(directory, job, kwargs, errors) -> dict:
+    """This node's part of opening a block: active.json, then every worker's
+    socket asked to start (socket path -> the worker's record)."""
+    os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    active = os.path.join(directory, _ACTIVE)
+    if os.path.exists(active):
+        raise PyprofError(f"pyprof.ray: another profile of this Ray session is open ({active})")
+    tmp = f"{active}.{job}"
+    with open(tmp, "w") as f:
+        json.dump({"job": job, "kwargs": kwargs}, f)
+    os.replace(tmp, active)             # before listing: a worker starting now sees it
+    started = {}
+    for path in _sockets(directory):
+        reply = _ask(path, {"op": "start", "job": job, "kwargs": kwargs})
+        if reply is None:
+            continue
+        info = reply.get("info") or {}
+        if reply.get("error"):
+            errors[info.get("worker") or path] = reply["error"]
+        elif info:
+            started[path] = info
+    return started
+
+
+def _node_stop(directory, job, started, gather, errors):
+    """This node's part of closing a block: every worker asked for its capture,
+    and the captures of workers that exited inside it: ([(record, bytes)],
+    [records of the workers lost])."""
+    try:
+        os.unlink(os.path.join(directory, _ACTIVE))
+    except OSError:
+        pass
+    captures, lost = [], []
+    for path in sorted(set(_sockets(directory)) | set(started)):
+        reply = _ask(path, {"op": "stop", "job": job, "gather": gather}, data=True)
+        if reply is None:
+            if path in started:         # else a stale socket, of a worker not in this job
+                lost.append(dict(started[path], socket=path))
+            continue
+        info = reply.get("info") or {}
+        if reply.get("error"):
+            errors[info.get("worker") or path] = reply["error"]
+        if reply.get("capture") is not None:
+            captures.append((info, reply["capture"]))
+    exited = os.path.join(directory, job)
+    for file in sorted(glob.glob(os.path.join(exited, "*.cprof"))):
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+            with open(file[:-len(".cprof")] + ".json") as f:
+                info = json.load(f)
+            sock = info.pop("socket", None)
+            lost = [r for r in lost if r.get("socket") != sock
+                    and r.get("worker") != info.get("worker")]
+            if gather:
+                captures.append((info, data))
+        except (OSError, ValueError):
+            pass
+    _rmtree(exited)
+    for rec in lost:
+        rec.pop("socket", None)
+    return captures, lost
+
+
+_RELAY = None               # _relay as a Ray remote function (made once, on the driver)
+
+
+def _relay(op, job, payload, driver):
+    """A block's start or stop on this node, run by a task the driver pinned
+    here: its workers are reached through this node's session directory. A
+    node sharing the driver's directory (nodes of one machine) is the driver's
+    to do."""
+    directory = _session_dir()
+    if [socket.gethostname(), os.path.realpath(directory)] == driver:
+        return {"same": True}
+    errors = {}
+    try:
+        if op == "start":
+            return {"started": _node_start(directory, job, payload["kwargs"], errors),
+                    "errors": errors}
+        captures, lost = _node_stop(directory, job, payload.get("started") or {},
+                                    payload.get("gather", True), errors)
+        return {"captures": captures, "lost": lost, "errors": errors}
+    except Exception as e:
+        errors[f"node {socket.gethostname()}"] = f"{type(e).__name__}: {e}"
+        return {"errors": errors}
 
 
 def _rmtree(path):
@@ -292,10 +374,7 @@ class _RayState(TaskState):
     def frame(self, group, kind="task"):
         fn = self.frames.get((kind, group))
         if fn is None:
-            name = f"ray {kind} {group}"
-            code = task_frame.__code__.replace(co_name=name, co_qualname=name,
-                                                co_filename=FRAME_FILE, co_firstlineno=1)
-            fn = self.frames[(kind, group)] = type(task_frame)(code, {})
+            fn = self.frames[(kind, group)] = named(task_frame, f"ray {kind} {group}", FRAME_FILE)
         return fn
 
 
@@ -466,8 +545,9 @@ def _wrapper(info, descriptor):
     fn = info.function
     target = getattr(fn, "method", fn)      # an actor method's executor keeps its method
     name = getattr(fn, "name", None) or getattr(descriptor, "function_name", "")
-    if name.startswith("__ray") or not callable(target):
-        return None
+    if (name.startswith("__ray") or not callable(target)
+            or str(getattr(descriptor, "module_name", "")).startswith("pyprof.")):
+        return None         # Ray's own, or pyprof's (the relays of other nodes)
     if (inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target)
             or inspect.isasyncgenfunction(target)):
         return None         # its work runs after the call returns: not attributed
@@ -486,6 +566,7 @@ def _wrapper(info, descriptor):
             frame = state.frame(group, kind)
         except Exception:
             return fn(*args, **kwargs)
+        window = state.begin()
         t0, c0 = perf(), cpu()
         erred = True
         try:
@@ -494,7 +575,8 @@ def _wrapper(info, descriptor):
             return result
         finally:
             try:
-                state.record(group, perf() - t0, cpu() - c0, erred)
+                wall, used = perf() - t0, cpu() - c0
+                state.record(group, wall, used, erred, state.end(window))
             except Exception:
                 pass
 

@@ -493,10 +493,29 @@ def _pack_threads(session, strings) -> bytes:
         for t in session.threads.values())
 
 
+class _Frames(dict):
+    """A STACKS record's frame words -> (fid, line). Stacks share most of
+    their frames: each distinct word is decoded once, and a stack's frames are
+    looked up with no Python code per frame (a sampled capture holds hundreds
+    of thousands of frames)."""
+
+    def __init__(self):
+        super().__init__()
+        self.marked = set()         # the words with the entry bit (--native)
+
+    def __missing__(self, w):
+        if w & _LINE_ENTRY:
+            self.marked.add(w)
+        f = self[w] = (w >> 32, w & _LINE_MASK)
+        return f
+
+
 def _parse_stacks(ctx, payload):
     raw = bytes(payload)
     n = _count(raw, "STACKS", 8)
     off, out = 4, {}
+    frames = _Frames()
+    frame, marked = frames.__getitem__, frames.marked
     for sid in range(n):
         nf, nn = struct.unpack_from("<II", raw, off)
         off += 8
@@ -510,8 +529,11 @@ def _parse_stacks(ctx, payload):
         off += 8 * nf
         native = struct.unpack_from(f"<{nn}Q", raw, off)
         off += 8 * nn
-        out[sid] = Stack(tuple((w >> 32, w & _LINE_MASK) for w in words), tuple(native),
-                         tuple(i for i, w in enumerate(words) if w & _LINE_ENTRY))
+        decoded = tuple(map(frame, words))      # first: it fills `marked`
+        entries = ()
+        if marked and not marked.isdisjoint(words):
+            entries = tuple(i for i, w in enumerate(words) if w & _LINE_ENTRY)
+        out[sid] = Stack(decoded, native, entries)
     if off != len(raw):
         raise Corrupt(f"STACKS has {len(raw) - off} bytes after its {n} stacks")
     ctx.session.stacks = out

@@ -16,6 +16,8 @@ def stable_name(name: str) -> str:
     (``<built-in method __new__ of type object>``): what pyprof matches
     functions by across captures (diff, merge, views, gates); pstats and the
     other cProfile-compatible outputs keep cProfile's own spelling."""
+    if " at 0x" not in name:         # most names: no regular expression to run
+        return name
     return _ADDRESS.sub(r"\1>", name)
 
 

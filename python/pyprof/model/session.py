@@ -354,7 +354,7 @@ class Session:
 
 # Keys of meta that describe one process (everything else describes the program).
 _PROCESS_META = ("pid", "host", "argv", "cwd", "executable", "python", "written_at", "modes",
-                 "numpy_buffers", "steps", "objects", "mpi", "dask", "ray")
+                 "numpy_buffers", "steps", "objects", "mpi", "dask", "ray", "spark")
 
 
 def process_records(session, source="") -> list:

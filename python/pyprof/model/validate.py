@@ -224,7 +224,7 @@ _PROCESS = {
     "python": _S, "written_at": _N, "modes": [_S], "numpy_buffers": _S,
     "start_wall_ns": _N, "snapshot_wall_ns": _N, "duration_ns": _N, "events": _N,
     "clock": _S, "hook": _S, "time_unit": _N, "sampling": _INFO["sampling"],
-    "memory": _INFO["memory"], "memory_curve": [_CURVE_ROW], "mpi": _ANY, "dask": {}, "ray": {},
+    "memory": _INFO["memory"], "memory_curve": [_CURVE_ROW], "mpi": _ANY, "dask": {}, "ray": {}, "spark": {},
 }
 _MARKER = {"index": _N, "name": (_S, None), "event": _S, "t": _N}
 _OBJECTS = [{"type": _S, "count": _N, "bytes": _N}]
@@ -236,6 +236,7 @@ _META = {
     "processes": [_PROCESS], "thread_process": {"*": _N}, "steps": [_MARKER],
     "dask": {}, "dask_lost": [{}], "dask_errors": {"*": _S},
     "ray": {}, "ray_lost": [{}], "ray_errors": {"*": _S},
+    "spark": {}, "spark_lost": [{}], "spark_errors": {"*": _S},
     "objects": _OBJECTS, "objects_steps": [{"index": _N, "name": (_S, None), "t": _N,
                                             "objects": _OBJECTS}],
 }

@@ -113,6 +113,7 @@ static inline void settle_peak(pp_memsite *st)
 }
 static uint64_t threads_gen;               /* the thread records of this run (threads.h) */
 static uint64_t interval_max;              /* most traced bytes live in this curve interval */
+static uint64_t window_max;                /* most traced bytes live since pp_memory_window */
 static uint32_t interval_site;             /* ... reached by an allocation at this site */
 
 static int grow_blocks(void)
@@ -584,6 +585,8 @@ static void note_alloc(void *ptr, size_t size, uint32_t src)
                 interval_max = totals.current;
                 interval_site = k;
             }
+            if (totals.current > window_max)
+                window_max = totals.current;
             if (aside)
                 pp_threads_mem_aside(threads_gen, (int64_t)size, (int64_t)size, est_count);
         }
@@ -859,6 +862,18 @@ void pp_memory_interval_take(uint64_t *heap, uint64_t *heap_max, uint32_t *site)
     unlock_tables();
 }
 
+int pp_memory_window(uint64_t *current, uint64_t *peak)
+{
+    if (!atomic_load(&recording) || sample_every)
+        return -1;
+    lock_tables();
+    *current = totals.current;
+    *peak = window_max > totals.current ? window_max : totals.current;
+    window_max = totals.current;
+    unlock_tables();
+    return 0;
+}
+
 /* ------------------------------------------------------------ control */
 
 /* The recording's own part of start (memory_control.c starts the rest). */
@@ -1090,6 +1105,7 @@ void pp_memory_clear(void)
             Py_DECREF((PyObject *)sframes[stacks[k].start + i].code);
     lock_tables();
     nsites = 0;
+    window_max = 0;
     nstacks = nsframes = nsnative = 0;
     if (stack_slots)
         memset(stack_slots, 0, sslots_cap * sizeof *stack_slots);

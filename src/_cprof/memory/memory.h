@@ -107,6 +107,9 @@ void pp_meminfo_add(pp_meminfo *into, const pp_meminfo *run);
 int pp_memory_patch_numpy(PyObject *api);
 /* The curve recorded so far, resolved (malloc'd copy; GIL held). */
 pp_mempoint *pp_memory_curve(pp_memstate *p, uint32_t *n);
+/* Exact mode recording: the traced bytes live now and the most live since
+ * the last call (a window of the caller's choosing), then 0; else -1. */
+int pp_memory_window(uint64_t *current, uint64_t *peak);
 /* Resident set size and its high-water mark now, in bytes (0 if unknown). */
 void pp_memory_rss(uint64_t *rss, uint64_t *peak);
 void pp_memory_free(pp_memstate *p);
