@@ -312,7 +312,8 @@ def release_and_check(targets, problems, post_release=None, channel_within=None)
 def test_successful_attach_leaves_blocked_calls_alone(where, mode, tmp_path):
     """A full attach (1 s) to each blocked program: the capture is its; the
     program's blocked call returns as it would have. Wall sampling sends
-    SIGPROF to every thread, blocked ones too: their calls must resume."""
+    its signal (a real-time one) to every thread, blocked ones too: their
+    calls must resume."""
     from pyprof.model.session import Session
     targets = start_targets(tmp_path, where)
     problems = {}

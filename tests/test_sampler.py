@@ -79,6 +79,45 @@ def test_known_split_cpu_mode():
     assert s.info["hook"].startswith("SIGPROF")
 
 
+def _phase_functions(n):
+    """n functions, each spinning until the thread's CPU clock reaches its argument."""
+    out = []
+    for i in range(n):
+        ns = {"thread_time": time.thread_time}
+        exec(f"def phase{i}(end):\n    while thread_time() < end:\n        pass\n", ns)
+        out.append(ns[f"phase{i}"])
+    return out
+
+
+def test_cpu_mode_does_not_fall_into_step_with_a_periodic_program():
+    """A program whose CPU-time period is a multiple of the interval (40 ms
+    of 10 phases of 4 ms, sampled at 50 Hz: every 20 ms): samples in step with
+    it would see 2 of the 10 phases. CPU timers fire at the kernel's ticks,
+    whose moments move against the program's own CPU clock (other threads'
+    CPU, the handler's), so every phase gets its share (docs/sampling.md,
+    "Ticks and aliasing")."""
+    phases, width = _phase_functions(10), 0.004
+
+    def run():
+        t = time.thread_time()
+        stop = t + 4.0
+        while t < stop:
+            k = int(t / width)
+            phases[k % len(phases)]((k + 1) * width)
+            t = time.thread_time()
+    s = sample(run, rate=50)
+    got = dict.fromkeys(range(len(phases)), 0)
+    for (t, sid, state), c in s.samples.items():
+        for fid, _ in s.stacks[sid].frames:
+            name = s.functions[fid].name
+            if name.startswith("phase"):
+                got[int(name[5:])] += c.count
+    n = sum(got.values())
+    assert n >= 150, s.info["sampling"]
+    # ~20 a phase; in step, 8 of the 10 would have none (Poisson(15): P(<4) ~ 2e-4)
+    assert min(got.values()) >= 4, got
+
+
 def test_wall_mode_labels_thread_states():
     import hashlib
 
@@ -1358,3 +1397,22 @@ def test_pyprofs_own_code_dying_between_samples_is_never_named(tmp_path):
     # the program's own frame (this test) still carries the samples
     assert any(fn.name == "test_pyprofs_own_code_dying_between_samples_is_never_named"
                for fn in s.functions.values())
+
+
+def test_stack_entry_marks_survive_save_and_load(tmp_path):
+    """--native's marks (the Python frames that start a C-level call of the
+    interpreter) are kept through the capture file, the first stack's too."""
+    s = Session()
+    from pyprof.session import Function, SampleCounters, Stack, Thread
+    s.info = {"sampling": {"mode": "cpu", "interval_ns": 1000000}}
+    s.functions = {i: Function(i, f"f{i}", 10 * i + 1, "m.py", "m.py", "python")
+                   for i in range(3)}
+    s.threads = {0: Thread(0, 1, 1, 0, "main")}
+    s.stacks = {0: Stack(((0, 1), (1, 11), (2, 21)), (0x1000, 0x2000), (0, 2)),
+                1: Stack(((0, 1), (2, 22)), (0x1000,), (1,)),
+                2: Stack(((0, 1), (1, 12)))}
+    s.samples = {(0, sid, 0): SampleCounters(1, 1000000) for sid in s.stacks}
+    path = tmp_path / "marks.cprof"
+    s.save(path)
+    back = Session.load(path)
+    assert back.stacks == s.stacks

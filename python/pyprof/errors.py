@@ -13,5 +13,5 @@ class OptionError(PyprofError, ValueError):
     A ValueError too, as the C core's checks of the same options were."""
 
 
-REPLACED = ("the program replaced pyprof's SIGPROF handler or profiling timer while it was "
+REPLACED = ("the program replaced pyprof's signal handler or profiling timer while it was "
             "sampled: samples after that moment are missing")

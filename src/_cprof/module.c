@@ -578,7 +578,7 @@ static PyGetSetDef profiler_getset[] = {
     {"tasks_seen", (getter)profiler_get_tasks_seen, NULL,
      "--async sampling: how many asyncio tasks it saw (None: not --async sampling).", NULL},
     {"sampling_replaced", (getter)profiler_get_sampling_replaced, NULL,
-     "Sampling: True when the program replaced pyprof's SIGPROF handler or profiling timer "
+     "Sampling: True when the program replaced pyprof's signal handler or profiling timer "
      "while it sampled (later samples are missing).", NULL},
     {"sampling_rates", (getter)profiler_get_sampling_rates, NULL,
      "Sampling: (requested Hz, achieved Hz, the seconds measured: process CPU seconds in "
@@ -598,7 +598,7 @@ static PyGetSetDef profiler_getset[] = {
 
 static PyMemberDef profiler_members[] = {
     {"_warn_replaced", T_BOOL, offsetof(pp_profiler, run.sm.warn_replaced), 0,
-     "Sampling: disable() warns (RuntimeWarning) when the program took SIGPROF back."},
+     "Sampling: disable() warns (RuntimeWarning) when the program took our signal back."},
     {"_start_mono_ns", T_LONGLONG, offsetof(pp_profiler, run.start_mono_ns), READONLY,
      "CLOCK_MONOTONIC ns of the first enable(): the origin of the capture's times."},
     {NULL},
@@ -638,6 +638,18 @@ static PyObject *mod_clock_info(PyObject *m, PyObject *unused)
     return Py_BuildValue("{s:s,s:d,s:d}", "name", pp_clock_name(),
                          "ns_per_tick", pp_clock_ns_per_tick(),
                          "read_ns", pp_clock_read_cost_ns());
+}
+
+static PyObject *mod_memory_window(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    uint64_t current, peak;
+    if (pp_memory_window(&current, &peak) < 0)
+        Py_RETURN_NONE;
+    int was = pp_memory_self_begin();
+    PyObject *r = Py_BuildValue("(KK)", (unsigned long long)current, (unsigned long long)peak);
+    pp_memory_self_end(was);
+    return r;
 }
 
 static PyObject *mod_write_blob(PyObject *m, PyObject *args, PyObject *kw)
@@ -846,7 +858,8 @@ static PyMethodDef module_methods[] = {
      "longer: its samples are left out of captures."},
     {"_release", mod_release, METH_NOARGS,
      "_release() -> {'signal': bool, 'allocators': bool}\nNo profiler enabled: give back "
-     "SIGPROF's disposition and the allocators, where safe now (a detach: docs/attach.md)."},
+     "the sampler's signals' dispositions (SIGPROF, wall mode's real-time signal) and the "
+     "allocators, where safe now (a detach: docs/attach.md)."},
     {"_term_guard", mod_term_guard, METH_O,
      "_term_guard(signum) -> bool\nMain thread, after signal.signal(signum, handler): re-send "
      "the signal until the handler calls _term_guard_ack() (children.md)."},
@@ -856,6 +869,9 @@ static PyMethodDef module_methods[] = {
      "_set_ns_per_tick(ns)\nThe TSC calibration of a parent process on this host (children)."},
     {"clock_info", mod_clock_info, METH_NOARGS,
      "clock_info() -> dict(name, ns_per_tick, read_ns)\nThe event clock and its measured cost."},
+    {"_memory_window", mod_memory_window, METH_NOARGS,
+     "_memory_window() -> (current, peak) or None\nExact memory mode: the traced bytes live "
+     "now and the most live since the last call (the cluster tasks' peaks)."},
     {"write_blob", (PyCFunction)(void (*)(void))mod_write_blob, METH_VARARGS | METH_KEYWORDS,
      "write_blob(path, blob, final=True)\nWrite a capture blob as a .cprof file atomically."},
     {"active", mod_active, METH_NOARGS,

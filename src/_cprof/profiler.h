@@ -43,7 +43,7 @@ void pp_profiler_flush_changed(pp_profiler *p);
 /* Stop or resume recording the calling thread's events (until the next enable). */
 void pp_profiler_pause_thread(pp_profiler *p, int paused);
 int pp_profiler_thread_paused(pp_profiler *p);
-/* No profiler enabled (GIL held): SIGPROF's disposition and the allocators
+/* No profiler enabled (GIL held): the sampler's signals and the allocators
  * as they were before pyprof's first run, where that is safe now (each flag
  * says if it was). -1 with RuntimeError while a profiler is enabled. */
 int pp_profiler_release(int *signal_done, int *memory_done);

@@ -152,8 +152,8 @@ def _end_wait_on_signals(ended_by) -> dict:
 
 def _report_release(released):
     if released and not released.get("signal"):
-        _say("note: a SIGPROF was still pending in the process: pyprof's signal handler stays "
-             "installed there, inert (docs/attach.md)")
+        _say("note: a sampler signal was still pending in the process: pyprof's signal "
+             "handler stays installed there, inert (docs/attach.md)")
     if released and not released.get("allocators"):
         _say("note: another allocator hook sits above pyprof's in the process "
              "(tracemalloc?): pyprof's stays below it, forwarding only (docs/attach.md)")

@@ -13,7 +13,7 @@ this process's user or root. Nothing listens on the network.
 One server thread (``pyprof-control``, a daemon) serves one client at a time,
 one JSON object a line each way. An injected channel serves one client, then
 stops what that client started, gives back every hook (``_cprof._release``:
-SIGPROF's disposition, the allocators), removes its socket and ends: nothing is
+the sampler's signal dispositions, the allocators), removes its socket and ends: nothing is
 left running. A listening one (``--listen``) stays for the next client.
 
 Runs in the profiled process: imports only the standard library at import.
@@ -25,7 +25,7 @@ import sys
 
 PROTOCOL = 1
 ACCEPT_TIMEOUT = 30.0           # an injected channel waits this long for its client
-RELEASE_WAIT = 2.0              # seconds a detach waits for a pending SIGPROF to land
+RELEASE_WAIT = 2.0              # seconds a detach waits for a pending sampler signal to land
 
 _servers: list = []             # the one server of this process, while it runs
 
@@ -400,7 +400,8 @@ class _Server:
 
 def release() -> dict:
     """Give back what the engines keep between runs (no profiler enabled):
-    SIGPROF's disposition once no SIGPROF is pending, the allocators, NumPy's
+    the sampler's signals' dispositions (SIGPROF, wall mode's real-time signal)
+    once none is pending, the allocators, NumPy's
     handler and its import hook. What could not be given back is reported."""
     import time
     from .. import _cprof

@@ -1,8 +1,12 @@
-/* sampler.c — timers, the SIGPROF handler, wall mode's parking policy, the
+/* sampler.c — timers, the signal handler, wall mode's parking policy, the
  * helper (sampler.h). The top of the sampler: it calls sampler_wall.c,
  * sampler_drain.c, sampler_async.c and sampler_samples.c, none calls it.
  *
- * Signal handler (on_sigprof): async-signal-safe only. It reads the
+ * Signals: CPU mode, SIGPROF from ITIMER_PROF; wall mode, a real-time signal
+ * of its own (pick_wall_signal), so that a program's SIGPROF, SIGALRM and
+ * interval timers never meet a wall tick.
+ *
+ * Signal handler (on_sample_signal): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
  * native stack (unwind.c), and copies raw (code pointer, offset) frames into
  * one lock-free multi-producer ring: space is reserved with a CAS on `head`,
@@ -30,23 +34,25 @@
  *
  * fork: timers are paused around fork(); the child inherits no sampler.
  *
- * The handler stays installed after stop (inactive): a SIGPROF already sent
- * but not yet delivered would otherwise meet SIGPROF's default action, which
- * kills the process. pp_sampler_release_signal gives the disposition found at
- * the first start back once no SIGPROF is pending anywhere in the process
- * (a detach: docs/attach.md).
+ * The handler stays installed after stop (inactive): a signal already sent
+ * but not yet delivered would otherwise meet the default action (SIGPROF's
+ * and a real-time signal's kill the process). pp_sampler_release_signal gives
+ * each signal the disposition found before we took it once none of it is
+ * pending anywhere in the process (a detach: docs/attach.md).
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
 #include "sampler_ring.h"
 
 #include "clock.h"
+#include "symbols.h"
 #include "unwind.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -60,9 +66,10 @@
 
 pp_sampler_global pp_sampler_g;
 
-/* SIGPROF's disposition before pyprof's first start (GIL held to change). */
-static struct sigaction prev_sigprof;
-static int have_prev_sigprof;
+/* The dispositions before pyprof took SIGPROF (CPU mode) and the wall
+ * signal (GIL held to change). */
+static struct sigaction prev_sigprof, prev_wall;
+static int have_prev_sigprof, have_prev_wall;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
  * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
@@ -183,16 +190,22 @@ static void park(wslot *sl, int tick_running, uint64_t where)
  * period aliases with a program that sleeps in a loop: a 0.1 ms burst between
  * 1 ms sleeps got 1.5-4 % of the 1 kHz samples for 6.6 % of the time, 6.3-6.6 %
  * for 6.7-6.8 % with this. Samples are weighted by the time they stand for. */
-static void start_tick(wslot *sl, int64_t from)
+static uint64_t next_random(void)
 {
     uint64_t x = s_tls.rng;
     if (x == 0)
-        x = ((uint64_t)s_tls.tid << 32) ^ (uint64_t)pp_mono_ns();
+        x = ((uint64_t)syscall(SYS_gettid) << 32) ^ (uint64_t)pp_mono_ns();
     s_tls.rng = x += 0x9E3779B97F4A7C15ull;          /* splitmix64 */
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     x ^= x >> 31;
-    int64_t next = S.interval_ns / 2 + (int64_t)(x % (uint64_t)S.interval_ns) - (pp_mono_ns() - from);
+    return x;
+}
+
+static void start_tick(wslot *sl, int64_t from)
+{
+    int64_t next = S.interval_ns / 2 + (int64_t)(next_random() % (uint64_t)S.interval_ns)
+                   - (pp_mono_ns() - from);
     struct itimerspec tick = pp_itimer(next > S.interval_ns / 8 ? next : S.interval_ns / 8, S.interval_ns);
     timer_settime(sl->tick, 0, &tick, NULL);
 }
@@ -305,15 +318,75 @@ static void parking_after_sample(wslot *sl, int recorded, int repark, uint8_t st
     }
 }
 
-static void on_sigprof(int sig, siginfo_t *info, void *uctx)
+static struct itimerval itimer_of(int64_t value_ns, int64_t interval_ns)
 {
-    (void)sig;
+    struct itimerval it;
+    it.it_interval.tv_sec = (time_t)(interval_ns / 1000000000);
+    it.it_interval.tv_usec = (suseconds_t)((interval_ns % 1000000000) / 1000);
+    it.it_value.tv_sec = (time_t)(value_ns / 1000000000);
+    it.it_value.tv_usec = (suseconds_t)((value_ns % 1000000000) / 1000);
+    if (value_ns > 0 && it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0)
+        it.it_value.tv_usec = 1;
+    return it;
+}
+
+/* CPU mode's ticks jittered as wall mode's are (start_tick): each tick sets
+ * the process's profiling timer again, a random time after the moment the
+ * last one was due. A fixed period fell into step with a program whose
+ * CPU-time period is a multiple of it (4 ms phases at 50 Hz: 0 samples in
+ * one phase, 45 in another, for 20 each). The kernel fires CPU timers at its
+ * own ticks, late by up to one: counting from when it was due keeps the rate
+ * asked, as the kernel's own reload does, and the jitter is what the
+ * interval has above the most lateness seen (about a tick), since times
+ * within a tick fall on the same tick (a full interval's jitter halved the
+ * rate at 250 Hz). A timer the program set meanwhile (another interval) is
+ * put back as it was; stopping and forking disarm through cpu_timer_off,
+ * which waits out a handler arming it now. */
+static void cpu_rearm(void)
+{
+    atomic_fetch_add(&S.arming, 1);
+    if (!atomic_load(&S.disarmed)) {
+        int64_t now = pp_process_cpu_ns(), due = atomic_load(&S.cpu_due);
+        int64_t late = now > due ? now - due : 0;
+        if (late > atomic_load(&S.cpu_late_max))
+            atomic_store(&S.cpu_late_max, late);
+        int64_t most = atomic_load(&S.cpu_late_max), width = S.interval_ns - most;
+        int64_t next = width > 0 ? S.interval_ns - late - width / 2
+                                   + (int64_t)(next_random() % (uint64_t)width) : 0;
+        /* a time within this tick: the kernel's reload (set again, it came a
+         * tick late) */
+        if (next < most || next < 1000)
+            atomic_store(&S.cpu_due, due + S.interval_ns);
+        else {
+            struct itimerval it = itimer_of(next, S.interval_ns), old;
+            if (setitimer(ITIMER_PROF, &it, &old) == 0) {
+                if (old.it_interval.tv_sec != it.it_interval.tv_sec
+                    || old.it_interval.tv_usec != it.it_interval.tv_usec)
+                    (void)setitimer(ITIMER_PROF, &old, NULL);
+                else
+                    atomic_store(&S.cpu_due, now + next);
+            }
+        }
+    }
+    atomic_fetch_sub(&S.arming, 1);
+}
+
+static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
+{
     int saved_errno = errno;
+    int kind = SIG_TICK, repark = 0;
+    wslot *sl = NULL;
+    /* the other mode's signal, left pending by an earlier run */
+    if (sig != (S.mode == PP_SAMPLE_WALL ? atomic_load(&S.wall_signal) : SIGPROF))
+        goto out;
+    sl = signal_slot(info, &kind);
+    if (sl && kind == SIG_WAKE)
+        atomic_store(&sl->wake_sent, 0);
     if (!atomic_load_explicit(&S.active, memory_order_acquire)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
-    int kind = SIG_TICK, repark = 0;
-    wslot *sl = signal_slot(info, &kind);
+    if (S.mode == PP_SAMPLE_CPU && info && info->si_code == SI_KERNEL)
+        cpu_rearm();
     int64_t now = pp_mono_ns();
     if (sl && kind == SIG_WAKE) {
         if (!atomic_load(&sl->parked))
@@ -452,16 +525,27 @@ static void wake_helper(void)
     pthread_mutex_unlock(&wake_mu);
 }
 
-/* A program may install its own SIGPROF handler (or, in CPU mode, stop or
- * change the profiling timer) while we sample: we cannot prevent it, but the
- * capture says so instead of silently thinning out. */
+static int handler_is_ours(int sig)
+{
+    struct sigaction cur;
+    return sig > 0 && sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO)
+           && cur.sa_sigaction == on_sample_signal;
+}
+
+/* The signal the running (or last) sampler's mode uses. */
+static int mode_signal(void)
+{
+    return S.mode == PP_SAMPLE_WALL ? atomic_load(&S.wall_signal) : SIGPROF;
+}
+
+/* A program may install its own handler for our signal (or, in CPU mode,
+ * stop or change the profiling timer) while we sample: we cannot prevent it,
+ * but the capture says so instead of silently thinning out. */
 static void check_takeover(void)
 {
     if (atomic_load(&S.replaced))
         return;
-    struct sigaction cur;
-    int taken = sigaction(SIGPROF, NULL, &cur) == 0
-                && (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != on_sigprof);
+    int taken = !handler_is_ours(mode_signal());
     struct itimerval it;
     taken |= S.mode == PP_SAMPLE_CPU && !atomic_load(&S.paused)
              && getitimer(ITIMER_PROF, &it) == 0
@@ -472,7 +556,7 @@ static void check_takeover(void)
         atomic_store(&S.replaced, 1);
 }
 
-/* pyprof's own threads are not sampled: SIGPROF is kept away from them.
+/* pyprof's own threads are not sampled: our signals are kept away from them.
  * Named, for top, ps and debuggers. */
 static pid_t own_thread_init(const char *name)
 {
@@ -480,6 +564,8 @@ static pid_t own_thread_init(const char *name)
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPROF);
+    if (atomic_load(&S.wall_signal) > 0)
+        sigaddset(&set, atomic_load(&S.wall_signal));
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     return (pid_t)syscall(SYS_gettid);
 }
@@ -646,11 +732,26 @@ static void join_helpers(void)
 
 static int timer_arm(int64_t interval_ns)
 {
-    struct itimerval it;
-    it.it_interval.tv_sec = (time_t)(interval_ns / 1000000000);
-    it.it_interval.tv_usec = (suseconds_t)((interval_ns % 1000000000) / 1000);
-    it.it_value = it.it_interval;
+    struct itimerval it = itimer_of(interval_ns, interval_ns);
     return setitimer(ITIMER_PROF, &it, NULL);
+}
+
+static int cpu_timer_on(int64_t interval_ns)
+{
+    atomic_store(&S.cpu_due, pp_process_cpu_ns() + interval_ns);
+    atomic_store(&S.cpu_late_max, 0);
+    atomic_store(&S.disarmed, 0);
+    return timer_arm(interval_ns);
+}
+
+/* Disarmed for good: a handler that was arming it again has finished. */
+static void cpu_timer_off(void)
+{
+    atomic_store(&S.disarmed, 1);
+    timer_arm(0);
+    while (atomic_load(&S.arming) > 0)
+        sched_yield();
+    timer_arm(0);
 }
 
 /* ------------------------------------------------ helper around fork */
@@ -693,7 +794,7 @@ static void atfork_prepare(void)
     if (atomic_load(&S.active)) {
         atomic_store(&S.paused, 1);
         if (S.mode == PP_SAMPLE_CPU)
-            timer_arm(0);
+            cpu_timer_off();
     }
 }
 
@@ -701,7 +802,7 @@ static void atfork_parent(void)
 {
     if (atomic_load(&S.active)) {
         if (S.mode == PP_SAMPLE_CPU)
-            timer_arm(S.interval_ns);
+            cpu_timer_on(S.interval_ns);
         atomic_store(&S.paused, 0);
     }
 }
@@ -727,6 +828,46 @@ static void new_run(void)
     atomic_store(&S.weight_ns, 0);
 }
 
+/* Names written once per signal, never again: a capture may hold one while
+ * a later start picks another signal. */
+static char wall_hook_names[65][48];
+
+static void name_wall_hook(int sig)
+{
+    if (sig <= 0 || sig >= 65 || wall_hook_names[sig][0])
+        return;
+    if (sig == SIGRTMAX)
+        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
+                 "SIGRTMAX (per-thread wall-clock timers)");
+    else
+        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
+                 "SIGRTMAX-%d (per-thread wall-clock timers)", SIGRTMAX - sig);
+}
+
+/* Wall mode's signal: the one an earlier start took while our handler is
+ * still on it, else the highest real-time signal the program leaves at
+ * SIG_DFL and does not block here (a blocked one may be its sigwait's).
+ * From SIGRTMAX down: the C library and most programs take theirs from
+ * SIGRTMIN up. 0: none free. */
+static int pick_wall_signal(void)
+{
+    int kept = atomic_load(&S.wall_signal);
+    if (kept > 0 && handler_is_ours(kept))
+        return kept;
+    if (kept > 0)
+        have_prev_wall = 0;             /* the program's since (or given back): not ours to restore */
+    sigset_t blocked;
+    if (pthread_sigmask(SIG_BLOCK, NULL, &blocked) != 0)
+        sigemptyset(&blocked);
+    for (int sig = SIGRTMAX; sig >= SIGRTMIN; sig--) {
+        struct sigaction cur;
+        if (sigaction(sig, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO)
+            && cur.sa_handler == SIG_DFL && !sigismember(&blocked, sig))
+            return sig;
+    }
+    return 0;
+}
+
 int pp_sampler_start(pp_sampling *p)
 {
     const pp_sample_opts *o = &p->opts;
@@ -750,15 +891,25 @@ int pp_sampler_start(pp_sampling *p)
     }
     struct sigaction cur;
     struct itimerval it;
-    if (sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
-            ? cur.sa_sigaction != on_sigprof
+    int sig = SIGPROF;
+    if (o->mode == PP_SAMPLE_WALL) {
+        sig = pick_wall_signal();
+        if (sig == 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "pyprof: no real-time signal is free (all handled or blocked by "
+                            "the program); wall-clock sampling needs one");
+            return -1;
+        }
+    }
+    else if (sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
+            ? cur.sa_sigaction != on_sample_signal
             : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
         PyErr_SetString(PyExc_RuntimeError,
                         "pyprof: the program already handles SIGPROF (another profiler?); "
-                        "pyprof's sampler needs that signal");
+                        "pyprof's CPU-time sampler needs that signal (--wall does not)");
         return -1;
     }
-    if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
+    else if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "pyprof: the program already runs a profiling timer (ITIMER_PROF)");
         return -1;
@@ -821,16 +972,21 @@ int pp_sampler_start(pp_sampling *p)
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sigprof;
+    sa.sa_sigaction = on_sample_signal;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGPROF, &sa, have_prev_sigprof ? NULL : &prev_sigprof) != 0) {
+    int *have_prev = sig == SIGPROF ? &have_prev_sigprof : &have_prev_wall;
+    if (sig != SIGPROF)
+        atomic_store(&S.wall_signal, sig);  /* before the handler can see it */
+    if (sigaction(sig, &sa, *have_prev ? NULL : sig == SIGPROF ? &prev_sigprof : &prev_wall) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         S.prof = NULL;
         Py_CLEAR(S.owner);
         return -1;
     }
-    have_prev_sigprof = 1;
+    *have_prev = 1;
+    if (sig != SIGPROF)
+        name_wall_hook(sig);
     new_run();
     S.started_ns = pp_mono_ns();
     S.cpu0_ns = pp_process_cpu_ns();
@@ -851,13 +1007,22 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
         return -1;
     }
-    if (S.mode == PP_SAMPLE_CPU && timer_arm(S.interval_ns) != 0) {
+    if (S.mode == PP_SAMPLE_CPU && cpu_timer_on(S.interval_ns) != 0) {
         pp_sampler_stop(p);
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    if (S.mode == PP_SAMPLE_WALL)
+    if (S.mode == PP_SAMPLE_WALL) {
         pp_wall_hook_threads(1);
+        pp_wall_hook_pause(1);
+    }
+    if (S.native) {
+        /* started: the naming thread reads the libraries every stack passes
+         * through (the interpreter's, libc) from now, not from the first drain */
+        uintptr_t here[64];
+        pp_unwind_init_self();
+        pp_symbols_prefetch(here, pp_unwind_here(here, 64));
+    }
     return 0;
 }
 
@@ -874,15 +1039,17 @@ int pp_sampler_stop(pp_sampling *p)
     int own_process = S.pid == getpid();
     if (own_process)
         check_takeover();
-    if (S.mode == PP_SAMPLE_WALL && PyGILState_Check())
+    if (S.mode == PP_SAMPLE_WALL && PyGILState_Check()) {
         pp_wall_hook_threads(0);
+        pp_wall_hook_pause(0);
+    }
     /* stop first: the helper must not read our own disarming as a takeover */
     if (own_process && S.have_thread)
         wake_helper();
     else
         atomic_store(&S.stop, 1);
     if (own_process && S.mode == PP_SAMPLE_CPU)
-        timer_arm(0);
+        cpu_timer_off();
     pthread_mutex_lock(&pp_wall_mu);
     pp_wall_delete(own_process);          /* a forked child has none of the timers */
     pthread_mutex_unlock(&pp_wall_mu);
@@ -908,6 +1075,8 @@ int pp_sampler_stop(pp_sampling *p)
     if (S.async)
         pp_async_stop(p, S.stopped_ns);
     pp_frames_watch_code(pp_sampler_drain_for_dying, 0);
+    if (S.native)
+        pp_symbols_quiesce();           /* no thread of ours outlives the run */
     PyObject *owner = S.owner;
     S.prof = NULL;
     S.owner = NULL;
@@ -915,14 +1084,14 @@ int pp_sampler_stop(pp_sampling *p)
     return 0;
 }
 
-/* Whether a SIGPROF is pending on any thread (SigPnd) or on the process
+/* Whether signal `sig` is pending on any thread (SigPnd) or on the process
  * (ShdPnd), from /proc; 1 when it cannot be told. */
-static int sigprof_pending(void)
+static int signal_pending(int sig)
 {
     DIR *d = opendir("/proc/self/task");
     if (d == NULL)
         return 1;
-    const unsigned long long bit = 1ULL << (SIGPROF - 1);
+    const unsigned long long bit = 1ULL << (sig - 1);
     int pending = 0;
     struct dirent *e;
     while (!pending && (e = readdir(d)) != NULL) {
@@ -943,26 +1112,37 @@ static int sigprof_pending(void)
     return pending;
 }
 
-int pp_sampler_release_signal(void)
+/* One signal's disposition given back: 1 done (or nothing to do), 0 not now. */
+static int release_one(int sig, const struct sigaction *prev, int *have_prev)
 {
-    if (atomic_load(&S.active) || S.have_thread || helper_paused)
-        return -1;
-    if (!have_prev_sigprof)
+    if (!*have_prev)
         return 1;
-    struct sigaction cur;
-    if (sigaction(SIGPROF, NULL, &cur) != 0 || !(cur.sa_flags & SA_SIGINFO)
-        || cur.sa_sigaction != on_sigprof) {
-        have_prev_sigprof = 0;          /* the program's own handler since: keep it */
+    if (!handler_is_ours(sig)) {
+        *have_prev = 0;                 /* the program's own handler since: keep it */
         return 1;
     }
     /* No timer is left to send one (stop disarmed or deleted them all) and a
      * signal sent is pending at once: none pending now means none can come. */
-    if (sigprof_pending())
+    if (signal_pending(sig) || sigaction(sig, prev, NULL) != 0)
         return 0;
-    if (sigaction(SIGPROF, &prev_sigprof, NULL) != 0)
-        return 0;
-    have_prev_sigprof = 0;
+    *have_prev = 0;
     return 1;
+}
+
+int pp_sampler_release_signal(void)
+{
+    if (atomic_load(&S.active) || S.have_thread || helper_paused)
+        return -1;
+    int prof = release_one(SIGPROF, &prev_sigprof, &have_prev_sigprof);
+    int wall = release_one(atomic_load(&S.wall_signal), &prev_wall, &have_prev_wall);
+    return prof && wall;
+}
+
+const char *pp_sampler_wall_hook(void)
+{
+    int sig = atomic_load(&S.wall_signal);
+    return sig > 0 && sig < 65 && wall_hook_names[sig][0] ? wall_hook_names[sig]
+                                                          : "per-thread wall-clock timers";
 }
 
 void pp_sampler_get_info(pp_sampler_info *out)

@@ -1,7 +1,8 @@
 /* sampler.h — the statistical sampler.
  *
  * Owns: the timers (the process CPU-time timer, or a helper thread that
- * signals every Python thread at the wall-clock rate), the SIGPROF handler,
+ * signals every Python thread at the wall-clock rate), the signal handler
+ * (SIGPROF in CPU mode, a real-time signal of its own in wall mode),
  * the ring the handler writes raw samples into, the helper thread that drains
  * it with the GIL held, and the stack table the samples end up in.
  * Never, in the signal handler: malloc, locks, the Python API (beyond the
@@ -115,7 +116,7 @@ typedef struct pp_sampling {
     pp_tasks tasks;
     PyObject *root;             /* code of the runner's frame: stacks are cut below it */
     PyObject *program;          /* the program's code the runner runs (else: runner's work) */
-    char warn_replaced;         /* warn once if the program takes SIGPROF back */
+    char warn_replaced;         /* warn once if the program takes our signal back */
     /* periodic work of the owner (a flush), from the helper with the GIL */
     void (*periodic)(void *arg);
     void *periodic_arg;
@@ -132,10 +133,14 @@ void pp_sampler_hook_threading(pp_sampling *p);
  * giving their kernel tids in tids (returns how many), and start them again. */
 int pp_sampler_helper_pause(pid_t tids[2]);
 void pp_sampler_helper_resume(void);
-/* No sampler running (GIL held): give SIGPROF's disposition before the first
- * start back. 1 done (or nothing to do), 0 not now (a SIGPROF is pending
- * somewhere: the inert handler stays), -1 a sampler runs. */
+/* No sampler running (GIL held): give our signals (SIGPROF, the wall
+ * signal) the dispositions they had before we took them. 1 done (or nothing
+ * to do), 0 not now (one is pending somewhere: the inert handler stays), -1
+ * a sampler runs. */
 int pp_sampler_release_signal(void);
+/* Wall mode's mechanism, naming its signal (a real-time one, chosen at
+ * start): "SIGRTMAX-2 (per-thread wall-clock timers)". */
+const char *pp_sampler_wall_hook(void);
 /* Move what the handler recorded into p's stack table (GIL held). */
 void pp_sampler_drain(pp_sampling *p);
 /* Counters of the running or last sampler, for the capture's INFO. */
@@ -146,14 +151,14 @@ typedef struct {
     int64_t weight_ns;          /* the time the recorded samples stand for */
     int64_t started_ns, stopped_ns;
     int64_t cpu_ns;             /* process CPU time while sampling */
-    int replaced;               /* the program replaced our SIGPROF handler or timer */
+    int replaced;               /* the program replaced our signal handler or timer */
     uint64_t parked, woken;     /* wall mode: threads parked (their tick stopped); woken (sampled again) */
     uint64_t idle_ticks;        /* wall mode: the ticks parked threads were charged without a signal */
 } pp_sampler_info;
 void pp_sampler_get_info(pp_sampler_info *out);
 double pp_sampler_achieved(const pp_sampler_info *si);
 #define PP_REPLACED_MESSAGE \
-    "the program replaced pyprof's SIGPROF handler or profiling timer while it was " \
+    "the program replaced pyprof's signal handler or profiling timer while it was " \
     "sampled: samples after that moment are missing"
 
 /* The task rows recorded so far are forgotten (a cleared profiler). */

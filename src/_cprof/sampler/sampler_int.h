@@ -42,7 +42,7 @@ typedef struct {
     uint16_t nframes;
     uint16_t nnative;
     uint16_t pad;
-    int64_t weight_ns;          /* the time this sample stands for (see on_sigprof) */
+    int64_t weight_ns;          /* the time this sample stands for (see on_sample_signal) */
     uint64_t coro;              /* --async: the coroutine of the rootmost coroutine frame */
     /* pp_rawframe frames[nframes]; uintptr_t native[nnative]; */
 } rawrec;
@@ -88,7 +88,15 @@ typedef struct {
     uint32_t check_debt;        /* slots to look at after an unproven gap: a thread that
                                  * moved in it is found in the still looks after it */
     _Atomic int stop;
-    _Atomic int replaced;           /* the program took SIGPROF or ITIMER_PROF back */
+    _Atomic int replaced;           /* the program took our signal (or ITIMER_PROF) back */
+    /* Wall mode's signal: a real-time one the program left at SIG_DFL, so
+     * that its own SIGPROF, SIGALRM and interval timers never meet our ticks
+     * (0: none chosen yet; kept for the process while our handler is on it) */
+    _Atomic int wall_signal;
+    _Atomic int arming;             /* CPU mode: handlers setting the timer again now */
+    _Atomic int disarmed;           /* CPU mode: stopped or forking, not set again */
+    _Atomic int64_t cpu_due;        /* CPU mode: process CPU (ns) the next tick is due at */
+    _Atomic int64_t cpu_late_max;   /* CPU mode: the most a tick came after it was due (ns) */
     _Atomic int unbound;            /* wall mode: a thread state without its kernel thread yet */
     pid_t pid;
     pid_t helper_tid;
@@ -228,6 +236,8 @@ typedef struct wslot {
     _Atomic int64_t suspect_ns; /* parked, seen to have used CPU since (0: not): its stack
                                  * is looked at by the helper (pp_wall_resolve_suspects) */
     uint64_t where;             /* its last sample's stack (pp_stack_key) */
+    _Atomic int wake_sent;      /* a SIG_WAKE of ours is on its way: real-time signals queue,
+                                 * one at a time keeps the queue short (send_wake) */
     _Atomic uint64_t top_key;   /* parked: its top frame then (pp_frames_top_key) */
     _Atomic int64_t top_ran;    /* parked: its CPU since parking when that key was last compared */
     _Atomic int64_t duty_ns;    /* parked: since when, and from which CPU clock reading, its */
@@ -292,6 +302,9 @@ void pp_wall_delete(int own_process);
 /* GIL held: threading's start function wrapped while wall sampling runs (on),
  * put back (off): each new thread makes its own slot as it starts. */
 void pp_wall_hook_threads(int on);
+/* GIL held: signal.pause replaced (on) by one that waits with the wall
+ * signal blocked (a tick would end it), put back if still ours (off). */
+void pp_wall_hook_pause(int on);
 /* The ticker (pp_wall_mu held, never the GIL): wakes the parked threads
  * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
 uint32_t pp_wall_look(int64_t since_ns);

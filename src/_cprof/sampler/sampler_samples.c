@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
+#include "symbols.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,8 @@ uint32_t pp_samples_stack_id(pp_samples *s, const uint64_t *fr, uint32_t n, cons
         memcpy(s->native + s->nnative, nat, nn * sizeof *nat);
     s->nframes += n;
     s->nnative += nn;
+    if (nn)
+        pp_symbols_prefetch(nat, (int)nn);     /* named while the program runs */
     return s->nstacks++;
 }
 

@@ -224,7 +224,7 @@ static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
     struct sigevent ev;
     memset(&ev, 0, sizeof ev);
     ev.sigev_notify = SIGEV_THREAD_ID;
-    ev.sigev_signo = SIGPROF;
+    ev.sigev_signo = atomic_load(&S.wall_signal);
     ev.sigev_notify_thread_id = tid;
     ev.sigev_value.sival_ptr = value;
     return timer_create(clock, &ev, out);
@@ -288,6 +288,7 @@ static int make_slot(PyThreadState *ts, pid_t tid, int64_t accounted, wslot **ou
     atomic_store(&sl->sampled, 0);
     atomic_store(&sl->moved_ns, MOVED_CPU_NS);
     atomic_store(&sl->suspect_ns, 0);
+    atomic_store(&sl->wake_sent, 0);
     sl->native_looked = 0;
     atomic_store(&sl->young, 1);
     sl->where = 0;
@@ -541,6 +542,90 @@ void pp_wall_hook_threads(int on)
     PyErr_Clear();
 }
 
+/* ------------------------------------- signal.pause: not ended by a tick */
+
+/* pause() returns at any handled signal, ours too: the program's
+ * `setitimer(ITIMER_REAL, 1); pause()` came back at the first tick, before
+ * its SIGALRM. While wall sampling runs, signal.pause waits with the wall
+ * signal blocked as well, so only the program's signals end it; a tick
+ * meanwhile lands as the wait ends (the thread was idle: its time is
+ * charged there). Not sampling (stopped, a forked child), the original. */
+static PyObject *pause_wrapped(PyObject *orig, PyObject *unused)
+{
+    (void)unused;
+    int sig = atomic_load(&S.wall_signal);
+    sigset_t mask;
+    if (!atomic_load(&S.active) || S.mode != PP_SAMPLE_WALL || S.pid != getpid() || sig <= 0
+        || pthread_sigmask(SIG_BLOCK, NULL, &mask) != 0)
+        return PyObject_CallNoArgs(orig);
+    sigaddset(&mask, sig);
+    Py_BEGIN_ALLOW_THREADS
+    (void)sigsuspend(&mask);
+    Py_END_ALLOW_THREADS
+    if (PyErr_CheckSignals())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef pause_def = {
+    "pause", (PyCFunction)(void (*)(void))pause_wrapped, METH_NOARGS,
+    "pause()\n--\n\nWait until a signal arrives (pyprof's wall sampler's ticks do not end "
+    "the wait: docs/sampling.md)."};
+
+static PyObject *pause_hook, *pause_orig;
+
+/* The modules whose `pause` we replace: signal, and _signal, whose names a
+ * later `import signal` copies. */
+static const char *const pause_modules[] = {"signal", "_signal"};
+
+void pp_wall_hook_pause(int on)
+{
+    if (PyErr_Occurred())
+        return;                         /* not while an exception passes */
+    PyObject *mods = PyImport_GetModuleDict();                 /* borrowed */
+    if (mods == NULL)
+        return;
+    if (on && pause_hook == NULL) {
+        for (size_t i = 0; i < sizeof pause_modules / sizeof *pause_modules; i++) {
+            PyObject *mod = PyDict_GetItemString(mods, pause_modules[i]);   /* borrowed */
+            PyObject *orig = mod ? PyObject_GetAttrString(mod, "pause") : NULL;
+            PyErr_Clear();
+            if (orig == NULL || !PyCFunction_Check(orig)
+                || (pause_orig != NULL && orig != pause_orig)) {
+                Py_XDECREF(orig);       /* not the builtin (the program's own): left be */
+                continue;
+            }
+            if (pause_hook == NULL) {
+                PyObject *modname = PyObject_GetAttrString(orig, "__module__");
+                PyErr_Clear();
+                pause_hook = PyCFunction_NewEx(&pause_def, orig, modname);
+                Py_XDECREF(modname);
+                if (pause_hook == NULL) {
+                    Py_DECREF(orig);
+                    break;
+                }
+                pause_orig = Py_NewRef(orig);
+            }
+            (void)PyObject_SetAttrString(mod, "pause", pause_hook);
+            Py_DECREF(orig);
+            PyErr_Clear();
+        }
+    }
+    else if (!on && pause_hook != NULL) {
+        for (size_t i = 0; i < sizeof pause_modules / sizeof *pause_modules; i++) {
+            PyObject *mod = PyDict_GetItemString(mods, pause_modules[i]);   /* borrowed */
+            PyObject *now = mod ? PyObject_GetAttrString(mod, "pause") : NULL;
+            PyErr_Clear();
+            if (now == pause_hook)
+                (void)PyObject_SetAttrString(mod, "pause", pause_orig);
+            Py_XDECREF(now);
+        }
+        Py_CLEAR(pause_hook);
+        Py_CLEAR(pause_orig);
+    }
+    PyErr_Clear();
+}
+
 void pp_wall_delete(int own_process)
 {
     for (uint32_t i = 0; i < S.nslots; i++)
@@ -627,16 +712,24 @@ void pp_wall_resolve_suspects(void)
 
 /* ------------------------------------------------ the ticker's side (no GIL) */
 
+/* A real-time signal queues each one sent (SIGPROF's coalesced): one wake
+ * at a time per thread, or a thread that blocks the signal would fill the
+ * user's queue (RLIMIT_SIGPENDING) with the ticker's. The handler clears
+ * wake_sent; the slot's reuse does for one never delivered. */
 static void send_wake(wslot *sl)
 {
+    if (atomic_exchange(&sl->wake_sent, 1))
+        return;
+    int sig = atomic_load(&S.wall_signal);
     siginfo_t si;
     memset(&si, 0, sizeof si);
-    si.si_signo = SIGPROF;
+    si.si_signo = sig;
     si.si_code = SI_QUEUE;
     si.si_pid = getpid();
     si.si_uid = getuid();
     si.si_value.sival_ptr = (char *)sl + SIG_WAKE;
-    syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, SIGPROF, &si);
+    if (syscall(SYS_rt_tgsigqueueinfo, S.pid, sl->tid, sig, &si) != 0)
+        atomic_store(&sl->wake_sent, 0);
 }
 
 /* Without the GIL: the slot of the parked thread whose thread state is `ts`,
