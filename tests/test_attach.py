@@ -26,7 +26,9 @@ from support import PROGRAMS, pyprof
 
 HERE = PROGRAMS                         # tests/programs/: the programs run here
 SERVERS = os.path.join(HERE, "attach_servers.py")
-SIGPROF_BIT = 1 << (signal.SIGPROF - 1)
+# the sampler's signals: SIGPROF (CPU mode) and the real-time ones (wall mode's)
+SAMPLER_SIGNALS = 1 << (signal.SIGPROF - 1) | sum(1 << (n - 1) for n in range(signal.SIGRTMIN,
+                                                                            signal.SIGRTMAX + 1))
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
 
 
@@ -244,7 +246,7 @@ def settled_state(server, before, pid, tasks_before):
         now = server.state()
         raise AssertionError({k: (before[k], now[k]) for k in before if before[k] != now[k]})
     wait_for(lambda: tasks(pid) == tasks_before, 10, "the threads before attaching")
-    assert not caught_signals(pid) & SIGPROF_BIT
+    assert not caught_signals(pid) & SAMPLER_SIGNALS
     wait_for(lambda: not os.path.exists(f"/tmp/pyprof-{os.geteuid()}/{pid}.sock"), 10,
              "the injected channel's socket to go")
 
@@ -258,7 +260,7 @@ def test_attach_each_mode_twice_under_load(kind, tmp_path):
     try:
         before = server.state()
         tasks_before = tasks(server.pid)
-        assert not caught_signals(server.pid) & SIGPROF_BIT
+        assert not caught_signals(server.pid) & SAMPLER_SIGNALS
         with Load(server) as load:
             wait_for(lambda: len(load.log) > 20, 30, "the first requests")
             for name, args, check in MODES:
@@ -836,7 +838,7 @@ def test_top_in_a_terminal(tmp_path):
         term.keys("q")
         term.wait(r"TOP-EXIT=0")
         wait_for(lambda: tasks(p.pid) == tasks_before, 10, "the threads before attaching")
-        assert not caught_signals(p.pid) & SIGPROF_BIT
+        assert not caught_signals(p.pid) & SAMPLER_SIGNALS
         assert p.poll() is None
     finally:
         if term is not None:
@@ -939,3 +941,46 @@ def test_attach_while_the_main_thread_joins(tmp_path):
         assert (p.returncode, stdout, stderr) == (0, "main thread still main: True\n", "")
     finally:
         killed(p)
+
+
+# ------------------------------------------------------------------ the interpreter's file mapped again
+MAPS_OWN_LIBRARY = r"""
+import ctypes, mmap, os, sys, time
+# the interpreter's object (libpython, or the executable) mapped whole, read-only,
+# below where the loader put it: as libelf does when a debugger-like library
+# reads its debug information
+first = {}
+for line in open("/proc/self/maps"):
+    parts = line.split()
+    if len(parts) >= 6 and int(parts[2], 16) == 0:
+        first.setdefault(parts[5], int(parts[0].split("-")[0], 16))
+path = next((p for p in first if "libpython" in os.path.basename(p)),
+            os.path.realpath(sys.executable))      # a static build: the program itself
+base = first[path]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+fd = os.open(path, os.O_RDONLY)
+size = os.fstat(fd).st_size
+hint = (base - size - (64 << 20)) & ~0xFFF
+got = libc.mmap(hint, size, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
+print("mapped", got == hint, flush=True)
+while True:
+    sum(range(1000)); time.sleep(0.001)
+"""
+
+
+def test_attach_past_a_whole_file_mapping_of_the_interpreter(tmp_path):
+    """The program maps its own interpreter's file whole (one read-only mapping
+    at offset 0, below the loaded one): attach still finds the loaded object."""
+    proc = subprocess.Popen([sys.executable, "-c", MAPS_OWN_LIBRARY], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().split() == ["mapped", "True"]
+        rc, err, attached, _ = attach(proc.pid, 0.5, "--sample", out=tmp_path / "a.cprof")
+        assert rc == 0, err
+        assert Session.load(str(tmp_path / "a.cprof")).meta["pid"] == proc.pid
+    finally:
+        proc.kill()
+        proc.wait()

@@ -211,13 +211,23 @@ def test_strings_and_kinds(captures, tmp_path):
 def test_name_tables(captures, tmp_path):
     s = captures["samples"]
 
+    # the root frame of the first stack that has Python frames (a sampled
+    # capture's stack 0 may be native-only or empty)
+    raw = payload(records(s)[1], 10)[1]
+    off, sid = 4, 0
+    while True:
+        nf, nn = struct.unpack_from("<II", raw, off)
+        if nf:
+            break
+        off, sid = off + 8 + 8 * nn, sid + 1
+
     def bad_frame(r):
         rec = payload(r, 10)
         p = bytearray(rec[1])
-        struct.pack_into("<Q", p, 12, 4444 << 32 | 1)     # stack 0's root frame
+        struct.pack_into("<Q", p, off + 8, 4444 << 32 | 1)
         rec[1] = bytes(p)
     assert corrupt(craft(tmp_path, s, bad_frame)) == \
-        "STACKS stack 0 has a frame of function 4444, which the capture does not have"
+        f"STACKS stack {sid} has a frame of function 4444, which the capture does not have"
     m = captures["memory"]
     assert corrupt(craft(tmp_path, m, lambda r: set_field(r, 14, 0, 32, "<I", 4444))) == \
         "MEMCURVE row 0 names function 4444, which the capture does not have"

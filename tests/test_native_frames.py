@@ -192,3 +192,177 @@ def test_libdw_is_opened_at_the_first_naming_only():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True", "True"], r.stdout
+
+
+NAMING_PROG = r"""
+import collections, json, sqlite3, sys, zlib
+import pyprof
+from pyprof.runtime import native
+
+def work():
+    for i in range(2000):
+        zlib.compress(bytes(range(256)) * 20)
+        json.dumps({"a": [i, 2.5, "x"] * 40})
+    c = sqlite3.connect(":memory:")
+    c.execute("create table t(x)")
+    c.executemany("insert into t values (?)", [(i,) for i in range(50000)])
+    c.execute("select sum(x) from t").fetchall()
+
+prof = pyprof.Profile(mode="sample", wall=True, native=True, rate=2000)
+prof.enable(); work(); prof.disable()
+
+asked = []
+real = native._cprof
+class Counting:                     # the C module, counting what libdw is asked
+    def __getattr__(self, name):
+        return getattr(real, name)
+    def native_frames(self, ips):
+        asked.extend(ips)
+        return real.native_frames(ips)
+native._cprof = Counting()
+session = prof.session()
+prof.dump(sys.argv[1])
+ips = {ip for st in session.stacks.values() for ip in st.native}
+print(json.dumps({"asked": len(asked), "distinct": len(set(asked)), "ips": len(ips),
+                  "mods": [[ip, m] for ip, m in zip(sorted(set(asked)),
+                                                    real.native_modules(sorted(set(asked))))],
+                  "frames": {str(k): v for k, v in real.native_frames(sorted(set(asked))).items()}}))
+"""
+
+
+def test_a_capture_is_named_once_per_address(tmp_path):
+    """session() and then writing the capture name each address once: libdw is
+    not asked again for what it has named (it cost --native runs ~0.2 s)."""
+    r = run(NAMING_PROG, str(tmp_path / "x.cprof"))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["ips"] > 50
+    assert got["asked"] == got["distinct"] >= got["ips"] * 0.9
+    assert pyprof.load(tmp_path / "x.cprof").meta["native_symbols"]
+
+
+@pytest.mark.skipif(shutil.which("addr2line") is None,
+                    reason="binutils' addr2line (the reference) is not installed")
+def test_libpython_addresses_are_named_as_addr2line_names_them(tmp_path):
+    """Every sampled address in libpython: the same chain of inlined functions,
+    files and lines as binutils' addr2line -f -i (an independent DWARF reader)."""
+    r = run(NAMING_PROG, str(tmp_path / "x.cprof"))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    by_object = {}
+    for ip, mod in got["mods"]:
+        if mod and "libpython" in os.path.basename(mod[0]):
+            by_object.setdefault(tuple(mod), []).append(ip)
+    if not by_object:
+        pytest.skip("this interpreter is linked statically: no libpython to read")
+    compared = 0
+    for (path, base), ips in by_object.items():
+        out = subprocess.run(["addr2line", "-a", "-f", "-i", "-e", path]
+                             + [hex(ip - base) for ip in ips],
+                             capture_output=True, text=True, timeout=300).stdout.splitlines()
+        want, cur = {}, None
+        for text in out:
+            if re.fullmatch(r"0x[0-9a-f]+", text):
+                cur = int(text, 16) + base
+                want[cur] = []
+            else:
+                want[cur].append(text)
+        for ip in ips:
+            pairs = list(zip(want[ip][0::2], want[ip][1::2]))
+            if pairs == [("??", "??:0")]:
+                assert str(ip) not in got["frames"]
+                continue
+            expected = [(fn, os.path.basename(where.split(" (")[0])) for fn, where in pairs]
+            named = [(fn, f"{os.path.basename(file)}:{line}")
+                     for fn, file, line in got["frames"][str(ip)]]
+            assert named == expected, hex(ip - base)
+            compared += 1
+    assert compared > 50
+
+
+FORK_PROG = r"""
+import json, os, sys, zlib
+import pyprof
+
+def work(n):
+    for i in range(n):
+        zlib.compress(bytes(range(256)) * 30)
+        json.dumps([i, "x", 2.5] * 30)
+
+prof = pyprof.Profile(mode="sample", wall=True, native=True, rate=2000)
+prof.enable()
+work(300)                               # the naming thread is busy with these
+pids = []
+for k in range(4):
+    pid = os.fork()
+    if pid == 0:                        # the child: its own profile, named
+        prof.disable()                  # (the parent's, inherited: not sampling here)
+        child = pyprof.Profile(mode="sample", wall=True, native=True, rate=2000)
+        child.enable(); work(300); child.disable()
+        s = child.session()
+        os._exit(0 if s.meta.get("native_symbols") else 3)
+    pids.append(pid)
+    work(100)
+prof.disable()
+codes = [os.waitpid(p, 0)[1] for p in pids]
+print(json.dumps({"codes": codes, "named": len(prof.session().meta["native_symbols"])}))
+"""
+
+
+def test_forked_children_name_their_own_frames():
+    """A fork while the naming thread works (it may hold its locks): each child
+    names the frames of its own profile, and none hangs."""
+    r = run(FORK_PROG, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["codes"] == [0, 0, 0, 0]
+    assert got["named"] > 20
+
+
+def test_no_thread_outlives_native_sampling():
+    """Addresses are named on a thread of pyprof's while the program runs; it
+    ends with the run: a program that forks afterwards is single-threaded (3.12
+    warns about forking a multi-threaded process)."""
+    code = ("import os, warnings, zlib, pyprof\n"
+            "warnings.simplefilter('error')\n"
+            "tasks = lambda: len(os.listdir('/proc/self/task'))\n"
+            "before = tasks()\n"
+            "prof = pyprof.Profile(mode='sample', wall=True, native=True, rate=2000)\n"
+            "prof.enable()\n"
+            "for i in range(3000): zlib.compress(bytes(range(256)) * 30)\n"
+            "during = tasks()\n"
+            "prof.disable()\n"
+            "after = tasks()\n"
+            "pid = os.fork()\n"
+            "if pid == 0: os._exit(0)\n"
+            "print(before, during > before, after, os.waitpid(pid, 0)[1])\n")
+    r = run(code)
+    assert r.returncode == 0, r.stderr
+    before, grew, after, child = r.stdout.split()
+    assert grew == "True" and after == before and child == "0"
+
+
+def test_an_unloaded_library_is_not_named_from_memory(tmp_path):
+    """Names are kept for the process, but not past an unload: a library
+    unloaded and another loaded at the same address names its own function."""
+    first = build(tmp_path, "first", "int first_function(int x) { return x + 1; }\n",
+                  extension=False, flags=("-g",))
+    second = build(tmp_path, "second", "int second_function(int x) { return x * 3; }\n",
+                   extension=False, flags=("-g",))
+    code = ("import ctypes, _ctypes, json\n"
+            "from pyprof import _cprof\n"
+            "def named(path, fn):\n"
+            "    lib = ctypes.CDLL(path)\n"
+            "    addr = ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value\n"
+            "    name = _cprof.native_frames([addr])[addr][-1][0]\n"
+            "    _ctypes.dlclose(lib._handle)\n"
+            "    return addr, name\n"
+            f"a = named({str(first)!r}, 'first_function')\n"
+            f"b = named({str(second)!r}, 'second_function')\n"
+            "print(json.dumps([a, b]))\n")
+    r = run(code)
+    assert r.returncode == 0, r.stderr
+    (addr_a, name_a), (addr_b, name_b) = json.loads(r.stdout)
+    assert name_a == "first_function" and name_b == "second_function"
+    if addr_a != addr_b:
+        pytest.skip("the loader put the second library elsewhere: nothing stale to name")

@@ -307,6 +307,17 @@ static pid_t live_thread(pid_t pid)
     return found;
 }
 
+/* Whether rows[i] (offset 0) starts an object the loader mapped: its next
+ * segments follow, one of them executable. A file mapped whole to be read
+ * (libelf reading debug information does) is one mapping of its own. */
+static int loaded_object_at(const map_row *rows, int count, int i)
+{
+    for (int k = i + 1; k < count && strcmp(rows[k].path, rows[i].path) == 0; k++)
+        if (strchr(rows[k].perms, 'x') != NULL || strchr(rows[i].perms, 'x') != NULL)
+            return 1;
+    return strchr(rows[i].perms, 'x') != NULL;
+}
+
 int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
 {
     memset(r, 0, sizeof *r);
@@ -331,7 +342,8 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
         const map_row *row = &rows[i % count];
         if (i == count)
             seen_last = "";
-        if (row->offset != 0 || row->path[0] != '/' || strcmp(row->path, seen_last) == 0)
+        if (row->offset != 0 || row->path[0] != '/' || strcmp(row->path, seen_last) == 0
+            || !loaded_object_at(rows, count, i % count))
             continue;
         seen_last = row->path;
         const char *base = strrchr(row->path, '/') + 1;
@@ -361,7 +373,7 @@ int pp_remote_open(pp_remote *r, pid_t pid, char *err, size_t n)
     seen_last = "";
     for (int i = 0; i < count && r->scratch == 0; i++) {
         if (rows[i].offset != 0 || rows[i].path[0] != '/' || strcmp(rows[i].path, seen_last) == 0
-            || strstr(rows[i].path, "/ld-") != NULL)
+            || strstr(rows[i].path, "/ld-") != NULL || !loaded_object_at(rows, count, i))
             continue;
         seen_last = rows[i].path;
         elf_file e;

@@ -34,23 +34,40 @@ def symbolize(ips, return_addresses=()) -> dict:
     ips = sorted(set(ips))
     ret = set(return_addresses)
     probe = [ip - 1 if ip in ret else ip for ip in ips]
-    frames = _cprof.native_frames(probe) if "libdw" in _cprof.FEATURES else None
+    mods = _cprof.native_modules(probe)
+    # Named once per process: a capture is named when its session is made and
+    # again when it is written, and a listening program is dumped many times.
+    # An entry holds while the same object is mapped at the same base.
+    mod_of = dict(zip(probe, mods))
+    fresh = [at for at, mod in mod_of.items()
+             if mod is not None and (at not in _named or _named[at][0] != mod)]
+    if fresh:
+        if len(_named) + len(fresh) > _NAMED_MAX:
+            _named.clear()
+        frames = _cprof.native_frames(fresh) if "libdw" in _cprof.FEATURES else None
+        for at in fresh:        # frames None: no libdw, the symbol tables name it
+            _named[at] = (mod_of[at], frames.get(at) if frames is not None else None,
+                          frames is None)
     out = {}
-    for ip, at, mod in zip(ips, probe, _cprof.native_modules(probe)):
+    for ip, at, mod in zip(ips, probe, mods):
         if mod is None:
             out[ip] = [f"0x{ip:x}", "", "", 0, []]
             continue
         path, base = mod
-        found = frames.get(at) if frames is not None else None
+        _, found, no_libdw = _named[at]
         if found:
             named = [[demangle(name), file, line] for name, file, line in found]
             out[ip] = [named[0][0], path, named[0][1], named[0][2], named[1:]]
             continue
         # An unnamed (stripped, static) function: one frame per object, not
         # one per address.
-        name = _lookup(path, at, base) if frames is None else None
+        name = _lookup(path, at, base) if no_libdw else None
         out[ip] = [demangle(name) if name else f"[{os.path.basename(path)}]", path, "", 0, []]
     return out
+
+
+_named: dict = {}   # probe address -> ((path, base), libdw's frames, named without libdw?)
+_NAMED_MAX = 1 << 18
 
 
 _RUST_HASH = re.compile(r"17h[0-9a-f]{16}E$")
