@@ -61,6 +61,42 @@ def test_eight_threads_all_attributed():
     assert {f"w{i}" for i in range(8)} <= names
 
 
+def test_thread_named_after_finalizers_in_its_first_events():
+    """A collection in a new thread may run any amount of Python code (here a
+    gc callback making 50 calls per collection) before the thread enters
+    threading._active, where its name is looked up."""
+    import gc
+
+    def small():
+        return 1
+
+    def burn(phase, info):
+        if threading.get_ident() not in threading._active:
+            for _ in range(50):
+                small()
+
+    def work():
+        for _ in range(1000):
+            small()
+
+    prof = pyprof.Profile()
+    old = gc.get_threshold()
+    gc.callbacks.append(burn)
+    prof.enable()
+    gc.set_threshold(1)
+    try:
+        t = threading.Thread(target=work, name="late-name")
+        t.start()
+        t.join()
+    finally:
+        gc.set_threshold(*old)
+        gc.callbacks.remove(burn)
+        prof.disable()
+    s = prof.session()
+    named = {t.ident: t.name for t in s.threads.values()}
+    assert named.get(t.ident) == "late-name"
+
+
 def _reference_counts(func):
     """Independent ground truth: sys.setprofile/threading.setprofile 'call' events
     per (thread ident, function name)."""

@@ -89,9 +89,9 @@ static pp_thread *attach_impl(pp_threadset *s)
             uintptr_t room = (here - low) / 4;
             ts->cstack_guard = low + (room < (256u << 10) ? room : (256u << 10));
         }
-        ts->name_tries = 64;
         ts->t.tl.on = s->timeline;
     }
+    ts->name_at = ts->name ? UINT64_MAX : 0;
     ts->attach_gen = s->gen;
     pp_tls.gen = s->gen;
     pp_tls.ts = ts;
@@ -177,14 +177,12 @@ static int is_process_main_thread(unsigned long native_id)
 
 /* A thread's name from threading._active (a dict lookup: no Python code
  * runs). A new thread enters _active only after its first events, so this is
- * retried on later returns, a bounded number of times (raw _thread threads
- * never appear there). Without threading (pyprof does not import it), the
+ * retried on later events. Without threading (pyprof does not import it), the
  * main thread has the name threading would give it. */
 static void resolve_name_impl(pp_thread *ts)
 {
     pp_err_state es;
     pp_err_save(&es);
-    ts->name_tries--;
     PyObject *mods = PyImport_GetModuleDict();                  /* borrowed */
     PyObject *mod = mods ? PyDict_GetItemString(mods, "threading") : NULL;
     PyObject *active = mod && PyModule_Check(mod) ?
@@ -209,11 +207,22 @@ static void resolve_name_impl(pp_thread *ts)
     pp_err_restore(&es);
 }
 
-__attribute__((noinline, cold)) void pp_thread_resolve_name(pp_thread *ts)
+static void resolve_name(pp_thread *ts)
 {
     int was = pp_memory_self_begin();
     resolve_name_impl(ts);
     pp_memory_self_end(was);
+}
+
+/* Tracer: on every return of the first 256 events, then at doubling event
+ * counts. No fixed number of tries: a collection in the new thread can run
+ * any number of finalizers before it enters _active, and a raw _thread thread,
+ * never there, costs only log2(events) lookups. */
+__attribute__((noinline, cold)) void pp_thread_name_due(pp_thread *ts)
+{
+    if (ts->name == NULL)
+        resolve_name(ts);
+    ts->name_at = ts->name ? UINT64_MAX : ts->events < 256 ? ts->events + 1 : 2 * ts->events;
 }
 
 /* The sampler's helper sees every Python thread soon after it starts: its
@@ -244,7 +253,8 @@ pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident)
      * thread can enter threading._active (the drain holds the GIL). */
     if (ts && ts->name_tries && ts->name == NULL && ts->name_pass != s->sample_pass) {
         ts->name_pass = s->sample_pass;
-        pp_thread_resolve_name(ts);
+        ts->name_tries--;
+        resolve_name(ts);
     }
     return ts;
 }

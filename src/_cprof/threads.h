@@ -27,7 +27,8 @@ typedef struct pp_thread {
     uint64_t flush_at;          /* periodic flush: look again at this many events */
     PyObject *name;             /* threading.Thread name, once known (strong) */
     uintptr_t cstack_guard;     /* 3.11 eval hook steps aside below this address (0: never) */
-    int name_tries;             /* lookups left before giving up (raw threads) */
+    uint64_t name_at;           /* tracer: look the name up at this many events (UINT64_MAX: named) */
+    int name_tries;             /* sampler: lookups left before giving up (raw threads) */
     uint32_t name_pass;         /* sampled threads: the sampler pass of the last lookup */
     pp_tables t;
     pp_stack st;
@@ -119,7 +120,7 @@ int pp_threads_is_own(uint32_t tid);
 /* The calling thread is paused by the enabled profiler (GIL held). */
 int pp_threads_self_paused(void);
 /* Look the thread's name up again (bounded retries; GIL held). */
-void pp_thread_resolve_name(pp_thread *ts);
+void pp_thread_name_due(pp_thread *ts);
 /* A sampled thread's record by kernel id, made when new (GIL held). */
 pp_thread *pp_threads_sampled(pp_threadset *s, uint32_t tid, uint64_t ident);
 /* Forget every count (records stay); free every record; forget the records

@@ -298,8 +298,8 @@ void pp_tracer_leave_slow(pp_tracer *p, uint64_t key, int64_t now)
     if (UNLIKELY(st->f[st->depth - 1].key != key) && !unwind_to(p->lines, &ts->t, st, key, now))
         return;
     end_frame(p->lines, &ts->t, st, now);
-    if (UNLIKELY(ts->name_tries) && (ts->events < 256 || (ts->events & 15) == 0))
-        pp_thread_resolve_name(ts);
+    if (UNLIKELY(ts->events >= ts->name_at))
+        pp_thread_name_due(ts);
     /* every 1024 events or so (a return, not a call, may be the 1024th) */
     if (UNLIKELY(p->periodic) && ts->events >= ts->flush_at) {
         ts->flush_at = ts->events + 1024;

@@ -260,7 +260,7 @@ HOT void leave(pp_tracer *p, uint64_t key)
             goto slow;
         pp_stack *st = &ts->st;
         uint32_t depth = st->depth;
-        if (UNLIKELY(depth == 0 || st->f[depth - 1].key != key || ts->name_tries
+        if (UNLIKELY(depth == 0 || st->f[depth - 1].key != key || ts->events >= ts->name_at
                      || (p->periodic && ts->events + 1 >= ts->flush_at)))
             goto slow;
         ts->events++;
