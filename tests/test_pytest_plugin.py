@@ -152,6 +152,23 @@ def test_calls_budget_counts_the_tests_own_calls(tmp_path):
     assert "2 passed, 1 failed" in r.stdout or "1 failed, 2 passed" in r.stdout, r.stdout
 
 
+def test_calls_budget_of_an_unknown_function_fails_the_test(tmp_path):
+    """A budget naming a function the test's profile does not know (misspelt,
+    renamed) counted 0 calls and passed for ever; it fails, with the closest
+    names, as `pyprof check --max-calls` does."""
+    write(tmp_path / "test_u.py", HOG + """
+    @pytest.mark.pyprof_limit(calls={"F": 100})
+    def test_misspelt():
+        for i in range(50):
+            f(i)
+    """)
+    r = run_pytest(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = failed_line(r.stdout, "test_misspelt")
+    assert line.startswith("pyprof_limit: calls={'F': ...}: no function of that name"), line
+    assert "closest: f" in line, line
+
+
 @pytest.mark.parametrize("spec, says", [
     ('time="fast"', "time='fast'"), ('memory="lots"', "memory='lots'"),
     ('calls=-1', "calls=-1"), ('tim="1s"', "unknown budget 'tim'")])
