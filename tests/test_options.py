@@ -381,3 +381,20 @@ def test_every_option_of_the_table_reaches_each_place_with_its_default(monkeypat
         if s.kind == "bool":
             cfg = config.Config(path="", environ={s.env: "1"})
             assert cfg.value("", s.key) is True, s.env
+
+
+def test_profile_signature_lists_every_keyword():
+    """help(pyprof.Profile) and editors show the keywords Profile takes, with
+    their defaults, not **keywords; each is accepted, and the defaults are what
+    a Profile made without them uses."""
+    import inspect
+    from pyprof.options import KEYWORDS
+    sig = inspect.signature(pyprof.Profile)
+    assert not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    names = list(sig.parameters)
+    assert names[:4] == ["timer", "timeunit", "subcalls", "builtins"]
+    assert set(names) == {"timer", "timeunit", "subcalls", "flush_to", "options"} | set(KEYWORDS)
+    defaults = {k: p.default for k, p in sig.parameters.items()}
+    plain = pyprof.Profile().run_options
+    explicit = pyprof.Profile(**{k: defaults[k] for k in KEYWORDS}).run_options
+    assert explicit == plain

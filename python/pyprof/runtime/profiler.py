@@ -300,6 +300,28 @@ class Profile(Core):
         self.set_meta(json_text(meta).encode())     # json.dumps(meta, default=str)
 
 
+class _Signature:
+    """Profile's signature as `help()` and editors should show it: the option
+    table's keywords (one source), not ``**keywords``. Built when asked for:
+    writing a capture imports no inspect (tests/test_options.py)."""
+
+    def __get__(self, obj, cls):
+        import inspect
+        P = inspect.Parameter
+        params = [P("timer", P.POSITIONAL_OR_KEYWORD, default=None),
+                  P("timeunit", P.POSITIONAL_OR_KEYWORD, default=0.0),
+                  P("subcalls", P.POSITIONAL_OR_KEYWORD, default=True),
+                  P("builtins", P.POSITIONAL_OR_KEYWORD, default=True),
+                  P("flush_to", P.KEYWORD_ONLY, default=None),
+                  P("options", P.KEYWORD_ONLY, default=None)]
+        params += [P(k, P.KEYWORD_ONLY, default=v) for k, v in KEYWORDS.items()
+                   if k != "builtins"]
+        return inspect.Signature(params)
+
+
+Profile.__signature__ = _Signature()
+
+
 def _name_native_frames(session):
     """Native addresses mean something only in this process: name them now."""
     ips, returns = set(), set()
