@@ -132,18 +132,24 @@ def test_known_time_split():
         _work()
         return 1
 
-    unprofiled = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        _work()
-        unprofiled.append(time.perf_counter() - t0)
-    prof, session = pyprof_run(sleepy, [sleepy])
-    lines = _by_line(session, sleepy)
-    first = sleepy.__code__.co_firstlineno
-    sleep_t = session.seconds(lines[first + 1].time)
-    work_t = session.seconds(lines[first + 2].time)
-    assert 0.058 <= sleep_t <= 0.09
-    assert 0.5 * min(unprofiled) <= work_t <= 3 * max(unprofiled) + 0.002
+    # A shared host's preemption can only add to a line's wall time: the
+    # upper bound holds for the least disturbed of three profiled runs.
+    for attempt in range(3):
+        unprofiled = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            _work()
+            unprofiled.append(time.perf_counter() - t0)
+        prof, session = pyprof_run(sleepy, [sleepy])
+        lines = _by_line(session, sleepy)
+        first = sleepy.__code__.co_firstlineno
+        sleep_t = session.seconds(lines[first + 1].time)
+        work_t = session.seconds(lines[first + 2].time)
+        assert sleep_t >= 0.058 and work_t >= 0.5 * min(unprofiled)
+        if sleep_t <= 0.09 and work_t <= 3 * max(unprofiled) + 0.002:
+            break
+    assert sleep_t <= 0.09
+    assert work_t <= 3 * max(unprofiled) + 0.002
     # The sleep's call row: one call, nearly all of the line's time.
     rows = {session.functions[callee].name: r for (fid, line, callee), r
             in session.callrow_totals().items() if line == first + 1}

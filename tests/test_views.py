@@ -187,13 +187,16 @@ def test_op_view_counts_equal_cprofile(tmp_path):
 def test_scope_view_groups_module_class_function(tmp_path):
     mod = load_prog(tmp_path, "prog_scope")
     session = profile(mod.main)
-    data = views.view(session, "scope", select=("calls", "time", "self-time"))
+    # this thread's: a thread an earlier test left running may call time.sleep too
+    mine = ("^MainThread$",)
+    data = views.view(session, "scope", select=("calls", "time", "self-time"), thread=mine)
     got = dict(flat(data["roots"]))
     module = next(p for p in got if p[-1] == "prog_scope")
     assert got[(*module, "Parser", "parse")]["calls"] == 7
     assert got[(*module, "Parser")]["kind"] == "class"
     # a scope's time is the self time of the functions in it
-    ops = {r["name"]: r for r in views.view(session, "op", select=("self-time",))["rows"]
+    ops = {r["name"]: r for r in views.view(session, "op", select=("self-time",),
+                                            thread=mine)["rows"]
            if r["file"].endswith("prog_scope.py")}
     assert got[module]["time"] == pytest.approx(sum(r["self-time"] for r in ops.values()),
                                                 abs=1e-8)
