@@ -768,14 +768,17 @@ int pp_sampler_helper_pause(pid_t tids[2])
     int n = 0;
     if (!S.have_thread && !helper_paused)
         return 0;
-    tids[n++] = S.helper_tid;           /* paused already: by another thread's fork */
-    if (S.mode == PP_SAMPLE_WALL)
-        tids[n++] = S.ticker_tid;
     if (S.have_thread) {
         helper_paused = helper_joining = 1;
         join_helpers();
         helper_joining = 0;
     }
+    /* read once joined: a helper resumed by the previous fork may not have
+     * written its tid yet when this one starts, but has when it has ended.
+     * Paused already (by another thread's fork): the tids are those gone. */
+    tids[n++] = S.helper_tid;
+    if (S.mode == PP_SAMPLE_WALL)
+        tids[n++] = S.ticker_tid;
     return n;
 }
 
