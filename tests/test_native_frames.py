@@ -366,3 +366,122 @@ def test_an_unloaded_library_is_not_named_from_memory(tmp_path):
     assert name_a == "first_function" and name_b == "second_function"
     if addr_a != addr_b:
         pytest.skip("the loader put the second library elsewhere: nothing stale to name")
+
+
+LINKED_SRC = r"""
+static volatile double acc;
+__attribute__((noinline)) void linked_spin(long n)
+{
+    for (long i = 0; i < n; i++)
+        acc = acc * 0.5 + (double)i;    /* SPIN_LINE */
+}
+"""
+
+
+def _binutil(name):
+    tool = shutil.which(name)
+    if tool is None:
+        pytest.skip(f"no {name} on PATH (binutils) to split debug information")
+    return tool
+
+
+def _split_debug(so, debug, link=True):
+    """`so` stripped of its debug information, kept in `debug` (and named by
+    the .gnu_debuglink section when `link`)."""
+    objcopy = _binutil("objcopy")
+    subprocess.run([objcopy, "--only-keep-debug", str(so), str(debug)], check=True)
+    args = [f"--add-gnu-debuglink={debug}"] if link else []
+    subprocess.run([objcopy, "--strip-debug", *args, str(so)], check=True, cwd=debug.parent)
+
+
+def _build_id(path):
+    out = subprocess.run([_binutil("readelf"), "-n", str(path)], capture_output=True,
+                         text=True, check=True).stdout
+    return re.search(r"Build ID: ([0-9a-f]+)", out).group(1)
+
+
+def _named_in_child(so, env=None):
+    code = ("import ctypes, json\nfrom pyprof import _cprof\n"
+            f"lib = ctypes.CDLL({str(so)!r})\n"
+            "addr = ctypes.cast(lib.linked_spin, ctypes.c_void_p).value\n"
+            "print(json.dumps(_cprof.native_frames([addr])[addr]))\n")
+    r = run(code, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("where", ["beside", ".debug"])
+def test_debug_information_found_by_debuglink(tmp_path, where):
+    """A library whose debug information was split off (objcopy, as
+    distributions do) is named with file and line from the file its
+    .gnu_debuglink names, beside it or in its .debug directory; a file of that
+    name from another build (another build id) is not used."""
+    so = build(tmp_path, "linked", LINKED_SRC, extension=False, flags=("-g", "-Wl,--build-id"))
+    home = tmp_path / ".debug" if where == ".debug" else tmp_path
+    home.mkdir(exist_ok=True)
+    _split_debug(so, tmp_path / "liblinked.so.debug")
+    if where == ".debug":
+        (tmp_path / "liblinked.so.debug").rename(home / "liblinked.so.debug")
+    name, file, line = _named_in_child(so)[-1]
+    assert name == "linked_spin"
+    assert os.path.basename(file) == "linked.c"
+    assert line_of(LINKED_SRC, "linked_spin") <= line <= line_of(LINKED_SRC, "SPIN_LINE") + 1
+    # another build's debug file under the linked name: names without file or line
+    other = tmp_path / "other"
+    other.mkdir()
+    so2 = build(other, "linked", "/* another build */\n" + LINKED_SRC, extension=False,
+                flags=("-g", "-Wl,--build-id"))
+    assert _build_id(so2) != _build_id(so)
+    _split_debug(so2, other / "liblinked.so.debug", link=False)
+    (other / "liblinked.so.debug").replace(home / "liblinked.so.debug")
+    name, file, line = _named_in_child(so)[-1]
+    assert name == "linked_spin" and not file and not line
+
+
+class _DebuginfodServer:
+    """A debuginfod server on 127.0.0.1 that has nothing: it notes each request."""
+
+    def __init__(self):
+        import http.server
+        import threading
+        self.paths = []
+        paths = self.paths
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                paths.append(self.path)
+                self.send_response(404)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_debuginfod_servers_are_asked_only_when_allowed(tmp_path):
+    """DEBUGINFOD_URLS (set by default on Fedora and Ubuntu) makes libdw ask
+    the network for the debug information a library lacks: pyprof asks
+    nothing unless PYPROF_DEBUGINFOD=1, and names from the symbol table."""
+    so = build(tmp_path, "linked", LINKED_SRC, extension=False, flags=("-g", "-Wl,--build-id"))
+    _split_debug(so, tmp_path / "kept.debug", link=False)
+    (tmp_path / "kept.debug").unlink()                   # nowhere on this host
+    build_id = _build_id(so)
+    server = _DebuginfodServer()
+    try:
+        env = {"DEBUGINFOD_URLS": server.url, "DEBUGINFOD_CACHE_PATH": str(tmp_path / "cache"),
+               "PYPROF_DEBUGINFOD": ""}
+        name, file, _ = _named_in_child(so, env)[-1]
+        assert name == "linked_spin" and not file
+        assert server.paths == []
+        _named_in_child(so, {**env, "PYPROF_DEBUGINFOD": "1"})
+        assert f"/buildid/{build_id}/debuginfo" in server.paths, server.paths
+    finally:
+        server.close()

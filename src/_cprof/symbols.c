@@ -21,10 +21,15 @@
 #include <signal.h>
 #include <stdint.h>
 #include <elfutils/libdw.h>
+#include <elfutils/libdwelf.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 int pp_symbols_available(void) { return 1; }
 
@@ -35,7 +40,9 @@ int pp_symbols_available(void) { return 1; }
     X(dwarf_siblingof) X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_end)              \
     X(dwfl_lineinfo) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report)                   \
     X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_getsrc)                     \
-    X(dwfl_report_begin) X(dwfl_report_begin_add) X(dwfl_report_end) X(dwfl_standard_find_debuginfo)
+    X(dwfl_report_begin) X(dwfl_report_begin_add) X(dwfl_report_end) X(dwfl_standard_find_debuginfo) \
+    X(dwfl_build_id_find_debuginfo) X(dwfl_module_build_id) X(dwelf_elf_gnu_build_id)          \
+    X(elf_begin) X(elf_end)
 
 #define PP_DW_POINTER(f) __typeof__(f) *f;
 static struct { PP_DW_FUNCTIONS(PP_DW_POINTER) } dw;
@@ -86,9 +93,96 @@ static int dw_open(void)
 #define dwfl_report_begin_add PP_DW_CALL(dwfl_report_begin_add)
 #define dwfl_report_end PP_DW_CALL(dwfl_report_end)
 #define dwfl_standard_find_debuginfo PP_DW_CALL(dwfl_standard_find_debuginfo)
+#define dwfl_build_id_find_debuginfo PP_DW_CALL(dwfl_build_id_find_debuginfo)
+#define dwfl_module_build_id PP_DW_CALL(dwfl_module_build_id)
+#define dwelf_elf_gnu_build_id PP_DW_CALL(dwelf_elf_gnu_build_id)
+#define elf_begin PP_DW_CALL(elf_begin)
+#define elf_end PP_DW_CALL(elf_end)
 
 /* A DIE's name: its linkage (mangled) name where it has one, else its plain
  * name, following DW_AT_abstract_origin / DW_AT_specification. */
+/* libdw's standard search asks debuginfod servers (DEBUGINFOD_URLS, set by
+ * default on Fedora and Ubuntu) for the debug information an object lacks on
+ * this host: naming a profile would send the build ids of the program's
+ * libraries over the network and wait for the answers, or for a download.
+ * Only with PYPROF_DEBUGINFOD=1 (docs/sampling.md); otherwise what the host
+ * has: the build-id tree under /usr/lib/debug, then the object's
+ * .gnu_debuglink beside it, in its .debug directory, or under /usr/lib/debug. */
+static int debuginfod_allowed = -1;     /* mu held: read at the first session */
+
+/* The candidate is the object's debug file: the same build id where the
+ * object has one, else the same CRC (a dwz alternate file, crc 0, is taken
+ * as named). */
+static int debug_file_matches(Dwfl_Module *mod, int fd, GElf_Word crc)
+{
+    const unsigned char *want;
+    GElf_Addr vaddr;
+    int n = dwfl_module_build_id(mod, &want, &vaddr);
+    if (n > 0 && crc != 0) {
+        Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+        const void *got = NULL;
+        ssize_t m = elf ? dwelf_elf_gnu_build_id(elf, &got) : -1;
+        int same = m == n && memcmp(got, want, (size_t)n) == 0;
+        if (elf)
+            elf_end(elf);
+        return same;
+    }
+    if (crc == 0)
+        return 1;
+    uLong sum = crc32(0L, Z_NULL, 0);
+    unsigned char buf[1 << 16];
+    ssize_t r;
+    off_t at = 0;
+    while ((r = pread(fd, buf, sizeof buf, at)) > 0) {
+        sum = crc32(sum, buf, (uInt)r);
+        at += r;
+    }
+    return r == 0 && (GElf_Word)sum == crc;
+}
+
+static int find_debuginfo_here(Dwfl_Module *mod, void **userdata, const char *modname,
+                               Dwarf_Addr base, const char *file_name, const char *link,
+                               GElf_Word crc, char **debug_name)
+{
+    if (debuginfod_allowed > 0)
+        return dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name, link, crc,
+                                            debug_name);
+    int fd = dwfl_build_id_find_debuginfo(mod, userdata, modname, base, file_name, link, crc,
+                                          debug_name);
+    if (fd >= 0 || link == NULL || link[0] == '\0')
+        return fd;
+    char dir[4096], path[4096];
+    const char *slash = file_name ? strrchr(file_name, '/') : NULL;
+    int dn = slash ? (int)(slash - file_name) : 0;
+    if (slash == NULL || (size_t)dn >= sizeof dir)
+        dir[0] = '\0';
+    else
+        snprintf(dir, sizeof dir, "%.*s", dn, file_name);
+    struct stat self;
+    int have_self = file_name != NULL && stat(file_name, &self) == 0;
+    for (int k = 0; k < 4; k++) {
+        int w = link[0] == '/' ? (k == 0 ? snprintf(path, sizeof path, "%s", link) : -1)
+              : k == 0 ? (dir[0] ? snprintf(path, sizeof path, "%s/%s", dir, link) : -1)
+              : k == 1 ? (dir[0] ? snprintf(path, sizeof path, "%s/.debug/%s", dir, link) : -1)
+              : k == 2 ? snprintf(path, sizeof path, "/usr/lib/debug%s/%s", dir, link)
+              : -1;
+        if (w < 0 || (size_t)w >= sizeof path)
+            continue;
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        if ((have_self && fstat(fd, &st) == 0 && st.st_dev == self.st_dev
+             && st.st_ino == self.st_ino) || !debug_file_matches(mod, fd, crc)) {
+            close(fd);                  /* the object itself, or another build's */
+            continue;
+        }
+        *debug_name = strdup(path);
+        return fd;
+    }
+    return -1;
+}
+
 static const char *die_name(Dwarf_Die *die)
 {
     Dwarf_Attribute a;
@@ -381,8 +475,12 @@ static pp_named *name_locked(uintptr_t ip)
     if (session == NULL) {
         static char *debuginfo_path = NULL;
         static Dwfl_Callbacks cb;               /* the session keeps a pointer to it */
+        if (debuginfod_allowed < 0) {
+            const char *opt = getenv("PYPROF_DEBUGINFOD");
+            debuginfod_allowed = opt != NULL && strcmp(opt, "1") == 0;
+        }
         cb = (Dwfl_Callbacks){.find_elf = dwfl_linux_proc_find_elf,
-                              .find_debuginfo = dwfl_standard_find_debuginfo,
+                              .find_debuginfo = find_debuginfo_here,
                               .debuginfo_path = &debuginfo_path};
         if ((session = dwfl_begin(&cb)) == NULL)
             return NULL;
