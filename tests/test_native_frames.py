@@ -485,3 +485,38 @@ def test_debuginfod_servers_are_asked_only_when_allowed(tmp_path):
         assert f"/buildid/{build_id}/debuginfo" in server.paths, server.paths
     finally:
         server.close()
+
+
+WRITTEN_PROG = r"""
+import json, sys, zlib
+import pyprof
+mode = sys.argv[2]
+kw = ({"mode": "sample", "native": True, "rate": 997} if mode == "sample" else
+      {"memory_sample": 1, "native": True})        # every block picked, its native stack
+p = pyprof.Profile(**kw)
+p.enable()
+data = bytes(range(256)) * 4096
+blobs = [zlib.compress(data, 9) for _ in range(40)]
+p.disable()
+s = p.session()
+p.dump(sys.argv[1])
+ips = {ip for st in s.stacks.values() for ip in st.native}
+ips |= {ip for n, _ in s.memory_native.values() for ip in n}
+print(json.dumps({"names": s.meta.get("native_symbols", {}), "ips": sorted(ips)}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["sample", "memory"])
+def test_the_written_capture_names_what_the_session_names(tmp_path, mode):
+    """Writing a --native capture reads its addresses from the C core's record
+    stream, without building a Session: the file names every address of its
+    sampled stacks and allocation stacks, as session() names them."""
+    out = tmp_path / "x.cprof"
+    r = run(WRITTEN_PROG, str(out), mode)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["ips"] and set(got["names"]) == {str(ip) for ip in got["ips"]}
+    assert any(name[0] in ("deflate", "zlib_compress_impl", "compress")
+               for name in got["names"].values()), sorted(n[0] for n in got["names"].values())
+    written = pyprof.load(out)
+    assert written.meta["native_symbols"] == got["names"]

@@ -247,10 +247,12 @@ class Profile(Core):
         fmt = format_for_path(path)
         if self._children is not None and os.getpid() == self._children["root_pid"]:
             export(self.session(), fmt, path)       # merged with the children's
-        elif fmt == "cprof" and self.run_options.native:
-            self.session().save(path)           # with the native frames' names
         elif fmt == "cprof":
-            self.refresh_meta()
+            names = None
+            if self.run_options.native:         # named here: addresses mean nothing elsewhere
+                from . import native
+                names = native.capture_names(self.snapshot(False))
+            self.refresh_meta(names)
             try:
                 self.write_capture(os.fspath(path))
             except OSError as e:
@@ -274,9 +276,10 @@ class Profile(Core):
             _name_native_frames(session)
         return session
 
-    def refresh_meta(self):
+    def refresh_meta(self, native_symbols=None):
         """Internal (the live channel, children.py): the capture's meta as of now,
-        handed to the C writer (a periodic flush writes it)."""
+        handed to the C writer (a periodic flush writes it); with the native
+        addresses' names when given (native.capture_names)."""
         threading = sys.modules.get("threading")   # no threads of its making without it
         for t in threading.enumerate() if threading is not None else ():
             if t.ident is not None:
@@ -297,6 +300,8 @@ class Profile(Core):
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
         meta.update(self.meta)
+        if native_symbols:
+            meta["native_symbols"] = native_symbols
         self.set_meta(json_text(meta).encode())     # json.dumps(meta, default=str)
 
 
@@ -331,8 +336,7 @@ def _name_native_frames(session):
         returns.update(native[1:])              # all but the leaf are return addresses
     if ips:
         from . import native
-        session.meta["native_symbols"] = {str(ip): name for ip, name
-                                          in native.symbolize(ips, returns).items()}
+        session.meta["native_symbols"] = native.symbols_meta(ips, returns)
 
 
 def _line_meta(objs, fids) -> dict:
