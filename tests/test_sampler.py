@@ -1316,17 +1316,19 @@ SHORT_RUNS = textwrap.dedent("""
             total += i * i
         return total
 
-    spent, lived = {}, {}
+    spent, lived, cpu_out = {}, {}, {}
 
     def loop():
-        name, busy = threading.current_thread().name, 0.0
-        start = time.perf_counter()
+        name, busy, busy_cpu = threading.current_thread().name, 0.0, 0.0
+        start, cpu0 = time.perf_counter(), time.thread_time()
         while time.perf_counter() - start < seconds:
-            a = time.perf_counter()
+            a, c = time.perf_counter(), time.thread_time()
             burst()
             busy += time.perf_counter() - a
+            busy_cpu += time.thread_time() - c
             time.sleep(0.001)
         spent[name], lived[name] = busy, time.perf_counter() - start
+        cpu_out[name] = time.thread_time() - cpu0 - busy_cpu
 
     p = pyprof.Profile(mode="sample", wall=True, rate=rate)
     p.enable()
@@ -1345,7 +1347,8 @@ SHORT_RUNS = textwrap.dedent("""
             got.setdefault(name, [0, 0])[inside] += c.weight
             if not inside:
                 states[state] = states.get(state, 0) + c.weight
-    print(json.dumps({"spent": spent, "lived": lived, "got": got, "states": states,
+    print(json.dumps({"spent": spent, "lived": lived, "cpu_out": cpu_out, "got": got,
+                      "states": states,
                       "parked": s.info["sampling"]["parked"]}))
 """)
 
@@ -1373,9 +1376,15 @@ def test_short_runs_between_sleeps_keep_their_wall_share(tmp_path, rate):
     assert 0.65 * truth <= share <= 1.35 * truth, (share, truth, out)
     assert 0.03 <= truth <= 0.3, truth                  # what the case is about
     # outside the bursts: the sleeps (idle), waits for the GIL among the four
-    # (idle), and the loop's own code and the GIL's hand-overs (python, native)
+    # (idle), and the loop's own code and the GIL's hand-overs (python, native),
+    # which use the CPU the threads' clocks show there (a few %; more where the
+    # build is slower, under a sanitizer): never most of it (80 % was charged
+    # as native when a CPU share since the last sample decided)
+    busy_out = sum(out["cpu_out"].values()) / sum(
+        out["lived"][n] - out["spent"][n] for n in out["lived"])
     idle = out["states"].get(str(STATES.index("idle")), 0)
-    assert idle >= 0.8 * sum(out["states"].values()), out["states"]
+    not_idle = 1 - idle / sum(out["states"].values())
+    assert not_idle <= max(0.2, 1.5 * busy_out + 0.05), (not_idle, busy_out, out["states"])
 
 
 def test_pyprofs_own_code_dying_between_samples_is_never_named(tmp_path):
