@@ -220,3 +220,67 @@ def test_wall_mode_takes_a_free_realtime_signal(tmp_path, taken):
     assert theirs == "<lambda> False", r.stdout
     # given back: only the program's own SIGRTMAX handler is left
     assert released == f"True {taken} False False", r.stdout
+
+
+RT_TAKERS = r"""
+import signal, sys, threading, time
+import pyprof
+
+RT = signal.SIGRTMAX
+how = sys.argv[1]
+got = []
+ready = threading.Event()
+stop = threading.Event()
+
+def sigwaiter():
+    # blocks RT to take it with sigwait, and waits in it all along (the
+    # kernel unblocks RT for the wait: /proc's SigBlk does not show it then)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {RT})
+    ready.set()
+    while not stop.is_set():
+        got.append(signal.sigwait({RT}))
+
+def poller():
+    # keeps RT blocked while it works, and polls for it now and then
+    signal.pthread_sigmask(signal.SIG_BLOCK, {RT})
+    ready.set()
+    while not stop.is_set():
+        sum(i * i for i in range(2000))
+        if signal.sigtimedwait({RT}, 0) is not None:
+            got.append(RT)
+
+t = threading.Thread(target=sigwaiter if how == "sigwait" else poller, name=how)
+t.start()
+ready.wait()
+time.sleep(0.05)                        # the sigwaiter is in its wait
+p = pyprof.Profile(mode="sample", wall=True, rate=1000)
+p.enable()
+end = time.perf_counter() + 0.4
+while time.perf_counter() < end:
+    sum(i * i for i in range(1000))
+p.disable()
+stop.set()
+if how == "sigwait":
+    signal.pthread_kill(t.ident, RT)    # the program's own signal, to end the wait
+t.join()
+s = p.session()
+print(s.info["hook"])
+print(len(got), any(s.threads[k].name == how for (k, _, _) in s.samples))
+"""
+
+
+@pytest.mark.parametrize("how", ["sigwait", "poll"])
+def test_wall_mode_leaves_the_signals_threads_take_themselves(tmp_path, how):
+    """A thread that blocks a real-time signal to take it itself (sigwait,
+    sigtimedwait, a signalfd) gets no ticks on it: wall mode reads every
+    thread's blocked set, and the set a thread waits for in sigwait (which the
+    kernel unblocks for the wait, so /proc does not show it blocked), and takes
+    the next free signal. The thread receives only what the program sends it
+    (a poller took wall ticks as its own: 2 in 0.4 s), and it is sampled."""
+    script = tmp_path / "takers.py"
+    script.write_text(RT_TAKERS)
+    r = run_python([script, how], tmp_path, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    hook, got = r.stdout.splitlines()
+    assert hook == "SIGRTMAX-1 (per-thread wall-clock timers)", r.stdout
+    assert got == ("1 True" if how == "sigwait" else "0 True"), r.stdout

@@ -831,6 +831,72 @@ static void new_run(void)
     atomic_store(&S.weight_ns, 0);
 }
 
+/* Linux: the signals a thread waits for in sigwait, sigwaitinfo or
+ * sigtimedwait (`task`: its /proc/self/task entry), 0 if it is in none. The
+ * kernel unblocks them for the wait, so its SigBlk line does not show them:
+ * the set is read where the call's first argument points, in this process's
+ * own memory (read through /proc/self/mem: a pointer gone stale faults nothing). */
+static unsigned long long waited_signals(const char *task)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/syscall", task);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    long nr = -1;
+    unsigned long long set_at = 0, set = 0;
+    if (fgets(line, sizeof line, f) == NULL || sscanf(line, "%ld %llx", &nr, &set_at) != 2)
+        nr = -1;
+    fclose(f);
+    if (nr != SYS_rt_sigtimedwait || set_at == 0)
+        return 0;
+    int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+    if (mem < 0)
+        return 0;
+    if (pread(mem, &set, sizeof set, (off_t)set_at) != (ssize_t)sizeof set)
+        set = 0;
+    close(mem);
+    return set;
+}
+
+/* Linux: the union over this process's threads of the signal sets their
+ * /proc status lines `a` and `b` (NULL: none) show (SigPnd: pending); with
+ * `blocked` (a is SigBlk:), the signals each thread keeps from its handlers,
+ * those of a wait included, pyprof's own threads (named pyprof-*: they block
+ * every signal of the program's) left out. -1 when /proc cannot be read. */
+static int tasks_signal_union(const char *a, const char *b, int blocked, unsigned long long *out)
+{
+    *out = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64], line[128];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;                   /* a thread that ended meanwhile */
+        unsigned long long set = 0;
+        int own = 0;
+        while (fgets(line, sizeof line, f) != NULL) {
+            if (strncmp(line, "Name:\tpyprof-", 13) == 0)
+                own = 1;
+            else if (strncmp(line, a, strlen(a)) == 0 || (b && strncmp(line, b, strlen(b)) == 0))
+                set |= strtoull(line + strlen(a), NULL, 16);
+        }
+        fclose(f);
+        if (blocked && !own)
+            set |= waited_signals(e->d_name);
+        if (!(own && blocked))
+            *out |= set;
+    }
+    closedir(d);
+    return 0;
+}
+
 /* Names written once per signal, never again: a capture may hold one while
  * a later start picks another signal. */
 static char wall_hook_names[65][48];
@@ -849,7 +915,8 @@ static void name_wall_hook(int sig)
 
 /* Wall mode's signal: the one an earlier start took while our handler is
  * still on it, else the highest real-time signal the program leaves at
- * SIG_DFL and does not block here (a blocked one may be its sigwait's).
+ * SIG_DFL and no thread of it blocks (a blocked one may be a thread's
+ * sigwait's or signalfd's: our ticks would reach it as its own signals).
  * From SIGRTMAX down: the C library and most programs take theirs from
  * SIGRTMIN up. 0: none free. */
 static int pick_wall_signal(void)
@@ -862,10 +929,14 @@ static int pick_wall_signal(void)
     sigset_t blocked;
     if (pthread_sigmask(SIG_BLOCK, NULL, &blocked) != 0)
         sigemptyset(&blocked);
+    unsigned long long others;
+    if (tasks_signal_union("SigBlk:", NULL, 1, &others) != 0)
+        others = 0;                     /* no /proc: this thread's mask only */
     for (int sig = SIGRTMAX; sig >= SIGRTMIN; sig--) {
         struct sigaction cur;
         if (sigaction(sig, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO)
-            && cur.sa_handler == SIG_DFL && !sigismember(&blocked, sig))
+            && cur.sa_handler == SIG_DFL && !sigismember(&blocked, sig)
+            && !(others & (1ULL << (sig - 1))))
             return sig;
     }
     return 0;
@@ -1088,31 +1159,11 @@ int pp_sampler_stop(pp_sampling *p)
 }
 
 /* Whether signal `sig` is pending on any thread (SigPnd) or on the process
- * (ShdPnd), from /proc; 1 when it cannot be told. */
+ * (ShdPnd); 1 when it cannot be told. */
 static int signal_pending(int sig)
 {
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return 1;
-    const unsigned long long bit = 1ULL << (sig - 1);
-    int pending = 0;
-    struct dirent *e;
-    while (!pending && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[64], line[128];
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/status", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;                   /* a thread that ended meanwhile */
-        while (fgets(line, sizeof line, f) != NULL)
-            if ((strncmp(line, "SigPnd:", 7) == 0 || strncmp(line, "ShdPnd:", 7) == 0)
-                && (strtoull(line + 7, NULL, 16) & bit))
-                pending = 1;
-        fclose(f);
-    }
-    closedir(d);
-    return pending;
+    unsigned long long set;
+    return tasks_signal_union("SigPnd:", "ShdPnd:", 0, &set) != 0 || (set & (1ULL << (sig - 1)));
 }
 
 /* One signal's disposition given back: 1 done (or nothing to do), 0 not now. */
