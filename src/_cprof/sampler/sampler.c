@@ -3,7 +3,7 @@
  * sampler_drain.c, sampler_async.c and sampler_samples.c, none calls it.
  *
  * Signals: CPU mode, SIGPROF from ITIMER_PROF; wall mode, a real-time signal
- * of its own (pick_wall_signal), so that a program's SIGPROF, SIGALRM and
+ * of its own (sampler_signals.c), so that a program's SIGPROF, SIGALRM and
  * interval timers never meet a wall tick.
  *
  * Signal handler (on_sample_signal): async-signal-safe only. It reads the
@@ -48,9 +48,7 @@
 #include "symbols.h"
 #include "unwind.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -65,11 +63,6 @@
 #include <unistd.h>
 
 pp_sampler_global pp_sampler_g;
-
-/* The dispositions before pyprof took SIGPROF (CPU mode) and the wall
- * signal (GIL held to change). */
-static struct sigaction prev_sigprof, prev_wall;
-static int have_prev_sigprof, have_prev_wall;
 
 /* Wall mode. A thread that has released the GIL and uses no CPU cannot change
  * its Python stack: after PARK_TICKS intervals (and PARK_MIN_NS) of such
@@ -525,13 +518,6 @@ static void wake_helper(void)
     pthread_mutex_unlock(&wake_mu);
 }
 
-static int handler_is_ours(int sig)
-{
-    struct sigaction cur;
-    return sig > 0 && sigaction(sig, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO)
-           && cur.sa_sigaction == on_sample_signal;
-}
-
 /* The signal the running (or last) sampler's mode uses. */
 static int mode_signal(void)
 {
@@ -545,7 +531,7 @@ static void check_takeover(void)
 {
     if (atomic_load(&S.replaced))
         return;
-    int taken = !handler_is_ours(mode_signal());
+    int taken = !pp_sampler_handler_is_ours(mode_signal());
     struct itimerval it;
     taken |= S.mode == PP_SAMPLE_CPU && !atomic_load(&S.paused)
              && getitimer(ITIMER_PROF, &it) == 0
@@ -831,117 +817,6 @@ static void new_run(void)
     atomic_store(&S.weight_ns, 0);
 }
 
-/* Linux: the signals a thread waits for in sigwait, sigwaitinfo or
- * sigtimedwait (`task`: its /proc/self/task entry), 0 if it is in none. The
- * kernel unblocks them for the wait, so its SigBlk line does not show them:
- * the set is read where the call's first argument points, in this process's
- * own memory (read through /proc/self/mem: a pointer gone stale faults nothing). */
-static unsigned long long waited_signals(const char *task)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/self/task/%.20s/syscall", task);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    long nr = -1;
-    unsigned long long set_at = 0, set = 0;
-    if (fgets(line, sizeof line, f) == NULL || sscanf(line, "%ld %llx", &nr, &set_at) != 2)
-        nr = -1;
-    fclose(f);
-    if (nr != SYS_rt_sigtimedwait || set_at == 0)
-        return 0;
-    int mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
-    if (mem < 0)
-        return 0;
-    if (pread(mem, &set, sizeof set, (off_t)set_at) != (ssize_t)sizeof set)
-        set = 0;
-    close(mem);
-    return set;
-}
-
-/* Linux: the union over this process's threads of the signal sets their
- * /proc status lines `a` and `b` (NULL: none) show (SigPnd: pending); with
- * `blocked` (a is SigBlk:), the signals each thread keeps from its handlers,
- * those of a wait included, pyprof's own threads (named pyprof-*: they block
- * every signal of the program's) left out. -1 when /proc cannot be read. */
-static int tasks_signal_union(const char *a, const char *b, int blocked, unsigned long long *out)
-{
-    *out = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return -1;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[64], line[128];
-        snprintf(path, sizeof path, "/proc/self/task/%.20s/status", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;                   /* a thread that ended meanwhile */
-        unsigned long long set = 0;
-        int own = 0;
-        while (fgets(line, sizeof line, f) != NULL) {
-            if (strncmp(line, "Name:\tpyprof-", 13) == 0)
-                own = 1;
-            else if (strncmp(line, a, strlen(a)) == 0 || (b && strncmp(line, b, strlen(b)) == 0))
-                set |= strtoull(line + strlen(a), NULL, 16);
-        }
-        fclose(f);
-        if (blocked && !own)
-            set |= waited_signals(e->d_name);
-        if (!(own && blocked))
-            *out |= set;
-    }
-    closedir(d);
-    return 0;
-}
-
-/* Names written once per signal, never again: a capture may hold one while
- * a later start picks another signal. */
-static char wall_hook_names[65][48];
-
-static void name_wall_hook(int sig)
-{
-    if (sig <= 0 || sig >= 65 || wall_hook_names[sig][0])
-        return;
-    if (sig == SIGRTMAX)
-        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
-                 "SIGRTMAX (per-thread wall-clock timers)");
-    else
-        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
-                 "SIGRTMAX-%d (per-thread wall-clock timers)", SIGRTMAX - sig);
-}
-
-/* Wall mode's signal: the one an earlier start took while our handler is
- * still on it, else the highest real-time signal the program leaves at
- * SIG_DFL and no thread of it blocks (a blocked one may be a thread's
- * sigwait's or signalfd's: our ticks would reach it as its own signals).
- * From SIGRTMAX down: the C library and most programs take theirs from
- * SIGRTMIN up. 0: none free. */
-static int pick_wall_signal(void)
-{
-    int kept = atomic_load(&S.wall_signal);
-    if (kept > 0 && handler_is_ours(kept))
-        return kept;
-    if (kept > 0)
-        have_prev_wall = 0;             /* the program's since (or given back): not ours to restore */
-    sigset_t blocked;
-    if (pthread_sigmask(SIG_BLOCK, NULL, &blocked) != 0)
-        sigemptyset(&blocked);
-    unsigned long long others;
-    if (tasks_signal_union("SigBlk:", NULL, 1, &others) != 0)
-        others = 0;                     /* no /proc: this thread's mask only */
-    for (int sig = SIGRTMAX; sig >= SIGRTMIN; sig--) {
-        struct sigaction cur;
-        if (sigaction(sig, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO)
-            && cur.sa_handler == SIG_DFL && !sigismember(&blocked, sig)
-            && !(others & (1ULL << (sig - 1))))
-            return sig;
-    }
-    return 0;
-}
-
 int pp_sampler_start(pp_sampling *p)
 {
     const pp_sample_opts *o = &p->opts;
@@ -967,7 +842,7 @@ int pp_sampler_start(pp_sampling *p)
     struct itimerval it;
     int sig = SIGPROF;
     if (o->mode == PP_SAMPLE_WALL) {
-        sig = pick_wall_signal();
+        sig = pp_sampler_pick_wall_signal();
         if (sig == 0) {
             PyErr_SetString(PyExc_RuntimeError,
                             "pyprof: no real-time signal is free (all handled or blocked by "
@@ -1044,23 +919,14 @@ int pp_sampler_start(pp_sampling *p)
     S.prof = p;
     S.owner = Py_NewRef(p->owner);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sample_signal;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    int *have_prev = sig == SIGPROF ? &have_prev_sigprof : &have_prev_wall;
     if (sig != SIGPROF)
         atomic_store(&S.wall_signal, sig);  /* before the handler can see it */
-    if (sigaction(sig, &sa, *have_prev ? NULL : sig == SIGPROF ? &prev_sigprof : &prev_wall) != 0) {
+    if (pp_sampler_take_signal(sig, on_sample_signal) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         S.prof = NULL;
         Py_CLEAR(S.owner);
         return -1;
     }
-    *have_prev = 1;
-    if (sig != SIGPROF)
-        name_wall_hook(sig);
     new_run();
     S.started_ns = pp_mono_ns();
     S.cpu0_ns = pp_process_cpu_ns();
@@ -1158,45 +1024,11 @@ int pp_sampler_stop(pp_sampling *p)
     return 0;
 }
 
-/* Whether signal `sig` is pending on any thread (SigPnd) or on the process
- * (ShdPnd); 1 when it cannot be told. */
-static int signal_pending(int sig)
-{
-    unsigned long long set;
-    return tasks_signal_union("SigPnd:", "ShdPnd:", 0, &set) != 0 || (set & (1ULL << (sig - 1)));
-}
-
-/* One signal's disposition given back: 1 done (or nothing to do), 0 not now. */
-static int release_one(int sig, const struct sigaction *prev, int *have_prev)
-{
-    if (!*have_prev)
-        return 1;
-    if (!handler_is_ours(sig)) {
-        *have_prev = 0;                 /* the program's own handler since: keep it */
-        return 1;
-    }
-    /* No timer is left to send one (stop disarmed or deleted them all) and a
-     * signal sent is pending at once: none pending now means none can come. */
-    if (signal_pending(sig) || sigaction(sig, prev, NULL) != 0)
-        return 0;
-    *have_prev = 0;
-    return 1;
-}
-
 int pp_sampler_release_signal(void)
 {
     if (atomic_load(&S.active) || S.have_thread || helper_paused)
         return -1;
-    int prof = release_one(SIGPROF, &prev_sigprof, &have_prev_sigprof);
-    int wall = release_one(atomic_load(&S.wall_signal), &prev_wall, &have_prev_wall);
-    return prof && wall;
-}
-
-const char *pp_sampler_wall_hook(void)
-{
-    int sig = atomic_load(&S.wall_signal);
-    return sig > 0 && sig < 65 && wall_hook_names[sig][0] ? wall_hook_names[sig]
-                                                          : "per-thread wall-clock timers";
+    return pp_sampler_give_back_signals();
 }
 
 void pp_sampler_get_info(pp_sampler_info *out)

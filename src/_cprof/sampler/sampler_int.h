@@ -1,5 +1,6 @@
 /* sampler_int.h — what the sampler's files share: sampler.c (timers,
- * handler, helper), sampler_wall.c (wall mode's slots), sampler_drain.c (the
+ * handler, helper), sampler_signals.c (which signal, taken and given back),
+ * sampler_wall.c (wall mode's slots), sampler_drain.c (the
  * ring into the stack table), sampler_async.c (--async's tasks),
  * sampler_samples.c (the stack table). Calls go that way down, never up.
  * Never: included outside the sampler's folder (sampler.h is its public face).
@@ -11,6 +12,7 @@
 #include "sampler.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/types.h>
 #include <time.h>
@@ -308,6 +310,19 @@ void pp_wall_hook_pause(int on);
 /* The ticker (pp_wall_mu held, never the GIL): wakes the parked threads
  * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
 uint32_t pp_wall_look(int64_t since_ns);
+
+/* ---- the signals (sampler_signals.c) */
+typedef void (*pp_signal_handler)(int sig, siginfo_t *info, void *uctx);
+/* Whether `sig`'s handler is the one pp_sampler_take_signal installed. */
+int pp_sampler_handler_is_ours(int sig);
+/* Wall mode's signal: the one an earlier start took while our handler is
+ * still on it, else the highest real-time one free in every thread. 0: none. */
+int pp_sampler_pick_wall_signal(void);
+/* `handler` (the sampler's) on `sig` (GIL held), what was there kept. -1 and errno. */
+int pp_sampler_take_signal(int sig, pp_signal_handler handler);
+/* Each signal taken given its earlier disposition once none of it is pending:
+ * 1 done, 0 not yet (call again later). */
+int pp_sampler_give_back_signals(void);
 
 int pp_sampler_grow_array(void **arr, uint32_t *cap, uint32_t need, size_t elem);
 /* A new run: no thread has a last stack yet. */
