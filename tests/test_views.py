@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import os
-import pstats
 import statistics
 import sys
 import threading
