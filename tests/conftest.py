@@ -58,3 +58,27 @@ def python_run():
 
 monitoring_only = pytest.mark.skipif(
     sys.version_info < (3, 12), reason="sys.monitoring exists on 3.12+ only")
+
+
+# Python threads a test leaves running. On 3.12+ cProfile hears every thread
+# (sys.monitoring is process-wide), so a test comparing against cProfile in
+# this process is upset by another test's forgotten thread: named at the end.
+_left_threads = {}
+
+
+@pytest.fixture(autouse=True)
+def _threads_left_behind(request):
+    import threading
+    before = {t.ident for t in threading.enumerate()}
+    yield
+    for t in threading.enumerate():
+        if t.ident not in before and t.is_alive():
+            _left_threads.setdefault(t, request.node.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    left = [(test, t.name) for t, test in _left_threads.items() if t.is_alive()]
+    if left:
+        terminalreporter.section("Python threads left running by tests")
+        for test, name in sorted(left):
+            terminalreporter.write_line(f"{test}: {name}")
