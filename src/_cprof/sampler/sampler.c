@@ -1,6 +1,7 @@
 /* sampler.c — timers, the signal handler, wall mode's parking policy, the
- * helper (sampler.h). The top of the sampler: it calls sampler_wall.c,
- * sampler_drain.c, sampler_async.c and sampler_samples.c, none calls it.
+ * helper (sampler.h). The top of the sampler: it calls sampler_signals.c,
+ * sampler_wall.c, sampler_drain.c, sampler_async.c and sampler_samples.c,
+ * none calls it.
  *
  * Signals: CPU mode, SIGPROF from ITIMER_PROF; wall mode, a real-time signal
  * of its own (sampler_signals.c), so that a program's SIGPROF, SIGALRM and
