@@ -612,6 +612,8 @@ static void *sampler_main(void *arg)
                 next_drain = now + DRAIN_NS;
             if (atomic_load(&S.stop))
                 break;
+            uintptr_t displaced;
+            (void)pp_gil_switches(&displaced);
             PyGILState_STATE g = PyGILState_Ensure();
             uintptr_t self_ts;
             atomic_store(&S.helper_switch, pp_gil_switches(&self_ts));
@@ -645,6 +647,7 @@ static void *sampler_main(void *arg)
                 if (S.mode == PP_SAMPLE_WALL) {
                     pthread_mutex_lock(&pp_wall_mu);
                     pp_wall_refresh();
+                    pp_wall_suspect_displaced(displaced);
                     pp_wall_resolve_suspects();
                     pthread_mutex_unlock(&pp_wall_mu);
                 }

@@ -299,6 +299,10 @@ void pp_wall_refresh(void);
  * the ticker saw use CPU (suspects) are read; one found elsewhere is charged
  * there from when it was seen to move. */
 void pp_wall_resolve_suspects(void);
+/* GIL and pp_wall_mu held, before pp_wall_resolve_suspects: the thread that
+ * last held the GIL before the helper asked for it may have run and blocked
+ * elsewhere, and its switch is hidden behind the helper's from the ticker. */
+void pp_wall_suspect_displaced(uintptr_t tstate);
 void pp_wall_flush(void);
 void pp_wall_delete(int own_process);
 /* GIL held: threading's start function wrapped while wall sampling runs (on),

@@ -32,6 +32,7 @@ static wslot *free_slots;
 pthread_mutex_t pp_wall_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void send_wake(wslot *sl);
+static void suspect(wslot *sl, int64_t since);
 
 /* Parks a slot whose thread's CPU clock reads `cpu`: a CPU-clock timer will
  * wake it; its tick is stopped by the caller. 0 if it cannot be woken. */
@@ -706,6 +707,25 @@ void pp_wall_resolve_suspects(void)
         if (wake) {                     /* its old stack up to `since`, if it cannot take it */
             atomic_store(&sl->left_ns, since);
             send_wake(sl);
+        }
+    }
+}
+
+/* A parked thread that took the GIL, ran a few µs (too few for its clock to
+ * tell) and blocked elsewhere, after which the helper took the GIL: the
+ * ticker's next look finds the helper as the last holder and that switch its
+ * own. Seen in a thread woken while queueing for the GIL (parked again where
+ * it queued) that then ran into a 0.3 s wait, all charged to the old stack. */
+void pp_wall_suspect_displaced(uintptr_t tstate)
+{
+    if (tstate == 0)
+        return;
+    for (uint32_t i = 0; i < S.nslots; i++) {
+        wslot *sl = S.slots[i];
+        if (sl->tstate == tstate) {
+            if (sl->alive && atomic_load(&sl->parked))
+                suspect(sl, S.look_ns);
+            return;
         }
     }
 }
