@@ -901,14 +901,9 @@ uint32_t pp_wall_look(int64_t since_ns)
      * have blocked again; one that parked as the last holder takes the GIL
      * back without a switch counted: its clock tells */
     if (last != holder && (sl = parked_slot(last)) != NULL) {
-        struct timespec c;
-        int64_t ran;
+        int64_t ran = ran_since_parked(sl);
         sl->doubt_ns = prev_ns;
-        if (n != prev)
-            suspect(sl, moved_at(sl, prev_ns, S.look_ns, ran_since_parked(sl)));
-        else if (clock_gettime(pp_thread_cpu_clock(sl->tid), &c) == 0
-                 && ((ran = pp_ts_ns(c) - atomic_load(&sl->cpu_parked)) > atomic_load(&sl->moved_ns)
-                     || moved_in_place(sl, ran)))
+        if (n != prev || ran > atomic_load(&sl->moved_ns) || moved_in_place(sl, ran))
             suspect(sl, moved_at(sl, prev_ns, S.look_ns, ran));
     }
     if (known && S.nstill > 0) {
