@@ -26,7 +26,7 @@ sources = [os.path.join("src", "_cprof", f) for f in (
     "tracer/tracer.c", "tracer/tracer_events.c", "tracer/tracer_monitoring.c", "tracer/tracer_legacy.c",
     "tracer/tracer_coro.c",
     "sampler/sampler.c", "sampler/sampler_drain.c", "sampler/sampler_samples.c", "sampler/sampler_wall.c", "sampler/sampler_signals.c",
-    "sampler/sampler_async.c",
+    "sampler/sampler_async.c", "sampler/sampler_cpuclock.c",
     "memory/memory.c", "memory/memory_control.c", "memory/memory_blocks.c", "memory/memory_numpy.c",
     "memory/memory_curve.c", "memory/memory_native.c", "memory/memory_runs.c",
     "capture/capture.c", "capture/capture_async.c",

@@ -90,7 +90,7 @@ def test_pyprof_config_says_where_each_came_from(project):
 
 @pytest.mark.parametrize("toml, says", [
     ('rat = 500', "[tool.pyprof] unknown key 'rat' (known: mode, output"),
-    ('rate = "fast"', "[tool.pyprof] rate: must be a rate in (0, 100000] Hz, not 'fast'"),
+    ('rate = "fast"', "[tool.pyprof] rate: must be a rate in [1, 10000] Hz, not 'fast'"),
     ('mode = "quick"', "[tool.pyprof] mode: must be one of function, sample, memory, lines"),
     ('[tool.pyprof.pytest]\nscope = "module"', "[tool.pyprof.pytest] scope: must be one of "
                                               "test, session, not 'module'"),
@@ -109,7 +109,7 @@ def test_a_bad_environment_value(tmp_path):
     (tmp_path / "p.py").write_text("pass\n")
     r = pyprof_run(["--sample", "p.py"], tmp_path, PYPROF_RATE="fast")
     assert r.returncode == 2
-    assert r.stderr == "pyprof: error: PYPROF_RATE='fast': must be a rate in (0, 100000] Hz, " \
+    assert r.stderr == "pyprof: error: PYPROF_RATE='fast': must be a rate in [1, 10000] Hz, " \
                        "not 'fast'\n"
 
 

@@ -270,7 +270,7 @@ C_LEVELS = [
     {"threads": 1, "remote": 1, "remote_read": 1},
     {"registry": 2},
     {"tracer": 3, "tracer_events": 3, "tracer_hot": 3, "tracer_monitoring": 3, "tracer_legacy": 3, "tracer_coro": 3,
-     "sampler": 3, "sampler_int": 3, "sampler_ring": 3, "sampler_samples": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_signals": 3, "sampler_async": 3,
+     "sampler": 3, "sampler_int": 3, "sampler_ring": 3, "sampler_samples": 3, "sampler_drain": 3, "sampler_wall": 3, "sampler_signals": 3, "sampler_async": 3, "sampler_cpuclock": 3,
      "memory": 3, "memory_control": 3, "memory_hooks": 3, "memory_numpy": 3, "memory_curve": 3,
      "memory_native": 3, "memory_blocks": 3, "memory_runs": 3},
     {"capture": 4, "capture_int": 4, "capture_async": 4, "gcwatch": 4},
@@ -283,7 +283,7 @@ C_UNIT = {"tracer_hot": "tracer", "tracer_events": "tracer", "memory_control": "
           "memory_native": "memory", "memory_blocks": "memory", "memory_runs": "memory",
           "sampler_int": "sampler", "sampler_ring": "sampler", "sampler_samples": "sampler",
           "sampler_drain": "sampler", "sampler_wall": "sampler", "sampler_signals": "sampler",
-          "sampler_async": "sampler", "remote_py": "module",
+          "sampler_async": "sampler", "sampler_cpuclock": "sampler", "remote_py": "module",
           "remote_read": "remote"}
 # An engine's private headers: included only inside its folder (src/_cprof/<unit>/).
 C_PRIVATE = {"tracer_hot", "sampler_int", "sampler_ring", "memory_hooks", "capture_int"}

@@ -37,6 +37,8 @@ CASES = {
     "--sample": (["--sample"], {"sample": True}, {"mode": "sample"}),
     "--rate": (["--sample", "--rate", "100"], {}, {"mode": "sample", "rate": 100.0}),
     "--cpu": (["--sample", "--cpu"], {"cpu": True}, {"mode": "sample", "wall": False}),
+    "--cpu-timer": (["--sample", "--cpu-timer", "itimer"], {"cpu_timer": "itimer"},
+                    {"mode": "sample", "cpu_timer": "itimer"}),
     "--wall": (["--sample", "--wall"], {}, {"mode": "sample", "wall": True}),
     "--native": (["--sample", "--native"], {}, {"mode": "sample", "native": True}),
     "--async": (["--sample", "--async"], {"asyncio": True}, {"mode": "sample", "asyncio": True}),
@@ -170,12 +172,20 @@ RULES = [
                                                     "[0, 2**32), not -1",
      dict(timeline=True, timeline_max_events=2**32), "timeline_max_events must be in "
                                                      "[0, 2**32), not 4294967296"),
-    (["--rate", "100"], "--rate, --cpu, --wall, --native, --signal and --dump-every go with "
-                        "--sample", None, None),
+    (["--rate", "100"], "--rate, --cpu, --cpu-timer, --wall, --native, --signal and "
+                        "--dump-every go with --sample", None, None),
+    (["--cpu-timer", "itimer"], "--cpu-timer, --wall, --native, --signal and --dump-every go "
+                                "with --sample", None, None),
+    (["--sample", "--rate", "10001"], "--rate must be in [1, 10000] Hz, not 10001",
+     dict(mode="sample", rate=0.5), "rate must be in [1, 10000] Hz, not 0.5"),
+    (["--sample", "--wall", "--cpu-timer", "itimer"], "--cpu-timer is CPU mode's timer: wall "
+                                                      "mode has per-thread wall-clock timers",
+     dict(mode="sample", wall=True, cpu_timer="task-clock"),
+     "cpu_timer is CPU mode's timer: wall mode has per-thread wall-clock timers"),
     (["--memory", "--native"], "--native also with --memory-stacks or --memory-sample",
      dict(mode="memory", native=True), "native=True with memory needs the allocation stacks"),
-    (["--sample", "--rate", "0"], "--rate must be in (0, 100000] Hz, not 0",
-     dict(mode="sample", rate=1e9), "rate must be in (0, 100000] Hz, not 1e+09"),
+    (["--sample", "--rate", "0"], "--rate must be in [1, 10000] Hz, not 0",
+     dict(mode="sample", rate=1e9), "rate must be in [1, 10000] Hz, not 1e+09"),
     (["--sample", "-l"], "--sample and line tracing (-l, --lines-of, --lines-all) do not "
                          "combine", None, None),
     (["--sample", "--signal", "KILL"], "--signal: 'KILL' is not a signal pyprof can use",
@@ -341,8 +351,12 @@ def test_the_c_core_holds_no_default():
         assert prof.core_arguments["rate"] == rate
         core = dict(prof.core_arguments)
         _cprof.Profiler(None, 0.0, True, **core)        # all of them, nothing else
-        with pytest.raises(ValueError, match=r"rate must be in \(0, 100000\] Hz"):
+        with pytest.raises(ValueError, match=r"rate must be in \[1, 10000\] Hz"):
             _cprof.Profiler(None, 0.0, True, **{**core, "rate": 0.0})
+        with pytest.raises(ValueError, match=r"rate must be in \[1, 10000\] Hz"):
+            _cprof.Profiler(None, 0.0, True, **{**core, "rate": 20000.0})
+        with pytest.raises(ValueError, match="cpu_timer must be 'auto', 'task-clock' or"):
+            _cprof.Profiler(None, 0.0, True, **{**core, "cpu_timer": "tsc"})
 
 
 def test_every_option_of_the_table_reaches_each_place_with_its_default(monkeypatch):

@@ -76,7 +76,10 @@ def test_known_split_cpu_mode():
     assert abs(got["a"] - 50) < 10 and abs(got["b"] - 30) < 10 and abs(got["c"] - 20) < 10, got
     si = s.info["sampling"]
     assert si["mode"] == "cpu" and si["dropped"] == 0
-    assert s.info["hook"].startswith("SIGPROF")
+    # task-clock events where the kernel gives them (docs/sampling.md, "CPU timers")
+    assert s.info["hook"] == ("SIGPROF (ITIMER_PROF, process CPU time)" if si["timer"] == "itimer"
+                              else "SIGRTMAX (per-thread CPU-clock events)"), s.info["hook"]
+    assert (si["timer"] == "itimer") == bool(si["timer_fallback"]), si
 
 
 def _phase_functions(n):
@@ -394,13 +397,13 @@ def test_conflicts_and_bad_rates():
     old = signal.signal(signal.SIGPROF, lambda *a: None)
     try:
         with pytest.raises(RuntimeError, match="already handles SIGPROF"):
-            pyprof.Profile(mode="sample").enable()
+            pyprof.Profile(mode="sample", cpu_timer="itimer").enable()
     finally:
         signal.signal(signal.SIGPROF, old)
     signal.setitimer(signal.ITIMER_PROF, 10)
     try:
         with pytest.raises(RuntimeError, match="ITIMER_PROF"):
-            pyprof.Profile(mode="sample").enable()
+            pyprof.Profile(mode="sample", cpu_timer="itimer").enable()
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
@@ -418,14 +421,15 @@ def test_program_taking_sigprof_back_is_reported(tmp_path):
         work(300_000)
         print("done")
     """))
-    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "-o", "t.cprof", str(script)],
+    r = subprocess.run([sys.executable, "-m", "pyprof", "--sample", "--cpu-timer", "itimer",
+                        "-o", "t.cprof", str(script)],
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "done\n", r.stderr
     assert r.stderr.startswith("pyprof: warning: the program replaced") and \
         r.stderr.count("\n") == 1, r.stderr
     assert Session.load(tmp_path / "t.cprof").info["sampling"]["handler_replaced"] is True
 
-    p = pyprof.Profile(mode="sample")
+    p = pyprof.Profile(mode="sample", cpu_timer="itimer")
     p.enable()
     signal.setitimer(signal.ITIMER_PROF, 0)
     with pytest.warns(RuntimeWarning, match="replaced"):
@@ -1012,7 +1016,7 @@ def test_wall_sampling_wraps_thread_start_only_while_it_runs():
         assert getattr(threading, name) is theirs
     finally:
         setattr(threading, name, orig)
-    p = pyprof.Profile(mode="sample")                       # CPU mode: not wrapped
+    p = pyprof.Profile(mode="sample", cpu_timer="itimer")  # the process timer: not wrapped
     p.enable()
     try:
         assert getattr(threading, name) is orig

@@ -27,7 +27,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
                              "memory_stacks", "paths", "native_allocs", "temporary", "gc",
-                             "asyncio", NULL};
+                             "asyncio", "cpu_timer", NULL};
     /* every argument is required: the defaults are the option table's
      * (python/pyprof/options/table.py), which always passes them */
     PyObject *timer = NULL;
@@ -36,13 +36,23 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     long long memory_sample = 0;
     int memory_stacks = 0, paths = 0, native_allocs = 0, gc = 0, asyncio = 0;
     unsigned int temporary = 0;
-    const char *mode = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OdpppzdpppLpppIpp:Profiler", kwlist, &timer,
+    const char *mode = NULL, *cpu_timer = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OdpppzdpppLpppIppz:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
                                      &memory_stacks, &paths, &native_allocs, &temporary, &gc,
-                                     &asyncio))
+                                     &asyncio, &cpu_timer))
         return -1;
+    static const char *const cpu_timers[] = {"auto", "task-clock", "itimer"};
+    int cpu_timer_ix = -1;
+    for (int i = 0; i < 3 && cpu_timer; i++)
+        if (strcmp(cpu_timer, cpu_timers[i]) == 0)
+            cpu_timer_ix = i;
+    if (cpu_timer_ix < 0) {
+        PyErr_Format(PyExc_ValueError, "cpu_timer must be 'auto', 'task-clock' or 'itimer', "
+                     "not %s", cpu_timer ? cpu_timer : "None");
+        return -1;
+    }
     if (mode == NULL || (strcmp(mode, "trace") != 0 && strcmp(mode, "sample") != 0
                          && strcmp(mode, "memory") != 0)) {
         PyErr_Format(PyExc_ValueError, "mode must be 'trace', 'sample' or 'memory', not %s",
@@ -90,10 +100,12 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.sm.opts.rate_hz = rate;
     self->run.sm.opts.native = native;
     self->run.sm.opts.async = asyncio;
+    self->run.sm.opts.cpu_timer = cpu_timer_ix;     /* PP_CPU_AUTO, _TASKCLOCK, _ITIMER */
     self->run.tr.asyncio = asyncio;
-    if (!(rate > 0 && rate <= 100000)) {
+    if (!(rate >= PP_RATE_MIN && rate <= PP_RATE_MAX)) {
         char msg[80];
-        snprintf(msg, sizeof msg, "rate must be in (0, 100000] Hz, not %g", rate);
+        snprintf(msg, sizeof msg, "rate must be in [%g, %g] Hz, not %g", PP_RATE_MIN,
+                 PP_RATE_MAX, rate);
         PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
@@ -489,6 +501,17 @@ static PyObject *profiler_get_sampling_rates(pp_profiler *self, void *c)
     return Py_BuildValue("(ddd)", self->run.sm.opts.rate_hz, pp_sampler_achieved(&si), over);
 }
 
+static PyObject *profiler_get_sampling_timer(pp_profiler *self, void *c)
+{
+    (void)c;
+    if (!self->run.sampling || self->run.sm.opts.mode != PP_SAMPLE_CPU)
+        Py_RETURN_NONE;
+    pp_sampler_info si;
+    pp_sampler_get_info(&si);
+    return Py_BuildValue("(ss)", si.source == PP_CPU_TASKCLOCK ? "task-clock" : "itimer",
+                         si.fallback);
+}
+
 static PyObject *profiler_get_lines(pp_profiler *self, void *c)
 {
     (void)c;
@@ -584,6 +607,10 @@ static PyGetSetDef profiler_getset[] = {
      "Sampling: (requested Hz, achieved Hz, the seconds measured: process CPU seconds in "
      "cpu mode, where the rates are per CPU second, else wall seconds). None when not sampling.",
      NULL},
+    {"sampling_timer", (getter)profiler_get_sampling_timer, NULL,
+     "CPU-mode sampling: (timer, why not task-clock): timer 'task-clock' (per-thread CPU-clock "
+     "events) or 'itimer' (ITIMER_PROF); the reason is '' unless auto fell back. None "
+     "otherwise.", NULL},
     {"exact_builtins", (getter)profiler_get_exact, NULL,
      "True: CALL events stay on at every call site (cProfile's cost, no adaptive disabling).",
      NULL},

@@ -435,8 +435,7 @@ static const char *hook_name(const pp_run *r)
     if (r->memory_only)
         return "PyMem_SetAllocator";
     if (r->sampling)
-        return r->sm.opts.mode == PP_SAMPLE_WALL ? pp_sampler_wall_hook()
-                                                 : "SIGPROF (ITIMER_PROF, process CPU time)";
+        return pp_sampler_hook();
     return pp_tracer_hook_name(&r->tr);
 }
 

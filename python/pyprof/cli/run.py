@@ -199,8 +199,14 @@ class _Runner:
                   "while sampling): the samples are plain samples", file=sys.stderr)
         # a replaced handler explains a low rate already
         rates = self.prof.sampling_rates if opts.sample and not self.prof.sampling_replaced else None
+        timer = self.prof.sampling_timer if opts.sample else None
+        if timer and timer[1]:
+            got = f", at {rates[1]:.0f} Hz" if rates and rates[1] and rates[2] >= 0.5 else ""
+            print(f"pyprof: note: no per-thread CPU-clock events here ({timer[1]}): --cpu "
+                  f"sampled on ITIMER_PROF instead{got}, at most the kernel's tick "
+                  f"(docs/sampling.md, \"CPU timers\")", file=sys.stderr)
         # under half a second measured, too few ticks to tell the kernel's rate
-        if rates and rates[1] and rates[1] < 0.8 * rates[0] and rates[2] >= 0.5:
+        elif rates and rates[1] and rates[1] < 0.8 * rates[0] and rates[2] >= 0.5:
             print(f"pyprof: note: asked for {rates[0]:g} samples per "
                   f"{'' if opts.wall else 'CPU '}second, got {rates[1]:.0f} "
                   f"(the kernel delivers no more); times stay right, since each sample "
@@ -271,11 +277,16 @@ class _Runner:
             # would be dropped with the Python handler (tests/test_children.py).
             from ..runtime.forkmask import guard_sigterm_across_fork
             guard_sigterm_across_fork(self._child_sigterm_default)
-        try:
-            if self.opts.signal:
-                self._toggle_on(self.opts.signal)
-            else:
+        if self.opts.signal:
+            self._toggle_on(self.opts.signal)
+        else:
+            try:
                 self.prof.enable()
+            except RuntimeError as e:       # what the sampler cannot have here: one line
+                if not str(e).startswith("pyprof: "):
+                    raise
+                raise PyprofError(str(e)[len("pyprof: "):]) from None
+        try:
             try:
                 try:
                     _cprof.run_program(self.target.code, globs)

@@ -6,7 +6,7 @@ the API); and what the options imply (``mode``; ``memory`` with
 """
 from ..errors import OptionError
 from .table import (ASYNC_MAX_EVENTS, ASYNC_MIN_DURATION_NS, DEFAULT_MAX_EVENTS,
-                    MAX_MEMORY_SAMPLE, MAX_RATE, MODES, SORT_KEYS)
+                    MAX_MEMORY_SAMPLE, MAX_RATE, MIN_RATE, MODES, SORT_KEYS)
 
 
 def _memory(opts) -> bool:
@@ -172,8 +172,9 @@ def sampling_options(opts):
     to allocation stacks."""
     stacks = _stacks(opts)
     if opts.cli and not opts.sample and (opts.rate or opts.wall or opts.cpu or opts.signal
+                                         or opts.cpu_timer not in (None, "auto")
                                          or opts.dump_every or (opts.native and not stacks)):
-        raise OptionError("--rate, --cpu, --wall, --native, --signal and --dump-every go "
+        raise OptionError("--rate, --cpu, --cpu-timer, --wall, --native, --signal and --dump-every go "
                           "with --sample (--native also with --memory-stacks or "
                           "--memory-sample)")
     if opts.native and _memory(opts) and opts.mode != "sample" and not stacks:
@@ -186,9 +187,12 @@ def sampling_options(opts):
 def sample_mode(opts):
     if opts.mode != "sample":
         return
-    if opts.rate is not None and not 0 < opts.rate <= MAX_RATE:
-        raise OptionError(f"{opts.name('rate')} must be in (0, {MAX_RATE}] Hz, not "
+    if opts.rate is not None and not MIN_RATE <= opts.rate <= MAX_RATE:
+        raise OptionError(f"{opts.name('rate')} must be in [{MIN_RATE}, {MAX_RATE}] Hz, not "
                           f"{opts.rate:g}")
+    if opts.cpu_timer not in (None, "auto") and opts.wall:
+        raise OptionError(f"{opts.name('cpu_timer')} is CPU mode's timer: wall mode has "
+                          "per-thread wall-clock timers")
     if not opts.cli:
         return
     if opts.line_mode:

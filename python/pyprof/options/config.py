@@ -19,7 +19,7 @@ import os
 
 from ..errors import PyprofError
 from .run import RunOptions, set_mode
-from .table import MAX_RATE, RUN_MODES, TABLE
+from .table import MAX_RATE, MIN_RATE, RUN_MODES, TABLE
 
 MODES = RUN_MODES
 
@@ -58,7 +58,7 @@ class Setting:
 _S = Setting
 # The order `pyprof config` and the unknown-key message list the run keys in
 # (not --help's): the mode first, then by the mode they go with.
-_RUN_KEYS_SHOWN = ("mode", "output", "sort", "rate", "wall", "native", "signal", "asyncio",
+_RUN_KEYS_SHOWN = ("mode", "output", "sort", "rate", "cpu_timer", "wall", "native", "signal", "asyncio",
                    "dump_every", "memory_sample", "memory_stacks", "functions", "lines_of",
                    "lines_all", "include", "exclude", "strict", "unit", "call_rows", "timeline",
                    "min_duration", "timeline_max_events", "builtins", "exact_builtins",
@@ -195,8 +195,8 @@ def convert(setting: Setting, value, from_env: bool, base_dir=None):
             rate = float(value) if not isinstance(value, bool) else None
         except (TypeError, ValueError):
             rate = None
-        if rate is None or not 0 < rate <= MAX_RATE:
-            raise PyprofError(f"must be a rate in (0, {MAX_RATE}] Hz, not {value!r}")
+        if rate is None or not MIN_RATE <= rate <= MAX_RATE:
+            raise PyprofError(f"must be a rate in [{MIN_RATE}, {MAX_RATE}] Hz, not {value!r}")
         return rate
     if kind == "seconds":
         return parse_duration(value, "it", zero_ok=True)

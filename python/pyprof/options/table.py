@@ -10,7 +10,8 @@ DEFAULT_MAX_EVENTS = 1_000_000          # timeline events, 24 bytes each: about 
 # for a 2 s run); the tasks' steps are what such a timeline is for.
 ASYNC_MIN_DURATION_NS = 1_000_000
 ASYNC_MAX_EVENTS = 20_000
-MAX_RATE = 100000                       # Hz
+MIN_RATE, MAX_RATE = 1, 10000           # Hz (src/_cprof/sampler/sampler.h: PP_RATE_MIN/MAX)
+CPU_TIMERS = ("auto", "task-clock", "itimer")
 MAX_MEMORY_SAMPLE = 1 << 40             # bytes
 MODES = ("trace", "sample", "memory")
 # --mode's names: [tool.pyprof]'s mode (config.py)
@@ -119,6 +120,17 @@ TABLE = (
             _FLAG, exclusive="cpu-wall",
             help="sample the process's CPU time (the default): threads in proportion to the CPU "
                  "they use"))),
+    _O("cpu_timer", "auto",
+           keyword="auto",
+           child=True,
+           core=lambda kw: kw["cpu_timer"] or "auto",
+           setting=dict(kind="choice", help="CPU mode's timer (--cpu-timer)", choices=CPU_TIMERS,
+                        group="sample"),
+           cli=(_SAMPLING, ("--cpu-timer",), dict(
+            choices=CPU_TIMERS, metavar="TIMER",
+            help="what drives --cpu's samples: task-clock (a CPU-clock event per thread, any "
+                 "rate), itimer (ITIMER_PROF, at most the kernel's tick) or auto (the default: "
+                 "task-clock where the kernel allows it, else itimer)"))),
     _O("wall", False,
            keyword=False,
            child=True,

@@ -28,7 +28,8 @@ def header(session) -> str:
     si = session.info.get("sampling", {})
     n = sum(c.count for c in session.samples.values())
     what = "CPU time" if si.get("mode") == "cpu" else "wall-clock time"
-    head = (f"Samples: {n} of {what} ({si.get('mode', '?')} mode, "
+    timer = f"{si['timer']}, " if si.get("mode") == "cpu" and si.get("timer") else ""
+    head = (f"Samples: {n} of {what} ({si.get('mode', '?')} mode, {timer}"
             f"{si.get('rate_requested', 0):g} Hz requested, "
             f"{si.get('rate_achieved', 0):.0f} Hz achieved, {si.get('dropped', 0)} dropped); ")
     if "weighting" not in si:       # captures before weighting: every sample weighed the interval

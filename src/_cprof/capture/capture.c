@@ -106,7 +106,8 @@ static void put_json_info(buf *b, pp_run *p, const pp_snapin *in, const tconv *t
             "\"other_threads\":%llu,\"drained\":%llu,\"truncated\":%llu,\"elapsed_s\":%.6f,"
             "\"cpu_s\":%.6f,\"rate_achieved\":%.6g,\"handler_replaced\":%s,"
             "\"weighting\":\"%s\",\"weighted_s\":%.6f,"
-            "\"parked\":%llu,\"woken\":%llu,\"idle_ticks\":%llu}",
+            "\"parked\":%llu,\"woken\":%llu,\"idle_ticks\":%llu,"
+            "\"timer\":\"%s\",\"timer_fallback\":\"%s\"}",
             p->sm.opts.mode == PP_SAMPLE_WALL ? "wall" : "cpu",
             p->sm.opts.native ? "true" : "false",
             p->sm.opts.rate_hz, si.interval_ns, (unsigned long long)si.signals,
@@ -119,7 +120,10 @@ static void put_json_info(buf *b, pp_run *p, const pp_snapin *in, const tconv *t
             /* what a sample weighs: captures without this key weighed interval_ns */
             p->sm.opts.mode == PP_SAMPLE_CPU ? "thread_cpu_clock" : "thread_wall_clock",
             (double)si.weight_ns / 1e9, (unsigned long long)si.parked,
-            (unsigned long long)si.woken, (unsigned long long)si.idle_ticks);
+            (unsigned long long)si.woken, (unsigned long long)si.idle_ticks,
+            p->sm.opts.mode == PP_SAMPLE_WALL ? "wall-clock" :
+            si.source == PP_CPU_TASKCLOCK ? "task-clock" : "itimer",
+            si.fallback ? si.fallback : "");
         if (n > 0 && (size_t)n < sizeof s && p->sm.opts.async)
             n += snprintf(s + n - 1, sizeof s - (size_t)n + 1,      /* inside "sampling" */
                 ",\"async\":{\"tasks\":%u,\"seen\":%llu,\"unmatched_samples\":%llu,"

@@ -1,11 +1,13 @@
 /* sampler.c — timers, the signal handler, wall mode's parking policy, the
  * helper (sampler.h). The top of the sampler: it calls sampler_signals.c,
- * sampler_wall.c, sampler_drain.c, sampler_async.c and sampler_samples.c,
- * none calls it.
+ * sampler_wall.c, sampler_cpuclock.c, sampler_drain.c, sampler_async.c and
+ * sampler_samples.c, none calls it.
  *
- * Signals: CPU mode, SIGPROF from ITIMER_PROF; wall mode, a real-time signal
- * of its own (sampler_signals.c), so that a program's SIGPROF, SIGALRM and
- * interval timers never meet a wall tick.
+ * Signals: a real-time signal of its own (sampler_signals.c), so that a
+ * program's SIGPROF, SIGALRM and interval timers never meet a tick: CPU
+ * mode's per-thread task-clock events (sampler_cpuclock.c) and wall mode's
+ * per-thread timers send it; where the kernel refuses task-clock events, CPU
+ * mode falls back to SIGPROF from ITIMER_PROF.
  *
  * Signal handler (on_sample_signal): async-signal-safe only. It reads the
  * interrupted thread's own thread state and frames (frames.c), optionally its
@@ -135,6 +137,16 @@ static int64_t sample_weight(int64_t now, int64_t *clock_now)
     return *clock_now > base ? *clock_now - base : 0;
 }
 
+/* This thread's kernel id, read once per run (a forked child's differs). */
+static pid_t self_tid(void)
+{
+    if (s_tls.tid_run != S.run) {
+        s_tls.tid = (pid_t)syscall(SYS_gettid);
+        s_tls.tid_run = S.run;
+    }
+    return s_tls.tid;
+}
+
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
  * CPU mode, a signal from elsewhere, a stale one. */
 static wslot *signal_slot(const siginfo_t *info, int *kind)
@@ -148,12 +160,8 @@ static wslot *signal_slot(const siginfo_t *info, int *kind)
     if (p < a || p >= a + (uintptr_t)used * sizeof(wslot) || (p - a) % sizeof(wslot))
         return NULL;
     wslot *sl = (wslot *)p;
-    if (s_tls.tid_run != S.run) {
-        s_tls.tid = (pid_t)syscall(SYS_gettid);
-        s_tls.tid_run = S.run;
-    }
     if (atomic_load_explicit(&sl->magic, memory_order_acquire) != SLOT_MAGIC
-        || sl->run != S.run || sl->tid != s_tls.tid)
+        || sl->run != S.run || sl->tid != self_tid())
         return NULL;
     *kind = (int)(v & 3);
     return sl;
@@ -365,13 +373,31 @@ static void cpu_rearm(void)
     atomic_fetch_sub(&S.arming, 1);
 }
 
+/* The signal the running (or last) sampler uses. */
+static int mode_signal(void)
+{
+    return S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER ? SIGPROF
+                                                                : atomic_load(&S.rt_signal);
+}
+
 static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
 {
     int saved_errno = errno;
     int kind = SIG_TICK, repark = 0;
     wslot *sl = NULL;
     /* the other mode's signal, left pending by an earlier run */
-    if (sig != (S.mode == PP_SAMPLE_WALL ? atomic_load(&S.wall_signal) : SIGPROF))
+    if (sig != mode_signal())
+        goto out;
+    /* a task-clock overflow is sent by the kernel with POLL_IN (POLL_HUP: its
+     * block's last); the same signal sent by a program, or a stale wall tick,
+     * is no CPU sample, and a stale overflow no wall tick */
+    int overflow = info && (info->si_code == POLL_IN || info->si_code == POLL_HUP);
+    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK) {
+        if (!overflow)
+            goto out;
+        pp_cpuclock_block_end(info, self_tid(), next_random());
+    }
+    else if (S.mode == PP_SAMPLE_WALL && overflow)
         goto out;
     sl = signal_slot(info, &kind);
     if (sl && kind == SIG_WAKE)
@@ -379,7 +405,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
     if (!atomic_load_explicit(&S.active, memory_order_acquire)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
-    if (S.mode == PP_SAMPLE_CPU && info && info->si_code == SI_KERNEL)
+    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && info && info->si_code == SI_KERNEL)
         cpu_rearm();
     int64_t now = pp_mono_ns();
     if (sl && kind == SIG_WAKE) {
@@ -519,12 +545,6 @@ static void wake_helper(void)
     pthread_mutex_unlock(&wake_mu);
 }
 
-/* The signal the running (or last) sampler's mode uses. */
-static int mode_signal(void)
-{
-    return S.mode == PP_SAMPLE_WALL ? atomic_load(&S.wall_signal) : SIGPROF;
-}
-
 /* A program may install its own handler for our signal (or, in CPU mode,
  * stop or change the profiling timer) while we sample: we cannot prevent it,
  * but the capture says so instead of silently thinning out. */
@@ -534,7 +554,7 @@ static void check_takeover(void)
         return;
     int taken = !pp_sampler_handler_is_ours(mode_signal());
     struct itimerval it;
-    taken |= S.mode == PP_SAMPLE_CPU && !atomic_load(&S.paused)
+    taken |= S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && !atomic_load(&S.paused)
              && getitimer(ITIMER_PROF, &it) == 0
              && (int64_t)it.it_interval.tv_sec * 1000000000
                 + (int64_t)it.it_interval.tv_usec * 1000 != S.interval_ns / 1000 * 1000;
@@ -551,8 +571,8 @@ static pid_t own_thread_init(const char *name)
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGPROF);
-    if (atomic_load(&S.wall_signal) > 0)
-        sigaddset(&set, atomic_load(&S.wall_signal));
+    if (atomic_load(&S.rt_signal) > 0)
+        sigaddset(&set, atomic_load(&S.rt_signal));
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     return (pid_t)syscall(SYS_gettid);
 }
@@ -581,7 +601,8 @@ static void *sampler_main(void *arg)
 {
     (void)arg;
     S.helper_tid = own_thread_init("pyprof-helper");
-    int64_t tick = S.mode == PP_SAMPLE_WALL || S.async ? SCAN_NS : DRAIN_NS;
+    int clocked = S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK;
+    int64_t tick = S.mode == PP_SAMPLE_WALL || S.async || clocked ? SCAN_NS : DRAIN_NS;
     int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0, next_look = 0, last_look = 0;
     int looked = 0;
@@ -594,6 +615,8 @@ static void *sampler_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         check_takeover();
+        if (clocked)
+            pp_cpuclock_scan(now);      /* threads threading did not start */
         /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
         int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
                       && (pp_interp_threads_head() != S.threads_head || atomic_load(&S.unbound)
@@ -782,11 +805,13 @@ void pp_sampler_helper_resume(void)
     (void)start_helpers();
 }
 
+/* The task-clock events go on: they count user-mode CPU only, so a fork's
+ * kernel work is never interrupted by the forking thread's own. */
 static void atfork_prepare(void)
 {
     if (atomic_load(&S.active)) {
         atomic_store(&S.paused, 1);
-        if (S.mode == PP_SAMPLE_CPU)
+        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
             cpu_timer_off();
     }
 }
@@ -794,7 +819,7 @@ static void atfork_prepare(void)
 static void atfork_parent(void)
 {
     if (atomic_load(&S.active)) {
-        if (S.mode == PP_SAMPLE_CPU)
+        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
             cpu_timer_on(S.interval_ns);
         atomic_store(&S.paused, 0);
     }
@@ -806,6 +831,7 @@ static void atfork_child(void)
     pthread_mutex_init(&wake_mu, NULL);
     pthread_mutex_init(&pp_wall_mu, NULL);
     pp_sampler_drain_atfork_child();
+    pp_cpuclock_atfork_child();         /* its fds would keep the parent's events alive */
     wake_cv_ready = 0;
     /* No helper thread here: the child does not sample (its profiler's stop
      * knows, by pid). */
@@ -829,10 +855,10 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: a sampler is already running in this process");
         return -1;
     }
-    if (o->rate_hz <= 0 || o->rate_hz > 100000) {
+    if (!(o->rate_hz >= PP_RATE_MIN && o->rate_hz <= PP_RATE_MAX)) {
         char msg[96];
-        snprintf(msg, sizeof msg, "pyprof: sampling rate must be in (0, 100000] Hz, not %g",
-                 o->rate_hz);
+        snprintf(msg, sizeof msg, "pyprof: sampling rate must be in [%g, %g] Hz, not %g",
+                 PP_RATE_MIN, PP_RATE_MAX, o->rate_hz);
         PyErr_SetString(PyExc_ValueError, msg);
         return -1;
     }
@@ -844,16 +870,32 @@ int pp_sampler_start(pp_sampling *p)
     }
     struct sigaction cur;
     struct itimerval it;
-    int sig = SIGPROF;
-    if (o->mode == PP_SAMPLE_WALL) {
-        sig = pp_sampler_pick_wall_signal();
-        if (sig == 0) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "pyprof: no real-time signal is free (all handled or blocked by "
-                            "the program); wall-clock sampling needs one");
-            return -1;
+    int sig = SIGPROF, source = PP_CPU_ITIMER;
+    const char *fallback = "";
+    if (o->mode == PP_SAMPLE_WALL || o->cpu_timer != PP_CPU_ITIMER)
+        sig = pp_sampler_pick_rt_signal();
+    if (o->mode == PP_SAMPLE_WALL && sig == 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyprof: no real-time signal is free (all handled or blocked by "
+                        "the program); wall-clock sampling needs one");
+        return -1;
+    }
+    if (o->mode == PP_SAMPLE_CPU && o->cpu_timer != PP_CPU_ITIMER) {
+        if (sig != 0 && pp_cpuclock_usable())
+            source = PP_CPU_TASKCLOCK;
+        else {
+            fallback = sig == 0 ? "no real-time signal is free (all handled or blocked by "
+                                  "the program)" : pp_cpuclock_refusal();
+            if (o->cpu_timer == PP_CPU_TASKCLOCK) {
+                PyErr_Format(PyExc_RuntimeError, "pyprof: no per-thread CPU-clock events "
+                             "here (%s); --cpu-timer itimer samples at the kernel's tick", fallback);
+                return -1;
+            }
+            sig = SIGPROF;
         }
     }
+    if (o->mode == PP_SAMPLE_WALL || source == PP_CPU_TASKCLOCK)
+        ;                               /* a signal of our own: the program's SIGPROF is its own */
     else if (sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
             ? cur.sa_sigaction != on_sample_signal
             : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
@@ -888,6 +930,8 @@ int pp_sampler_start(pp_sampling *p)
         atfork_done = 1;
     helper_paused = 0;
     S.mode = o->mode;
+    S.source = source;
+    S.fallback = fallback;
     S.native = o->native;
     S.async = o->async;
     pp_async_reset(p);
@@ -924,7 +968,7 @@ int pp_sampler_start(pp_sampling *p)
     S.owner = Py_NewRef(p->owner);
 
     if (sig != SIGPROF)
-        atomic_store(&S.wall_signal, sig);  /* before the handler can see it */
+        atomic_store(&S.rt_signal, sig);  /* before the handler can see it */
     if (pp_sampler_take_signal(sig, on_sample_signal) != 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         S.prof = NULL;
@@ -940,7 +984,19 @@ int pp_sampler_start(pp_sampling *p)
         pp_wall_refresh();
         pthread_mutex_unlock(&pp_wall_mu);
     }
+    /* before the helper: it is never given one */
+    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK
+        && pp_cpuclock_start(sig, S.interval_ns) != 0) {
+        pp_cpuclock_stop();
+        atomic_store(&S.active, 0);
+        S.prof = NULL;
+        Py_CLEAR(S.owner);
+        PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot open the CPU-clock events");
+        return -1;
+    }
     if (start_helpers() != 0) {
+        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK)
+            pp_cpuclock_stop();
         join_helpers();
         atomic_store(&S.active, 0);
         pthread_mutex_lock(&pp_wall_mu);
@@ -951,15 +1007,15 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
         return -1;
     }
-    if (S.mode == PP_SAMPLE_CPU && cpu_timer_on(S.interval_ns) != 0) {
+    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && cpu_timer_on(S.interval_ns) != 0) {
         pp_sampler_stop(p);
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    if (S.mode == PP_SAMPLE_WALL) {
-        pp_wall_hook_threads(1);
+    if (S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK)
+        pp_wall_hook_threads(1);        /* a new thread gets its timer as it starts */
+    if (S.mode == PP_SAMPLE_WALL)
         pp_wall_hook_pause(1);
-    }
     if (S.native) {
         /* started: the naming thread reads the libraries every stack passes
          * through (the interpreter's, libc) from now, not from the first drain */
@@ -972,7 +1028,8 @@ int pp_sampler_start(pp_sampling *p)
 
 void pp_sampler_hook_threading(pp_sampling *p)
 {
-    if (p == S.prof && atomic_load(&S.active) && S.mode == PP_SAMPLE_WALL)
+    if (p == S.prof && atomic_load(&S.active)
+        && (S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK))
         pp_wall_hook_threads(1);
 }
 
@@ -983,7 +1040,7 @@ int pp_sampler_stop(pp_sampling *p)
     int own_process = S.pid == getpid();
     if (own_process)
         check_takeover();
-    if (S.mode == PP_SAMPLE_WALL && PyGILState_Check()) {
+    if ((S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK) && PyGILState_Check()) {
         pp_wall_hook_threads(0);
         pp_wall_hook_pause(0);
     }
@@ -992,8 +1049,10 @@ int pp_sampler_stop(pp_sampling *p)
         wake_helper();
     else
         atomic_store(&S.stop, 1);
-    if (own_process && S.mode == PP_SAMPLE_CPU)
+    if (own_process && S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
         cpu_timer_off();
+    else if (own_process && S.mode == PP_SAMPLE_CPU)
+        pp_cpuclock_stop();
     pthread_mutex_lock(&pp_wall_mu);
     pp_wall_delete(own_process);          /* a forked child has none of the timers */
     pthread_mutex_unlock(&pp_wall_mu);
@@ -1038,6 +1097,8 @@ int pp_sampler_release_signal(void)
 void pp_sampler_get_info(pp_sampler_info *out)
 {
     out->mode = S.mode;
+    out->source = S.source;
+    out->fallback = S.fallback ? S.fallback : "";
     out->native = S.native;
     out->rate_hz = S.rate_hz;
     out->interval_ns = (double)S.interval_ns;

@@ -1,8 +1,9 @@
 /* sampler.h — the statistical sampler.
  *
- * Owns: the timers (the process CPU-time timer, or a helper thread that
- * signals every Python thread at the wall-clock rate), the signal handler
- * (SIGPROF in CPU mode, a real-time signal of its own in wall mode),
+ * Owns: the timers (CPU mode: a CPU-clock event per thread, or the process
+ * CPU-time timer where the kernel refuses those; wall mode: a wall-clock
+ * timer per Python thread), the signal handler (a real-time signal of its
+ * own; SIGPROF for the process CPU-time timer),
  * the ring the handler writes raw samples into, the helper thread that drains
  * it with the GIL held, and the stack table the samples end up in.
  * Never, in the signal handler: malloc, locks, the Python API (beyond the
@@ -15,6 +16,8 @@
 #include "registry.h"
 
 enum { PP_SAMPLE_CPU = 0, PP_SAMPLE_WALL = 1 };
+/* CPU mode's timer: asked (opts.cpu_timer) and in use (info.source) */
+enum { PP_CPU_AUTO = 0, PP_CPU_TASKCLOCK = 1, PP_CPU_ITIMER = 2 };
 /* With native stacks, a stack frame's line carries this bit when the frame is
  * the first run by one C-level call of the interpreter. */
 #define PP_LINE_ENTRY 0x80000000u
@@ -69,7 +72,13 @@ typedef struct {
     double rate_hz;             /* requested */
     int native;                 /* unwind native frames too (libunwind) */
     int async;                  /* asyncio tasks: samples under <task NAME> (sampler_async.c) */
+    int cpu_timer;              /* CPU mode: PP_CPU_AUTO (task-clock where the kernel allows
+                                 * it, else ITIMER_PROF), or one of them */
 } pp_sample_opts;
+/* The rates a sampler takes (Hz): a task-clock period below 100 µs would be
+ * mostly the handler's own CPU. */
+#define PP_RATE_MIN 1.0
+#define PP_RATE_MAX 10000.0
 
 /* --async: one asyncio task seen while sampling (sampler_async.c). Times in
  * ns of CLOCK_MONOTONIC; running: the weight of its samples; awaiting: its
@@ -138,14 +147,18 @@ void pp_sampler_helper_resume(void);
  * to do), 0 not now (one is pending somewhere: the inert handler stays), -1
  * a sampler runs. */
 int pp_sampler_release_signal(void);
-/* Wall mode's mechanism, naming its signal (a real-time one, chosen at
- * start): "SIGRTMAX-2 (per-thread wall-clock timers)". */
-const char *pp_sampler_wall_hook(void);
+/* The running (or last) sampler's mechanism, naming its signal (a real-time
+ * one is chosen at start): "SIGRTMAX-2 (per-thread wall-clock timers)",
+ * "SIGRTMAX (per-thread CPU-clock events)", "SIGPROF (ITIMER_PROF, ...)". */
+const char *pp_sampler_hook(void);
 /* Move what the handler recorded into p's stack table (GIL held). */
 void pp_sampler_drain(pp_sampling *p);
 /* Counters of the running or last sampler, for the capture's INFO. */
 typedef struct {
     int mode, native;
+    int source;                 /* CPU mode: PP_CPU_TASKCLOCK or PP_CPU_ITIMER */
+    const char *fallback;       /* CPU mode, auto: why the task-clock events were not used
+                                 * ("" when they were) */
     double rate_hz, interval_ns;
     uint64_t signals, recorded, dropped, foreign, throttled;
     int64_t weight_ns;          /* the time the recorded samples stand for */

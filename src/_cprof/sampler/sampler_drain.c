@@ -289,7 +289,11 @@ static void drain_locked(pp_sampling *p)
     uint64_t fr[MAX_FRAMES + 1];
     int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
     p->threads->sample_pass++;
-    first_weight = S.mode == PP_SAMPLE_CPU ? pp_sampler_cpu_interval() : 0;
+    /* task-clock events: a thread's first overflow falls at a uniform point
+     * of its first period (sampler_cpuclock.c), so one period; the process
+     * timer's, the process's CPU per signal */
+    first_weight = S.mode != PP_SAMPLE_CPU ? 0
+                 : S.source == PP_CPU_TASKCLOCK ? S.interval_ns : pp_sampler_cpu_interval();
     pthread_mutex_lock(&ring_mu);
     for (size_t off = 0; off < spill_used;) {
         const rawrec *r = (const rawrec *)(spill + off);

@@ -1,6 +1,7 @@
 /* sampler_int.h — what the sampler's files share: sampler.c (timers,
  * handler, helper), sampler_signals.c (which signal, taken and given back),
- * sampler_wall.c (wall mode's slots), sampler_drain.c (the
+ * sampler_wall.c (wall mode's slots), sampler_cpuclock.c (CPU mode's
+ * task-clock events), sampler_drain.c (the
  * ring into the stack table), sampler_async.c (--async's tasks),
  * sampler_samples.c (the stack table). Calls go that way down, never up.
  * Never: included outside the sampler's folder (sampler.h is its public face).
@@ -91,11 +92,14 @@ typedef struct {
                                  * moved in it is found in the still looks after it */
     _Atomic int stop;
     _Atomic int replaced;           /* the program took our signal (or ITIMER_PROF) back */
-    /* Wall mode's signal: a real-time one the program left at SIG_DFL, so
-     * that its own SIGPROF, SIGALRM and interval timers never meet our ticks
-     * (0: none chosen yet; kept for the process while our handler is on it) */
-    _Atomic int wall_signal;
-    _Atomic int arming;             /* CPU mode: handlers setting the timer again now */
+    /* Wall mode's and the task-clock events' signal: a real-time one the
+     * program left at SIG_DFL, so that its own SIGPROF, SIGALRM and interval
+     * timers never meet our ticks (0: none chosen yet; kept for the process
+     * while our handler is on it) */
+    _Atomic int rt_signal;
+    int source;                     /* CPU mode: PP_CPU_TASKCLOCK or PP_CPU_ITIMER */
+    const char *fallback;           /* CPU mode: why not the task-clock ("": it is used) */
+    _Atomic int arming;             /* CPU mode: handlers setting the timer (or an event) again now */
     _Atomic int disarmed;           /* CPU mode: stopped or forking, not set again */
     _Atomic int64_t cpu_due;        /* CPU mode: process CPU (ns) the next tick is due at */
     _Atomic int64_t cpu_late_max;   /* CPU mode: the most a tick came after it was due (ns) */
@@ -315,13 +319,34 @@ void pp_wall_hook_pause(int on);
  * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
 uint32_t pp_wall_look(int64_t since_ns);
 
+/* ---- CPU mode's task-clock events (sampler_cpuclock.c) */
+/* Whether the kernel gives this process task-clock events (0: the reason is
+ * pp_cpuclock_refusal's). */
+int pp_cpuclock_usable(void);
+const char *pp_cpuclock_refusal(void);
+/* GIL held, before the helper starts: every thread but pyprof's own gets an
+ * event sending `sig` each `interval_ns` of its CPU time. -1: /proc unread. */
+int pp_cpuclock_start(int sig, int64_t interval_ns);
+/* The helper, without the GIL: threads new since (not started by threading)
+ * get theirs, those gone are closed. */
+void pp_cpuclock_scan(int64_t now);
+/* On a thread threading starts, as it starts. */
+void pp_cpuclock_thread_begins(pid_t tid);
+/* The handler, on `self` (its kernel tid): an event's block ended (POLL_HUP),
+ * the next one starts with a period drawn from `r`. Async-signal-safe. */
+void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r);
+/* Every event closed; none sends a signal once this returns. */
+void pp_cpuclock_stop(void);
+uint32_t pp_cpuclock_threads(void);
+void pp_cpuclock_atfork_child(void);
+
 /* ---- the signals (sampler_signals.c) */
 typedef void (*pp_signal_handler)(int sig, siginfo_t *info, void *uctx);
 /* Whether `sig`'s handler is the one pp_sampler_take_signal installed. */
 int pp_sampler_handler_is_ours(int sig);
-/* Wall mode's signal: the one an earlier start took while our handler is
+/* The real-time signal: the one an earlier start took while our handler is
  * still on it, else the highest real-time one free in every thread. 0: none. */
-int pp_sampler_pick_wall_signal(void);
+int pp_sampler_pick_rt_signal(void);
 /* `handler` (the sampler's) on `sig` (GIL held), what was there kept. -1 and errno. */
 int pp_sampler_take_signal(int sig, pp_signal_handler handler);
 /* Each signal taken given its earlier disposition once none of it is pending:

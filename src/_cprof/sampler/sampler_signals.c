@@ -1,6 +1,7 @@
 /* sampler_signals.c — which signal the sampler ticks on, taking it, and
- * giving it back (sampler_int.h). CPU mode takes SIGPROF; wall mode a
- * real-time signal no thread of the program handles, blocks or waits for.
+ * giving it back (sampler_int.h). CPU mode's interval timer takes SIGPROF;
+ * wall mode and CPU mode's task-clock events a real-time signal no thread of
+ * the program handles, blocks or waits for.
  * Linux reads the threads' masks and waits from /proc; elsewhere the
  * starting thread's mask alone is known.
  */
@@ -17,10 +18,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The dispositions before pyprof took SIGPROF (CPU mode) and the wall
+/* The dispositions before pyprof took SIGPROF (the interval timer) and the real-time
  * signal (GIL held to change). */
-static struct sigaction prev_sigprof, prev_wall;
-static int have_prev_sigprof, have_prev_wall;
+static struct sigaction prev_sigprof, prev_rt;
+static int have_prev_sigprof, have_prev_rt;
 /* The sampler's handler, known from its first take (sampler.c keeps it). */
 static pp_signal_handler our_handler;
 
@@ -97,35 +98,37 @@ static int tasks_signal_union(const char *a, const char *b, int blocked, unsigne
     return 0;
 }
 
-/* Names written once per signal, never again: a capture may hold one while
- * a later start picks another signal. */
-static char wall_hook_names[65][48];
+/* Names written once per signal and kind, never again: a capture may hold
+ * one while a later start picks another signal. */
+static char hook_names[2][65][64];
+static const char *const hook_kinds[2] = {"per-thread CPU-clock events", "per-thread wall-clock timers"};
 
-static void name_wall_hook(int sig)
+static void name_hooks(int sig)
 {
-    if (sig <= 0 || sig >= 65 || wall_hook_names[sig][0])
-        return;
-    if (sig == SIGRTMAX)
-        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
-                 "SIGRTMAX (per-thread wall-clock timers)");
-    else
-        snprintf(wall_hook_names[sig], sizeof wall_hook_names[sig],
-                 "SIGRTMAX-%d (per-thread wall-clock timers)", SIGRTMAX - sig);
+    for (int k = 0; k < 2; k++) {
+        if (sig <= 0 || sig >= 65 || hook_names[k][sig][0])
+            continue;
+        if (sig == SIGRTMAX)
+            snprintf(hook_names[k][sig], sizeof hook_names[k][sig], "SIGRTMAX (%s)", hook_kinds[k]);
+        else
+            snprintf(hook_names[k][sig], sizeof hook_names[k][sig], "SIGRTMAX-%d (%s)",
+                     SIGRTMAX - sig, hook_kinds[k]);
+    }
 }
 
-/* Wall mode's signal: the one an earlier start took while our handler is
- * still on it, else the highest real-time signal the program leaves at
+/* The real-time signal (wall mode's ticks, CPU mode's task-clock events):
+ * the one an earlier start took while our handler is still on it, else the highest real-time signal the program leaves at
  * SIG_DFL and no thread of it blocks (a blocked one may be a thread's
  * sigwait's or signalfd's: our ticks would reach it as its own signals).
  * From SIGRTMAX down: the C library and most programs take theirs from
  * SIGRTMIN up. 0: none free. */
-int pp_sampler_pick_wall_signal(void)
+int pp_sampler_pick_rt_signal(void)
 {
-    int kept = atomic_load(&S.wall_signal);
+    int kept = atomic_load(&S.rt_signal);
     if (kept > 0 && pp_sampler_handler_is_ours(kept))
         return kept;
     if (kept > 0)
-        have_prev_wall = 0;             /* the program's since (or given back): not ours to restore */
+        have_prev_rt = 0;             /* the program's since (or given back): not ours to restore */
     sigset_t blocked;
     if (pthread_sigmask(SIG_BLOCK, NULL, &blocked) != 0)
         sigemptyset(&blocked);
@@ -151,12 +154,12 @@ int pp_sampler_take_signal(int sig, pp_signal_handler handler)
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    int *have_prev = sig == SIGPROF ? &have_prev_sigprof : &have_prev_wall;
-    if (sigaction(sig, &sa, *have_prev ? NULL : sig == SIGPROF ? &prev_sigprof : &prev_wall) != 0)
+    int *have_prev = sig == SIGPROF ? &have_prev_sigprof : &have_prev_rt;
+    if (sigaction(sig, &sa, *have_prev ? NULL : sig == SIGPROF ? &prev_sigprof : &prev_rt) != 0)
         return -1;
     *have_prev = 1;
     if (sig != SIGPROF)
-        name_wall_hook(sig);
+        name_hooks(sig);
     return 0;
 }
 
@@ -188,13 +191,14 @@ static int release_one(int sig, const struct sigaction *prev, int *have_prev)
 int pp_sampler_give_back_signals(void)
 {
     int prof = release_one(SIGPROF, &prev_sigprof, &have_prev_sigprof);
-    int wall = release_one(atomic_load(&S.wall_signal), &prev_wall, &have_prev_wall);
-    return prof && wall;
+    int rt = release_one(atomic_load(&S.rt_signal), &prev_rt, &have_prev_rt);
+    return prof && rt;
 }
 
-const char *pp_sampler_wall_hook(void)
+const char *pp_sampler_hook(void)
 {
-    int sig = atomic_load(&S.wall_signal);
-    return sig > 0 && sig < 65 && wall_hook_names[sig][0] ? wall_hook_names[sig]
-                                                          : "per-thread wall-clock timers";
+    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
+        return "SIGPROF (ITIMER_PROF, process CPU time)";
+    int sig = atomic_load(&S.rt_signal), k = S.mode == PP_SAMPLE_WALL;
+    return sig > 0 && sig < 65 && hook_names[k][sig][0] ? hook_names[k][sig] : hook_kinds[k];
 }

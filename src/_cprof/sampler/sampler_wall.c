@@ -225,7 +225,7 @@ static int make_timer(clockid_t clock, pid_t tid, void *value, timer_t *out)
     struct sigevent ev;
     memset(&ev, 0, sizeof ev);
     ev.sigev_notify = SIGEV_THREAD_ID;
-    ev.sigev_signo = atomic_load(&S.wall_signal);
+    ev.sigev_signo = atomic_load(&S.rt_signal);
     ev.sigev_notify_thread_id = tid;
     ev.sigev_value.sival_ptr = value;
     return timer_create(clock, &ev, out);
@@ -390,6 +390,18 @@ void pp_wall_refresh(void)
 
 /* ------------------------------------- new threads: a slot from their start */
 
+/* Named now: one that ends before the next drain is gone from
+ * threading._active, where the drain would look its name up. */
+static void name_thread(PyThreadState *ts, pid_t tid, PyObject *name)
+{
+    pp_thread *rec = name && S.prof ?
+        pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts)) : NULL;
+    if (rec && rec->name == NULL) {
+        rec->name = Py_NewRef(name);
+        rec->name_tries = 0;
+    }
+}
+
 /* A thread the refresh finds is charged from its start, but one that ends
  * between two refreshes (every SCAN_NS, once the helper has the GIL) was
  * never seen: 200 threads of 2 ms, one after the other, got no sample. So
@@ -399,13 +411,20 @@ void pp_wall_refresh(void)
  * (the thread's charge starts one interval before that tick): a thread
  * shorter than an interval is sampled with a chance of its time over the
  * interval, and the time after a thread's last tick, which no tick sees, is
- * made up for (as for CPU mode's first samples, sampler_drain.c). */
+ * made up for (as for CPU mode's first samples, sampler_drain.c). In CPU
+ * mode with task-clock events, the thread opens its event the same way. */
 static void thread_begins(PyObject *name)
 {
-    if (!atomic_load(&S.active) || S.mode != PP_SAMPLE_WALL || S.pid != getpid() || !S.prof)
+    if (!atomic_load(&S.active) || S.pid != getpid() || !S.prof)
         return;
     PyThreadState *ts = PyThreadState_Get();
     pid_t tid = (pid_t)syscall(SYS_gettid);
+    if (S.mode == PP_SAMPLE_CPU) {      /* CPU mode's task-clock events */
+        if (S.source == PP_CPU_TASKCLOCK)
+            pp_cpuclock_thread_begins(tid);
+        name_thread(ts, tid, name);
+        return;
+    }
     int64_t now = pp_mono_ns();
     uint64_t x = ((uint64_t)tid << 32 ^ (uint64_t)now) * 0x9E3779B97F4A7C15ull;
     x ^= x >> 31;
@@ -426,14 +445,7 @@ static void thread_begins(PyObject *name)
             S.slots[S.nslots++] = sl;
     }
     pthread_mutex_unlock(&pp_wall_mu);
-    /* named now: one that ends before the next drain is gone from
-     * threading._active, where the drain would look its name up */
-    pp_thread *rec = name && S.prof ?
-        pp_threads_sampled(S.prof->threads, (uint32_t)tid, (uint64_t)pp_tstate_ident(ts)) : NULL;
-    if (rec && rec->name == NULL) {
-        rec->name = Py_NewRef(name);
-        rec->name_tries = 0;
-    }
+    name_thread(ts, tid, name);
 }
 
 /* The new thread's function behind thread_begins: a C call, so no frame of
@@ -554,7 +566,7 @@ void pp_wall_hook_threads(int on)
 static PyObject *pause_wrapped(PyObject *orig, PyObject *unused)
 {
     (void)unused;
-    int sig = atomic_load(&S.wall_signal);
+    int sig = atomic_load(&S.rt_signal);
     sigset_t mask;
     if (!atomic_load(&S.active) || S.mode != PP_SAMPLE_WALL || S.pid != getpid() || sig <= 0
         || pthread_sigmask(SIG_BLOCK, NULL, &mask) != 0)
@@ -762,7 +774,7 @@ static void send_wake(wslot *sl)
 {
     if (atomic_exchange(&sl->wake_sent, 1))
         return;
-    int sig = atomic_load(&S.wall_signal);
+    int sig = atomic_load(&S.rt_signal);
     siginfo_t si;
     memset(&si, 0, sizeof si);
     si.si_signo = sig;
