@@ -18,7 +18,9 @@ sigma = sqrt(p (1 - p) / n) the sampling noise of a share p over n samples.
 Modes: "wall" (2 kHz wall-clock sampling, the most samples per second, truth
 from perf_counter), "cpu" (the default CPU-time sampler at 250 Hz, truth from
 thread_time), "native" (wall with --native); on the function-bias cases also
-cProfile and pyprof's tracer (their cumulative time), for comparison.
+cProfile and pyprof's tracer (their cumulative time), for comparison. With
+--modes cpu-1k,cpu-4k: CPU time at 1 and 4 kHz on task-clock events
+(docs/sampling.md, "CPU timers"), run long enough for 10,000 samples or more.
 Raw results: build/bench/accuracy-<python>.json; the GENERATED accuracy section
 of RESULTS.md is rewritten from all of them.
 """
@@ -316,7 +318,7 @@ def _calls_in_stacks(session, names):
 def worker(case, mode, seconds, pairs):
     import pyprof
     names, program = CASES[case][0]()
-    clock = time.thread_time_ns if mode == "cpu" else time.perf_counter_ns
+    clock = time.thread_time_ns if mode.startswith("cpu") else time.perf_counter_ns
     acc: dict = {}
     lock = threading.Lock()
 
@@ -359,8 +361,10 @@ def worker(case, mode, seconds, pairs):
                 reported[n] += cum[n]
             n_total += 1
             continue
-        kw = dict(mode="sample", wall=mode in ("wall", "native"),
-                  rate=2000 if mode in ("wall", "native") else None, native=mode == "native")
+        kw = dict(mode="sample", wall=mode in ("wall", "native"), native=mode == "native",
+                  rate={"wall": 2000, "native": 2000, "cpu-1k": 1000, "cpu-4k": 4000}.get(mode))
+        if mode in ("cpu-1k", "cpu-4k"):
+            kw["cpu_timer"] = "task-clock"
         prof = pyprof.Profile(**kw)
         prof.enable()
         program(untimed, scale)
@@ -400,17 +404,23 @@ def score(r):
     return rows
 
 
-def run_all(python, cases, seconds, pairs, cpu):
+# Profiled seconds for at least 10,000 samples at the task-clock rates.
+MIN_SECONDS = {"cpu-1k": 10.5, "cpu-4k": 3.0}
+
+
+def run_all(python, cases, seconds, pairs, cpu, modes=None):
     results = []
     jobs = []
     for case in cases:
         jobs.append((case, "wall"))
         if case in CPU_CASES:
-            jobs.append((case, "cpu"))
+            jobs += [(case, "cpu"), (case, "cpu-1k"), (case, "cpu-4k")]
         if case in NATIVE_CASES:
             jobs.append((case, "native"))
         if case in TRACER_CASES:
             jobs += [(case, "cprofile"), (case, "trace")]
+    default = ("cpu-1k", "cpu-4k")          # asked for by --modes only
+    jobs = [j for j in jobs if (j[1] in modes if modes else j[1] not in default)]
     info = json.loads(subprocess.run(
         [python, "-c", "import json, sys, platform, pyprof; print(json.dumps({'minor': "
          "'%d.%d' % sys.version_info[:2], 'version': platform.python_version(), "
@@ -420,6 +430,7 @@ def run_all(python, cases, seconds, pairs, cpu):
         jobs = [j for j in jobs if j[1] != "native"]
     for case, mode in jobs:
         secs = seconds * (2 if mode == "cpu" else 1)      # the CPU timer ticks at ~250 Hz
+        secs = max(secs, MIN_SECONDS.get(mode, 0))
         cmd = [python, os.path.abspath(__file__), "--worker", case, mode, str(secs), str(pairs)]
         if cpu is not None:
             cmd = ["taskset", "-c", str(cpu)] + cmd
@@ -518,6 +529,8 @@ def main():
     ap.add_argument("--cpu", type=int, default=(os.cpu_count() or 1) - 1,
                     help="CPU to pin runs to (-1: no pinning)")
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--modes", help="comma-separated modes to run (default: wall, cpu, native, "
+                                    "cprofile, trace; also cpu-1k, cpu-4k)")
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     os.makedirs(OUT_DIR, exist_ok=True)
@@ -529,8 +542,10 @@ def main():
             if c not in CASES:
                 ap.error(f"unknown case {c!r} (choose from {', '.join(CASES)})")
         for py in a.python:
-            run = run_all(py, cases, a.seconds, a.pairs, None if a.cpu < 0 else a.cpu)
-            tag = "" if not a.only else "-" + a.only.replace(",", "+")
+            modes = a.modes.split(",") if a.modes else None
+            run = run_all(py, cases, a.seconds, a.pairs, None if a.cpu < 0 else a.cpu, modes)
+            tag = ("" if not a.only else "-" + a.only.replace(",", "+")) + \
+                  ("" if not a.modes else "-" + a.modes.replace(",", "+"))
             with open(os.path.join(OUT_DIR, f"accuracy-{run['python']['minor']}{tag}.json"),
                       "w") as f:
                 json.dump(run, f, indent=1)

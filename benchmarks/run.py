@@ -152,8 +152,10 @@ class Runner:
                   "--worker", "-l", str(loops), "-w", "0", "-n", "1"]
         cmd = [self.python] + target
         tools = os.path.dirname(self.python)
-        if config == "py-spy":          # its default (blocking) mode, at pyprof's rate
-            cmd = [os.path.join(tools, "py-spy"), "record", "--rate", "250", "--format", "raw",
+        if config == "py-spy" or config.startswith("py-spy-"):
+            # its default (blocking) mode, at pyprof's rate (py-spy-1k: 1000 Hz)
+            rate = config[len("py-spy-"):].replace("k", "000") if config != "py-spy" else "250"
+            cmd = [os.path.join(tools, "py-spy"), "record", "--rate", rate, "--format", "raw",
                    "-o", os.path.join(self.tmp, "py-spy.txt"), "--"] + cmd
         elif config == "austin":
             cmd = [os.path.join(tools, "austin"), "-i", "4000",

@@ -129,6 +129,11 @@ CONFIGS = {
     "pyprof-sample": lambda: _pyprof_sample(),
     "pyprof-sample-native": lambda: _pyprof_sample(native=True),
     "pyprof-wall-1k": lambda: _pyprof_sample(wall=True, rate=1000),
+    # CPU mode's timers (docs/sampling.md, "CPU timers"): task-clock events at
+    # 250 Hz to 10 kHz; ITIMER_PROF (at most the kernel's tick, whatever is asked)
+    **{f"pyprof-cpu-{name}": (lambda r=r: _pyprof_sample(rate=r, cpu_timer="task-clock"))
+       for name, r in (("250", 250), ("1k", 1000), ("4k", 4000), ("10k", 10000))},
+    "pyprof-itimer-1k": lambda: _pyprof_sample(rate=1000, cpu_timer="itimer"),
     # run under an out-of-process sampler (py-spy, austin) or in-process from
     # its own launcher (scalene): nothing to start here
     "pyprof-memory": lambda: _pyprof_memory(),
@@ -141,10 +146,11 @@ CONFIGS = {
     "memray-native": lambda: _memray(native_traces=True),
     "scalene-full": lambda: (lambda: None, lambda: None),
     "py-spy": lambda: (lambda: None, lambda: None),
+    **{f"py-spy-{name}": (lambda: (lambda: None, lambda: None)) for name in ("1k", "4k", "10k")},
     "austin": lambda: (lambda: None, lambda: None),
     "scalene": lambda: (lambda: None, lambda: None),
 }
-EXTERNAL = {"py-spy", "austin"}
+EXTERNAL = {"py-spy", "py-spy-1k", "py-spy-4k", "py-spy-10k", "austin"}
 _sampler = []
 
 

@@ -172,6 +172,44 @@ def test_a_thread_threading_did_not_start_is_found_by_the_helper():
     assert spent[0] - 0.15 <= got <= spent[0] * 1.05 + 0.002, (got, spent, s.info["sampling"])
 
 
+def _queued():
+    """Signals queued for this user (SigQ's first number)."""
+    with open("/proc/self/status") as f:
+        return int(next(ln for ln in f if ln.startswith("SigQ:")).split()[1].split("/")[0])
+
+
+@needs_task_clock
+def test_a_thread_that_blocks_the_signal_has_a_block_queued_at_most():
+    """A real-time signal queues one entry per overflow (past RLIMIT_SIGPENDING
+    the kernel would send SIGIO, which kills): a thread that blocks it for
+    3,000 periods has at most a block of 8 queued; unblocked, its CPU
+    meanwhile lands on its next sample."""
+    rt = list(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+    out = {}
+
+    def blocked_worker():
+        t0 = time.thread_time()
+        signal.pthread_sigmask(signal.SIG_BLOCK, rt)
+        while time.thread_time() - t0 < 0.3:
+            spin(2000)
+        out["queued"] = _queued()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, rt)
+        while time.thread_time() - t0 < 0.35:
+            spin(2000)
+        out["cpu"] = time.thread_time()
+
+    base = _queued()
+    p = pyprof.Profile(mode="sample", rate=10000)
+    p.enable()
+    t = threading.Thread(target=blocked_worker)
+    t.start()
+    t.join()
+    p.disable()
+    assert out["queued"] - base <= 8 + 2, (out, base)
+    got = _cpu_of(p.session(), "blocked_worker")
+    assert got == pytest.approx(out["cpu"], rel=0.1), (got, out)
+
+
 def _perf_fds():
     out = []
     for fd in os.listdir("/proc/self/fd"):

@@ -10,21 +10,23 @@
  * found in /proc/self/task; closed at stop, in a forked child (the fds would
  * keep the parent's events alive past its stop), when the thread is gone.
  *
- * Blocks: an event stops after BLOCK overflows, which the kernel marks
+ * Blocks: an event stops after a block of overflows, which the kernel marks
  * POLL_HUP, and its thread's handler starts the next block with a new
  * period drawn around the mean (jitter). A real-time signal queues one entry
  * per overflow, and past RLIMIT_SIGPENDING the kernel sends SIGIO instead,
  * whose default action kills: a thread that blocks the signal has at most a
- * block queued. Redrawing the period restarts it, so it is redrawn per block,
- * not per sample (per sample, 100 µs gave 7,077 signals per CPU second of
- * 10,000). Kernel time counts where the kernel lets it (the signal lands as
+ * block queued. Redrawing the period restarts it, the time until the
+ * handler's ioctl uncounted: a block spans BLOCK_NS at least, of 1 to
+ * MAX_BLOCK periods (per sample, 100 µs gave 7,077 signals per CPU second of
+ * 10,000; at 50 Hz a period per block keeps a 40 ms program cycle from
+ * meeting the same phases for 8 samples). Kernel time counts where the kernel lets it (the signal lands as
  * the system call returns, in the frame that made it); at
  * perf_event_paranoid 2 an unprivileged process gets user-mode overflows only
  * (exclude_kernel), and code spending its CPU in system calls fewer samples
  * (each weighs its thread's CPU clock since its previous one, kernel time
  * included, so the totals do not move).
- * Never, in the handler: an fd not known as the calling thread's event (a
- * stale signal may name an fd the program has since opened).
+ * Never, in the handler: an fd not known as the calling thread's event and
+ * as a perf event (a stale signal may name an fd the program has reopened).
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
@@ -43,7 +45,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define BLOCK 8                 /* overflows per block: at most this many queued per thread */
+#define MAX_BLOCK 8             /* overflows per block: at most this many queued per thread */
+#define BLOCK_NS (2 * 1000 * 1000)
 #define FD_CAP 65536            /* fds above this are not tracked: their thread is not sampled */
 #define RESCAN_NS (100 * 1000 * 1000)   /* /proc/self/task read in full at least this often */
 
@@ -58,11 +61,16 @@ static uint32_t nevs, capevs;
 /* fd -> the tid whose event it is (0: none): what the handler checks */
 static _Atomic pid_t *fd_tid;
 static int64_t period_ns;
+static int block;               /* overflows per block at this period */
 static int signo;
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static nlink_t last_nlink;
 static int64_t last_full_ns;
 static char refusal[160];
+/* perf's fds share one anonymous inode: a program that closed ours and opened
+ * a file at the same number is not sent our ioctls */
+static dev_t perf_dev;
+static ino_t perf_ino;
 static int user_only;           /* the kernel refused kernel-mode counting: user mode only */
 
 static uint64_t draw(uint64_t *x)
@@ -172,10 +180,15 @@ int pp_cpuclock_usable(void)
         user_only = 1;
         fd = perf_open(0, 1000 * 1000);
     }
-    if (fd >= 0) {
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        perf_dev = st.st_dev;
+        perf_ino = st.st_ino;
         close(fd);
         return 1;
     }
+    if (fd >= 0)
+        close(fd);
     int e = errno;
     FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
     int paranoid = 0, have = f && fscanf(f, "%d", &paranoid) == 1;
@@ -252,6 +265,8 @@ int pp_cpuclock_start(int sig, int64_t interval_ns)
     pthread_mutex_lock(&ev_mu);
     signo = sig;
     period_ns = interval_ns;
+    block = (int)((BLOCK_NS + interval_ns - 1) / interval_ns);
+    block = block < 1 ? 1 : block > MAX_BLOCK ? MAX_BLOCK : block;
     rng ^= (uint64_t)pp_mono_ns();
     atomic_store(&S.disarmed, 0);
     last_nlink = 0;
@@ -299,11 +314,13 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
         return;
     int fd = info->si_fd;
     atomic_fetch_add(&S.arming, 1);
+    struct stat st;
     if (!atomic_load(&S.disarmed) && fd >= 0 && fd < FD_CAP && fd_tid
-        && atomic_load(&fd_tid[fd]) == self) {
+        && atomic_load(&fd_tid[fd]) == self && fstat(fd, &st) == 0
+        && st.st_ino == perf_ino && st.st_dev == perf_dev) {
         uint64_t p = block_period(r);
         (void)ioctl(fd, PERF_EVENT_IOC_PERIOD, &p);
-        (void)ioctl(fd, PERF_EVENT_IOC_REFRESH, BLOCK);
+        (void)ioctl(fd, PERF_EVENT_IOC_REFRESH, block);
     }
     atomic_fetch_sub(&S.arming, 1);
 }
