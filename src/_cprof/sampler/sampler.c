@@ -376,8 +376,7 @@ static void cpu_rearm(void)
 /* The signal the running (or last) sampler uses. */
 static int mode_signal(void)
 {
-    return S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER ? SIGPROF
-                                                                : atomic_load(&S.rt_signal);
+    return pp_on_itimer() ? SIGPROF : atomic_load(&S.rt_signal);
 }
 
 static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
@@ -392,7 +391,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
      * block's last); the same signal sent by a program, or a stale wall tick,
      * is no CPU sample, and a stale overflow no wall tick */
     int overflow = info && (info->si_code == POLL_IN || info->si_code == POLL_HUP);
-    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK) {
+    if (pp_on_task_clock()) {
         if (!overflow)
             goto out;
         pp_cpuclock_block_end(info, self_tid(), next_random());
@@ -405,7 +404,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
     if (!atomic_load_explicit(&S.active, memory_order_acquire)
         || atomic_load_explicit(&S.paused, memory_order_relaxed))
         goto out;
-    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && info && info->si_code == SI_KERNEL)
+    if (pp_on_itimer() && info && info->si_code == SI_KERNEL)
         cpu_rearm();
     int64_t now = pp_mono_ns();
     if (sl && kind == SIG_WAKE) {
@@ -554,7 +553,7 @@ static void check_takeover(void)
         return;
     int taken = !pp_sampler_handler_is_ours(mode_signal());
     struct itimerval it;
-    taken |= S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && !atomic_load(&S.paused)
+    taken |= pp_on_itimer() && !atomic_load(&S.paused)
              && getitimer(ITIMER_PROF, &it) == 0
              && (int64_t)it.it_interval.tv_sec * 1000000000
                 + (int64_t)it.it_interval.tv_usec * 1000 != S.interval_ns / 1000 * 1000;
@@ -601,8 +600,7 @@ static void *sampler_main(void *arg)
 {
     (void)arg;
     S.helper_tid = own_thread_init("pyprof-helper");
-    int clocked = S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK;
-    int64_t tick = S.mode == PP_SAMPLE_WALL || S.async || clocked ? SCAN_NS : DRAIN_NS;
+    int64_t tick = S.mode == PP_SAMPLE_WALL || S.async || pp_on_task_clock() ? SCAN_NS : DRAIN_NS;
     int64_t next = pp_mono_ns() + tick, next_drain = pp_mono_ns() + DRAIN_NS, flush_due = next_drain;
     int64_t next_refresh = 0, next_look = 0, last_look = 0;
     int looked = 0;
@@ -615,7 +613,7 @@ static void *sampler_main(void *arg)
         if (atomic_load(&S.stop))
             break;
         check_takeover();
-        if (clocked)
+        if (pp_on_task_clock())
             pp_cpuclock_scan(now);      /* threads threading did not start */
         /* new thread states: looked at every SCAN_NS at most (it takes the GIL) */
         int refresh = S.mode == PP_SAMPLE_WALL && now >= next_refresh
@@ -805,13 +803,13 @@ void pp_sampler_helper_resume(void)
     (void)start_helpers();
 }
 
-/* The task-clock events go on: they count user-mode CPU only, so a fork's
- * kernel work is never interrupted by the forking thread's own. */
+/* The task-clock events go on: a thread-directed signal does not make fork()
+ * start over (a process-wide one, as SIGPROF from ITIMER_PROF, may). */
 static void atfork_prepare(void)
 {
     if (atomic_load(&S.active)) {
         atomic_store(&S.paused, 1);
-        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
+        if (pp_on_itimer())
             cpu_timer_off();
     }
 }
@@ -819,7 +817,7 @@ static void atfork_prepare(void)
 static void atfork_parent(void)
 {
     if (atomic_load(&S.active)) {
-        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
+        if (pp_on_itimer())
             cpu_timer_on(S.interval_ns);
         atomic_store(&S.paused, 0);
     }
@@ -894,17 +892,18 @@ int pp_sampler_start(pp_sampling *p)
             sig = SIGPROF;
         }
     }
-    if (o->mode == PP_SAMPLE_WALL || source == PP_CPU_TASKCLOCK)
-        ;                               /* a signal of our own: the program's SIGPROF is its own */
-    else if (sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
+    /* elsewhere a signal of our own: the program's SIGPROF is its own */
+    int itimer = o->mode == PP_SAMPLE_CPU && source == PP_CPU_ITIMER;
+    if (itimer && sigaction(SIGPROF, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO
             ? cur.sa_sigaction != on_sample_signal
             : (cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN))) {
         PyErr_SetString(PyExc_RuntimeError,
                         "pyprof: the program already handles SIGPROF (another profiler?); "
-                        "pyprof's CPU-time sampler needs that signal (--wall does not)");
+                        "pyprof's CPU-time sampler on ITIMER_PROF needs that signal (--wall does not)");
         return -1;
     }
-    else if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
+    else if (itimer && getitimer(ITIMER_PROF, &it) == 0
+             && (it.it_value.tv_sec || it.it_value.tv_usec)) {
         PyErr_SetString(PyExc_RuntimeError,
                         "pyprof: the program already runs a profiling timer (ITIMER_PROF)");
         return -1;
@@ -985,7 +984,7 @@ int pp_sampler_start(pp_sampling *p)
         pthread_mutex_unlock(&pp_wall_mu);
     }
     /* before the helper: it is never given one */
-    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK
+    if (pp_on_task_clock()
         && pp_cpuclock_start(sig, S.interval_ns) != 0) {
         pp_cpuclock_stop();
         atomic_store(&S.active, 0);
@@ -995,7 +994,7 @@ int pp_sampler_start(pp_sampling *p)
         return -1;
     }
     if (start_helpers() != 0) {
-        if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK)
+        if (pp_on_task_clock())
             pp_cpuclock_stop();
         join_helpers();
         atomic_store(&S.active, 0);
@@ -1007,12 +1006,12 @@ int pp_sampler_start(pp_sampling *p)
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot start the sampler thread");
         return -1;
     }
-    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER && cpu_timer_on(S.interval_ns) != 0) {
+    if (pp_on_itimer() && cpu_timer_on(S.interval_ns) != 0) {
         pp_sampler_stop(p);
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    if (S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK)
+    if (S.mode == PP_SAMPLE_WALL || pp_on_task_clock())
         pp_wall_hook_threads(1);        /* a new thread gets its timer as it starts */
     if (S.mode == PP_SAMPLE_WALL)
         pp_wall_hook_pause(1);
@@ -1029,7 +1028,7 @@ int pp_sampler_start(pp_sampling *p)
 void pp_sampler_hook_threading(pp_sampling *p)
 {
     if (p == S.prof && atomic_load(&S.active)
-        && (S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK))
+        && (S.mode == PP_SAMPLE_WALL || pp_on_task_clock()))
         pp_wall_hook_threads(1);
 }
 
@@ -1040,7 +1039,7 @@ int pp_sampler_stop(pp_sampling *p)
     int own_process = S.pid == getpid();
     if (own_process)
         check_takeover();
-    if ((S.mode == PP_SAMPLE_WALL || S.source == PP_CPU_TASKCLOCK) && PyGILState_Check()) {
+    if ((S.mode == PP_SAMPLE_WALL || pp_on_task_clock()) && PyGILState_Check()) {
         pp_wall_hook_threads(0);
         pp_wall_hook_pause(0);
     }
@@ -1049,7 +1048,7 @@ int pp_sampler_stop(pp_sampling *p)
         wake_helper();
     else
         atomic_store(&S.stop, 1);
-    if (own_process && S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
+    if (own_process && pp_on_itimer())
         cpu_timer_off();
     else if (own_process && S.mode == PP_SAMPLE_CPU)
         pp_cpuclock_stop();

@@ -337,14 +337,6 @@ void pp_cpuclock_stop(void)
     pthread_mutex_unlock(&ev_mu);
 }
 
-uint32_t pp_cpuclock_threads(void)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < nevs; i++)
-        n += evs[i].fd >= 0;
-    return n;
-}
-
 void pp_cpuclock_atfork_child(void)
 {
     pthread_mutex_init(&ev_mu, NULL);

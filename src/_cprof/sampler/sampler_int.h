@@ -319,6 +319,17 @@ void pp_wall_hook_pause(int on);
  * that ran since its previous look, `since_ns` ago. Returns how many are parked. */
 uint32_t pp_wall_look(int64_t since_ns);
 
+/* CPU mode on its task-clock events; on ITIMER_PROF. */
+static inline int pp_on_task_clock(void)
+{
+    return S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_TASKCLOCK;
+}
+
+static inline int pp_on_itimer(void)
+{
+    return S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER;
+}
+
 /* ---- CPU mode's task-clock events (sampler_cpuclock.c) */
 /* Whether the kernel gives this process task-clock events (0: the reason is
  * pp_cpuclock_refusal's). */
@@ -337,7 +348,6 @@ void pp_cpuclock_thread_begins(pid_t tid);
 void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r);
 /* Every event closed; none sends a signal once this returns. */
 void pp_cpuclock_stop(void);
-uint32_t pp_cpuclock_threads(void);
 void pp_cpuclock_atfork_child(void);
 
 /* ---- the signals (sampler_signals.c) */

@@ -197,7 +197,7 @@ int pp_sampler_give_back_signals(void)
 
 const char *pp_sampler_hook(void)
 {
-    if (S.mode == PP_SAMPLE_CPU && S.source == PP_CPU_ITIMER)
+    if (pp_on_itimer())
         return "SIGPROF (ITIMER_PROF, process CPU time)";
     int sig = atomic_load(&S.rt_signal), k = S.mode == PP_SAMPLE_WALL;
     return sig > 0 && sig < 65 && hook_names[k][sig][0] ? hook_names[k][sig] : hook_kinds[k];
