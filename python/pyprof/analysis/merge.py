@@ -362,7 +362,7 @@ _MAX = {"snapshot_wall_ns", "format"}
 _ANY = {"enabled", "open_calls_counted", "lines", "paths", "timeline", "asyncio", "native",
         "handler_replaced"}
 _ALL = {"hooks_linked", "subcalls", "builtins"}
-_MIXED = {"mode": "mixed", "clock": "mixed", "hook": "mixed", "python": "mixed"}
+_MIXED = {"mode": "mixed", "clock": "mixed", "hook": "mixed", "python": "mixed", "timer": "mixed"}
 
 
 def merge_info(a: dict, b: dict) -> dict:

@@ -198,7 +198,7 @@ def _memstacks_frames(memory_stacks, functions):
 # {key: x, "*": x for the other keys} an object, a tuple: one of. Keys not
 # listed are not read by pyprof and may hold anything.
 _N, _S, _ANY = "n", "s", "?"
-_SAMPLING = {"mode": _S, "native": _ANY, **{k: (_N, None) for k in (
+_SAMPLING = {"mode": _S, "native": _ANY, "timer": _S, "timer_fallback": _S, **{k: (_N, None) for k in (
     "rate_requested", "interval_ns", "signals", "recorded", "dropped", "throttled",
     "other_threads", "drained", "truncated", "elapsed_s", "cpu_s", "rate_achieved",
     "parked", "woken", "idle_ticks")}}
