@@ -19,14 +19,16 @@
  * handler's ioctl uncounted: a block spans BLOCK_NS at least, of 1 to
  * MAX_BLOCK periods (per sample, 100 µs gave 7,077 signals per CPU second of
  * 10,000; at 50 Hz a period per block keeps a 40 ms program cycle from
- * meeting the same phases for 8 samples). Kernel time counts where the kernel lets it (the signal lands as
- * the system call returns, in the frame that made it); at
- * perf_event_paranoid 2 an unprivileged process gets user-mode overflows only
- * (exclude_kernel), and code spending its CPU in system calls fewer samples
- * (each weighs its thread's CPU clock since its previous one, kernel time
- * included, so the totals do not move).
- * Never, in the handler: an fd not known as the calling thread's event and
- * as a perf event (a stale signal may name an fd the program has reopened).
+ * meeting the same phases for 8 samples).
+ *
+ * Kernel time counts where the kernel lets it (the signal lands as the system
+ * call returns, in the frame that made it); at perf_event_paranoid 2 an
+ * unprivileged process gets user-mode overflows only (exclude_kernel), and
+ * code spending its CPU in system calls fewer samples (each weighs its
+ * thread's CPU clock since its previous one, kernel time included, so the
+ * totals do not move).
+ * Never, in the handler: an fd not known as the calling thread's event, by
+ * number and inode (a stale signal may name an fd the program has reopened).
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
@@ -52,14 +54,17 @@
 
 typedef struct {
     pid_t tid;
-    int fd;                     /* -1: one of pyprof's own threads, never given an event */
+    int fd;                     /* -1: never given one (pyprof's own; or the kernel refused) */
 } cc_event;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static cc_event *evs;
 static uint32_t nevs, capevs;
-/* fd -> the tid whose event it is (0: none): what the handler checks */
+/* fd -> the tid whose event it is (0: none), and the event's inode (a
+ * program that closed ours and opened a file at that number is not sent our
+ * ioctls): what the handler checks */
 static _Atomic pid_t *fd_tid;
+static ino_t *fd_ino;
 static int64_t period_ns;
 static int block;               /* overflows per block at this period */
 static int signo;
@@ -67,10 +72,6 @@ static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static nlink_t last_nlink;
 static int64_t last_full_ns;
 static char refusal[160];
-/* perf's fds share one anonymous inode: a program that closed ours and opened
- * a file at the same number is not sent our ioctls */
-static dev_t perf_dev;
-static ino_t perf_ino;
 static int user_only;           /* the kernel refused kernel-mode counting: user mode only */
 
 static uint64_t draw(uint64_t *x)
@@ -113,15 +114,17 @@ static int open_event(pid_t tid)
     if (fd < 0)
         return -1;
     struct f_owner_ex own = {F_OWNER_TID, tid};
+    struct stat st;
     int fl = fcntl(fd, F_GETFL);
-    if (fd >= FD_CAP || fl < 0 || fcntl(fd, F_SETOWN_EX, &own) != 0
+    if (fd >= FD_CAP || fl < 0 || fstat(fd, &st) != 0 || fcntl(fd, F_SETOWN_EX, &own) != 0
         || fcntl(fd, F_SETSIG, signo) != 0 || fcntl(fd, F_SETFL, fl | O_ASYNC) != 0) {
         int e = fd >= FD_CAP ? EMFILE : errno;
         close(fd);
         errno = e;
         return -1;
     }
-    atomic_store(&fd_tid[fd], tid);
+    fd_ino[fd] = st.st_ino;
+    atomic_store(&fd_tid[fd], tid);     /* publishes fd_ino[fd] */
     if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
         int e = errno;
         atomic_store(&fd_tid[fd], 0);
@@ -180,15 +183,10 @@ int pp_cpuclock_usable(void)
         user_only = 1;
         fd = perf_open(0, 1000 * 1000);
     }
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0) {
-        perf_dev = st.st_dev;
-        perf_ino = st.st_ino;
+    if (fd >= 0) {
         close(fd);
         return 1;
     }
-    if (fd >= 0)
-        close(fd);
     int e = errno;
     FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
     int paranoid = 0, have = f && fscanf(f, "%d", &paranoid) == 1;
@@ -257,8 +255,9 @@ static int sync_tasks(void)
 
 int pp_cpuclock_start(int sig, int64_t interval_ns)
 {
-    if (fd_tid == NULL) {
-        fd_tid = calloc(FD_CAP, sizeof *fd_tid);
+    if (fd_tid == NULL) {                /* untouched pages until used */
+        fd_ino = calloc(FD_CAP, sizeof *fd_ino);
+        fd_tid = fd_ino ? calloc(FD_CAP, sizeof *fd_tid) : NULL;
         if (fd_tid == NULL)
             return -1;
     }
@@ -316,8 +315,7 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
     atomic_fetch_add(&S.arming, 1);
     struct stat st;
     if (!atomic_load(&S.disarmed) && fd >= 0 && fd < FD_CAP && fd_tid
-        && atomic_load(&fd_tid[fd]) == self && fstat(fd, &st) == 0
-        && st.st_ino == perf_ino && st.st_dev == perf_dev) {
+        && atomic_load(&fd_tid[fd]) == self && fstat(fd, &st) == 0 && st.st_ino == fd_ino[fd]) {
         uint64_t p = block_period(r);
         (void)ioctl(fd, PERF_EVENT_IOC_PERIOD, &p);
         (void)ioctl(fd, PERF_EVENT_IOC_REFRESH, block);
