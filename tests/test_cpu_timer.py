@@ -256,6 +256,32 @@ def test_events_are_closed_at_stop_and_in_a_forked_child():
 
 
 @needs_task_clock
+def test_a_program_closing_the_events_loses_none_of_its_files(tmp_path):
+    """A program may close every fd it did not open (a daemon does) and open
+    files that get those numbers: pyprof never closes nor sends an ioctl to
+    them, and gives the threads new events (the helper's next full look)."""
+    p = pyprof.Profile(mode="sample", rate=1000)
+    p.enable()
+    try:
+        ours = _perf_fds()
+        for fd in ours:
+            os.close(fd)
+        files = [os.open(tmp_path / f"f{i}", os.O_RDWR | os.O_CREAT) for i in range(len(ours))]
+        assert set(files) & set(ours)                  # the numbers are the program's now
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.4:
+            spin(2000)
+        again = _perf_fds()
+    finally:
+        p.disable()
+    for fd in files:
+        os.write(fd, b"still mine")                    # open, and a file: not an event
+        os.close(fd)
+    assert again, "no event opened again"
+    assert _cpu_of(p.session(), "spin") > 0.15, p.session().info["sampling"]
+
+
+@needs_task_clock
 def test_the_programs_sigprof_and_itimer_stay_its_own_in_cpu_mode(tmp_path):
     """With task-clock events CPU mode needs no SIGPROF: a program's own
     handler and ITIMER_PROF run as without pyprof, and its work is sampled."""

@@ -27,8 +27,9 @@
  * code spending its CPU in system calls fewer samples (each weighs its
  * thread's CPU clock since its previous one, kernel time included, so the
  * totals do not move).
- * Never, in the handler: an fd not known as the calling thread's event, by
- * number and inode (a stale signal may name an fd the program has reopened).
+ * Never: an ioctl or close on an fd not known as our event, by number and the
+ * kernel's event id (a program may close fds it did not open, and a stale
+ * signal name one it has reopened).
  */
 #define _GNU_SOURCE
 #include "sampler_int.h"
@@ -55,16 +56,17 @@
 typedef struct {
     pid_t tid;
     int fd;                     /* -1: never given one (pyprof's own; or the kernel refused) */
+    uint64_t id;                /* the kernel's id of the event (PERF_EVENT_IOC_ID) */
 } cc_event;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static cc_event *evs;
 static uint32_t nevs, capevs;
-/* fd -> the tid whose event it is (0: none), and the event's inode (a
- * program that closed ours and opened a file at that number is not sent our
- * ioctls): what the handler checks */
+/* fd -> the tid whose event it is (0: none), and the event's id (a program
+ * that closed ours and opened a file at that number is not sent our ioctls):
+ * what the handler checks */
 static _Atomic pid_t *fd_tid;
-static ino_t *fd_ino;
+static uint64_t *fd_id;
 static int64_t period_ns;
 static int block;               /* overflows per block at this period */
 static int signo;
@@ -104,27 +106,35 @@ static int perf_open(pid_t tid, uint64_t first)
     return (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 }
 
+/* Whether fd is still the event `id` (a program may close every fd it did
+ * not open, and open a file that gets the number). Async-signal-safe. */
+static int still_ours(int fd, uint64_t id)
+{
+    uint64_t now;
+    return fd >= 0 && ioctl(fd, PERF_EVENT_IOC_ID, &now) == 0 && now == id;
+}
+
 /* ev_mu held: an event on `tid`, its first overflow at a uniform point of
  * the first period (a thread's first sample weighs one period: the drain),
  * then blocks. -1 and errno. */
-static int open_event(pid_t tid)
+static int open_event(pid_t tid, uint64_t *id)
 {
     uint64_t first = 1 + draw(&rng) % (uint64_t)period_ns;
     int fd = perf_open(tid, first < 10000 ? 10000 : first);
     if (fd < 0)
         return -1;
     struct f_owner_ex own = {F_OWNER_TID, tid};
-    struct stat st;
     int fl = fcntl(fd, F_GETFL);
-    if (fd >= FD_CAP || fl < 0 || fstat(fd, &st) != 0 || fcntl(fd, F_SETOWN_EX, &own) != 0
+    if (fd >= FD_CAP || fl < 0 || ioctl(fd, PERF_EVENT_IOC_ID, id) != 0
+        || fcntl(fd, F_SETOWN_EX, &own) != 0
         || fcntl(fd, F_SETSIG, signo) != 0 || fcntl(fd, F_SETFL, fl | O_ASYNC) != 0) {
         int e = fd >= FD_CAP ? EMFILE : errno;
         close(fd);
         errno = e;
         return -1;
     }
-    fd_ino[fd] = st.st_ino;
-    atomic_store(&fd_tid[fd], tid);     /* publishes fd_ino[fd] */
+    fd_id[fd] = *id;
+    atomic_store(&fd_tid[fd], tid);     /* publishes fd_id[fd] */
     if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
         int e = errno;
         atomic_store(&fd_tid[fd], 0);
@@ -135,21 +145,38 @@ static int open_event(pid_t tid)
     return fd;
 }
 
-static void close_event(int fd)
+/* An event let go: closed if its fd is still it (never a file of the
+ * program's), forgotten by the handler's table if the table still names it. */
+static void close_event(const cc_event *e)
 {
-    if (fd < 0)
+    if (e->fd < 0)
         return;
-    atomic_store(&fd_tid[fd], 0);
-    close(fd);
+    if (fd_id[e->fd] == e->id)
+        atomic_store(&fd_tid[e->fd], 0);
+    if (still_ours(e->fd, e->id))
+        close(e->fd);
 }
 
-static int add_event(pid_t tid, int fd)
+static int add_event(pid_t tid, int fd, uint64_t id)
 {
     if (pp_sampler_grow_array((void **)&evs, &capevs, nevs + 1, sizeof *evs) < 0)
         return -1;
-    evs[nevs].tid = tid;
-    evs[nevs].fd = fd;
+    evs[nevs] = (cc_event){tid, fd, id};
     nevs++;
+    return 0;
+}
+
+/* ev_mu held: `tid` gets an event (fd -1: none could be had); -1 and errno
+ * when the thread is gone. */
+static int give_event(pid_t tid, int own)
+{
+    uint64_t id = 0;
+    int fd = own ? -1 : open_event(tid, &id);
+    if (fd < 0 && errno == ESRCH)
+        return -1;
+    cc_event e = {tid, fd, id};
+    if (add_event(tid, fd, id) < 0)
+        close_event(&e);
     return 0;
 }
 
@@ -232,23 +259,18 @@ static int sync_tasks(void)
     qsort(live, nlive, sizeof *live, by_tid);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < nevs; i++) {
-        if (nlive && bsearch(&evs[i].tid, live, nlive, sizeof *live, by_tid))
+        if (nlive && bsearch(&evs[i].tid, live, nlive, sizeof *live, by_tid)
+            && (evs[i].fd < 0 || still_ours(evs[i].fd, evs[i].id)))
             evs[kept++] = evs[i];
         else
-            close_event(evs[i].fd);
+            close_event(&evs[i]);       /* gone; or closed by the program: opened again below */
     }
     nevs = kept;
     uint32_t had = nevs;
     qsort(evs, had, sizeof *evs, by_tid);      /* by tid, its first member */
-    for (uint32_t i = 0; i < nlive; i++) {
-        if (had && bsearch(&live[i], evs, had, sizeof *evs, by_tid))
-            continue;
-        int fd = own_thread(live[i]) ? -1 : open_event(live[i]);
-        if (fd < 0 && errno == ESRCH)
-            continue;                   /* ended meanwhile */
-        if (add_event(live[i], fd) < 0)
-            close_event(fd);
-    }
+    for (uint32_t i = 0; i < nlive; i++)
+        if (!had || !bsearch(&live[i], evs, had, sizeof *evs, by_tid))
+            (void)give_event(live[i], own_thread(live[i]));     /* -1: ended meanwhile */
     free(live);
     return 0;
 }
@@ -256,8 +278,8 @@ static int sync_tasks(void)
 int pp_cpuclock_start(int sig, int64_t interval_ns)
 {
     if (fd_tid == NULL) {                /* untouched pages until used */
-        fd_ino = calloc(FD_CAP, sizeof *fd_ino);
-        fd_tid = fd_ino ? calloc(FD_CAP, sizeof *fd_tid) : NULL;
+        fd_id = calloc(FD_CAP, sizeof *fd_id);
+        fd_tid = fd_id ? calloc(FD_CAP, sizeof *fd_tid) : NULL;
         if (fd_tid == NULL)
             return -1;
     }
@@ -299,11 +321,8 @@ void pp_cpuclock_thread_begins(pid_t tid)
     uint32_t i = 0;
     while (i < nevs && evs[i].tid != tid)
         i++;
-    if (i == nevs && !atomic_load(&S.disarmed)) {
-        int fd = open_event(tid);
-        if (fd >= 0 && add_event(tid, fd) < 0)
-            close_event(fd);
-    }
+    if (i == nevs && !atomic_load(&S.disarmed))
+        (void)give_event(tid, 0);
     pthread_mutex_unlock(&ev_mu);
 }
 
@@ -313,9 +332,8 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
         return;
     int fd = info->si_fd;
     atomic_fetch_add(&S.arming, 1);
-    struct stat st;
     if (!atomic_load(&S.disarmed) && fd >= 0 && fd < FD_CAP && fd_tid
-        && atomic_load(&fd_tid[fd]) == self && fstat(fd, &st) == 0 && st.st_ino == fd_ino[fd]) {
+        && atomic_load(&fd_tid[fd]) == self && still_ours(fd, fd_id[fd])) {
         uint64_t p = block_period(r);
         (void)ioctl(fd, PERF_EVENT_IOC_PERIOD, &p);
         (void)ioctl(fd, PERF_EVENT_IOC_REFRESH, block);
@@ -325,21 +343,25 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
 
 void pp_cpuclock_stop(void)
 {
+    if (fd_tid == NULL)
+        return;
     atomic_store(&S.disarmed, 1);
     while (atomic_load(&S.arming) > 0)     /* a handler starting a block now */
         sched_yield();
     pthread_mutex_lock(&ev_mu);
     for (uint32_t i = 0; i < nevs; i++)
-        close_event(evs[i].fd);
+        close_event(&evs[i]);
     nevs = 0;
     pthread_mutex_unlock(&ev_mu);
 }
 
 void pp_cpuclock_atfork_child(void)
 {
+    if (fd_tid == NULL)
+        return;
     pthread_mutex_init(&ev_mu, NULL);
     atomic_store(&S.disarmed, 1);
     for (uint32_t i = 0; i < nevs; i++)
-        close_event(evs[i].fd);
+        close_event(&evs[i]);
     nevs = 0;
 }
