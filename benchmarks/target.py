@@ -133,6 +133,7 @@ CONFIGS = {
     # 250 Hz to 10 kHz; ITIMER_PROF (at most the kernel's tick, whatever is asked)
     **{f"pyprof-cpu-{name}": (lambda r=r: _pyprof_sample(rate=r, cpu_timer="task-clock"))
        for name, r in (("250", 250), ("1k", 1000), ("4k", 4000), ("10k", 10000))},
+    "pyprof-itimer": lambda: _pyprof_sample(cpu_timer="itimer"),
     "pyprof-itimer-1k": lambda: _pyprof_sample(rate=1000, cpu_timer="itimer"),
     # run under an out-of-process sampler (py-spy, austin) or in-process from
     # its own launcher (scalene): nothing to start here
