@@ -1,14 +1,13 @@
 """CPU mode's timers (docs/sampling.md, "CPU timers"): a task-clock event per
 thread reaches the rate asked, each sample still weighs its thread's CPU
 since its previous one, new threads get their event as they start, a forked
-child holds none, a program's own SIGPROF and ITIMER_PROF stay its own; a
-kernel that refuses the events (here: a seccomp filter) gives ITIMER_PROF
-and one note."""
+child holds none, a program closing fds it did not open loses none of its
+files; a kernel that refuses the events (here: a seccomp filter) gives
+ITIMER_PROF and one note. A program's own SIGPROF and ITIMER_PROF under
+them: tests/test_program_signals.py."""
 import os
 import platform
 import signal
-import sys
-import textwrap
 import threading
 import time
 
@@ -279,43 +278,6 @@ def test_a_program_closing_the_events_loses_none_of_its_files(tmp_path):
         os.close(fd)
     assert again, "no event opened again"
     assert _cpu_of(p.session(), "spin") > 0.15, p.session().info["sampling"]
-
-
-@needs_task_clock
-def test_the_programs_sigprof_and_itimer_stay_its_own_in_cpu_mode(tmp_path):
-    """With task-clock events CPU mode needs no SIGPROF: a program's own
-    handler and ITIMER_PROF run as without pyprof, and its work is sampled."""
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent("""
-        import signal, time
-        got = 0
-        def on_prof(signum, frame):
-            global got
-            got += 1
-        def work(n):
-            s = 0
-            for i in range(n):
-                s += i * i
-            return s
-        signal.signal(signal.SIGPROF, on_prof)
-        c0 = time.process_time()
-        signal.setitimer(signal.ITIMER_PROF, 0.05, 0.05)
-        while time.process_time() - c0 < 0.5:
-            work(20_000)
-        interval = signal.getitimer(signal.ITIMER_PROF)[1]
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        print("itimer", got, time.process_time() - c0, interval)
-    """))
-    r = run_pyprof(["--sample", "--rate", "1000", "-o", "out.cprof", str(script)], tmp_path,
-                   env=clean_env())
-    assert r.returncode == 0 and "replaced" not in r.stderr, r.stderr
-    _, got, cpu, interval = r.stdout.split()
-    assert float(interval) == pytest.approx(0.05)
-    assert 1 <= int(got) <= float(cpu) / 0.05 + 2, r.stdout
-    s = Session.load(tmp_path / "out.cprof")
-    assert s.info["sampling"]["timer"] == "task-clock"
-    assert s.info["sampling"]["handler_replaced"] is False
-    assert _cpu_of(s, "work") > 0.3, s.info["sampling"]
 
 
 # A seccomp filter that makes perf_event_open fail with EACCES, then the

@@ -12,10 +12,10 @@ from pyprof import Session
 from support import clean_env, run_pyprof, run_python
 
 
-def _run(tmp_path, code, *args):
+def _run(tmp_path, code, *args, mode="--wall"):
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(code))
-    r = run_pyprof(["--sample", "--wall", "--rate", "1000", *args, "-o", "out.cprof",
+    r = run_pyprof(["--sample", mode, "--rate", "1000", *args, "-o", "out.cprof",
                     str(script)], tmp_path, env=clean_env())
     assert r.returncode == 0, r.stderr
     assert "replaced" not in r.stderr, r.stderr
@@ -100,6 +100,33 @@ def test_own_sigprof_handler_and_profiling_timer_under_wall_mode(tmp_path):
     assert 1 <= got <= cpu / 0.05 + 2, out
     assert _weight_in(s, "work") > 0, s.info["sampling"]
     assert s.info["hook"].startswith("SIGRTMAX"), s.info["hook"]
+    assert s.info["sampling"]["handler_replaced"] is False
+
+
+def _cpu_timer():
+    p = pyprof.Profile(mode="sample")
+    p.enable()
+    p.disable()
+    return p.sampling_timer
+
+
+def test_own_sigprof_handler_and_profiling_timer_under_cpu_mode(tmp_path):
+    """CPU mode on task-clock events ticks on the same real-time signal as
+    wall mode: the program's SIGPROF handler and ITIMER_PROF are its own, as
+    above (docs/sampling.md, "CPU timers")."""
+    timer, why = _cpu_timer()
+    if timer != "task-clock":
+        pytest.skip(f"the kernel refuses task-clock events here ({why})")
+    out, s = _run(tmp_path, OWN_SIGPROF, mode="--cpu")
+    own = next(ln for ln in out if ln.startswith("own")).split()
+    assert own[1] == own[2] == "300", out
+    itimer = next(ln for ln in out if ln.startswith("itimer")).split()
+    got, cpu, interval = int(itimer[1]), float(itimer[2]), float(itimer[3])
+    assert interval == pytest.approx(0.05), out              # not touched by pyprof
+    assert 1 <= got <= cpu / 0.05 + 2, out
+    assert _weight_in(s, "work") > 0.3, s.info["sampling"]
+    assert s.info["hook"].endswith("(per-thread CPU-clock events)"), s.info["hook"]
+    assert s.info["sampling"]["timer"] == "task-clock"
     assert s.info["sampling"]["handler_replaced"] is False
 
 
