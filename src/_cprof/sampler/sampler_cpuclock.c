@@ -256,7 +256,8 @@ static int sync_tasks(void)
         live[nlive++] = (pid_t)atoi(e->d_name);
     }
     closedir(d);
-    qsort(live, nlive, sizeof *live, by_tid);
+    if (nlive > 1)
+        qsort(live, nlive, sizeof *live, by_tid);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < nevs; i++) {
         if (nlive && bsearch(&evs[i].tid, live, nlive, sizeof *live, by_tid)
@@ -267,7 +268,8 @@ static int sync_tasks(void)
     }
     nevs = kept;
     uint32_t had = nevs;
-    qsort(evs, had, sizeof *evs, by_tid);      /* by tid, its first member */
+    if (had > 1)                                /* never qsort(NULL, 0): UB */
+        qsort(evs, had, sizeof *evs, by_tid);   /* by tid, its first member */
     for (uint32_t i = 0; i < nlive; i++)
         if (!had || !bsearch(&live[i], evs, had, sizeof *evs, by_tid))
             (void)give_event(live[i], own_thread(live[i]));     /* -1: ended meanwhile */
