@@ -45,3 +45,12 @@ def run_pyprof(args, cwd=None, **kw):
 def pyprof(*args, **kw):
     """run_pyprof with the arguments spread: pyprof("view", path, cwd=d)."""
     return run_pyprof(args, **kw)
+
+
+def seconds_in(session, name) -> float:
+    """Seconds the samples whose stack has function `name` weigh."""
+    total = 0
+    for (_, sid, _), c in session.samples.items():
+        if any(session.functions[f].name == name for f, _ in session.stacks[sid].frames):
+            total += c.weight
+    return total / 1e9

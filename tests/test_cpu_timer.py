@@ -15,7 +15,7 @@ import pytest
 
 import pyprof
 from pyprof import Session
-from support import clean_env, run_pyprof, run_python
+from support import clean_env, run_pyprof, run_python, seconds_in
 
 
 def _timer_here():
@@ -37,15 +37,6 @@ def spin(n):
     return x
 
 
-def _cpu_of(session, name):
-    """CPU seconds of the samples whose stack has function `name`."""
-    total = 0
-    for (_, sid, _), c in session.samples.items():
-        if any(session.functions[f].name == name for f, _ in session.stacks[sid].frames):
-            total += c.weight
-    return total / 1e9
-
-
 @needs_task_clock
 @pytest.mark.parametrize("rate", [1000, 4000])
 def test_cpu_mode_reaches_the_rate_asked(rate):
@@ -65,7 +56,7 @@ def test_cpu_mode_reaches_the_rate_asked(rate):
     assert asked == rate and got >= 0.8 * rate, si
     assert si["recorded"] >= 0.8 * rate * 0.6, si
     # the samples weigh the CPU they stand for: their sum is the thread's CPU
-    weight = _cpu_of(s, "test_cpu_mode_reaches_the_rate_asked")
+    weight = seconds_in(s, "test_cpu_mode_reaches_the_rate_asked")
     assert weight == pytest.approx(cpu, rel=0.05, abs=2 / rate), (weight, cpu)
 
 
@@ -100,7 +91,7 @@ def test_known_split_at_4khz_against_the_threads_own_clock():
             spent[f.__name__] += time.thread_time() - t0
     p.disable()
     s = p.session()
-    got = {name: _cpu_of(s, name) for name in spent}
+    got = {name: seconds_in(s, name) for name in spent}
     n = sum(c.count for c in s.samples.values())
     assert n >= 3000, s.info["sampling"]
     for name in spent:
@@ -134,7 +125,7 @@ def test_short_threads_keep_their_cpu():
     p.disable()
     s = p.session()
     total = sum(cpu)
-    got = _cpu_of(s, "short")
+    got = seconds_in(s, "short")
     # 400 ms in 5 ms periods: ~80 samples; Poisson noise ~11 %
     assert got == pytest.approx(total, rel=0.35), (got, total, s.info["sampling"])
     threads = {t for (t, sid, _), c in s.samples.items()
@@ -165,7 +156,7 @@ def test_a_thread_threading_did_not_start_is_found_by_the_helper():
     done.acquire()
     p.disable()
     s = p.session()
-    got = _cpu_of(s, "other")
+    got = seconds_in(s, "other")
     # what it ran before the helper's next look (every 10 ms, 100 ms at most) is not sampled
     assert spent[0] - 0.15 <= got <= spent[0] * 1.05 + 0.002, (got, spent, s.info["sampling"])
 
@@ -204,7 +195,7 @@ def test_a_thread_that_blocks_the_signal_has_a_block_queued_at_most():
     t.join()
     p.disable()
     assert out["queued"] - base <= 8 + 2, (out, base)
-    got = _cpu_of(p.session(), "blocked_worker")
+    got = seconds_in(p.session(), "blocked_worker")
     assert got == pytest.approx(out["cpu"], rel=0.1), (got, out)
 
 
@@ -276,7 +267,7 @@ def test_a_program_closing_the_events_loses_none_of_its_files(tmp_path):
         os.write(fd, b"still mine")                    # open, and a file: not an event
         os.close(fd)
     assert again, "no event opened again"
-    assert _cpu_of(p.session(), "spin") > 0.15, p.session().info["sampling"]
+    assert seconds_in(p.session(), "spin") > 0.15, p.session().info["sampling"]
 
 
 # A seccomp filter that makes perf_event_open fail with EACCES, then the
@@ -332,7 +323,7 @@ def test_a_kernel_that_refuses_the_events_gives_itimer_and_one_note(tmp_path):
     si = s.info["sampling"]
     assert si["timer"] == "itimer" and si["timer_fallback"].startswith("perf_event_open:"), si
     assert s.info["hook"] == "SIGPROF (ITIMER_PROF, process CPU time)"
-    assert _cpu_of(s, "work") > 0.3, si
+    assert seconds_in(s, "work") > 0.3, si
 
     # asked for by name: one line, exit 2
     r = run_python(["refuse.py", "-m", "pyprof", "--sample", "--cpu-timer", "task-clock",

@@ -9,7 +9,7 @@ import pytest
 
 import pyprof
 from pyprof import Session
-from support import clean_env, run_pyprof, run_python
+from support import clean_env, run_pyprof, run_python, seconds_in
 
 
 def _run(tmp_path, code, *args, mode="--wall"):
@@ -20,15 +20,6 @@ def _run(tmp_path, code, *args, mode="--wall"):
     assert r.returncode == 0, r.stderr
     assert "replaced" not in r.stderr, r.stderr
     return r.stdout.split("\n"), Session.load(tmp_path / "out.cprof")
-
-
-def _weight_in(session, name):
-    """Seconds of the samples whose stack has function `name`."""
-    total = 0
-    for (_, sid, _), x in session.samples.items():
-        if any(session.functions[fid].name == name for fid, _ in session.stacks[sid].frames):
-            total += x.weight
-    return total / 1e9
 
 
 OWN_SIGPROF = """
@@ -86,23 +77,6 @@ OWN_SIGPROF = """
 """
 
 
-def test_own_sigprof_handler_and_profiling_timer_under_wall_mode(tmp_path):
-    """The program's SIGPROF handler gets exactly the signals it sends itself
-    (to the process, to its main thread, to another thread), and its own
-    ITIMER_PROF no more than the CPU time gives; the capture has its work.
-    Before, the wall ticks (SIGPROF) went to its handler."""
-    out, s = _run(tmp_path, OWN_SIGPROF)
-    own = next(ln for ln in out if ln.startswith("own")).split()
-    assert own[1] == own[2] == "300", out
-    itimer = next(ln for ln in out if ln.startswith("itimer")).split()
-    got, cpu, interval = int(itimer[1]), float(itimer[2]), float(itimer[3])
-    assert interval == pytest.approx(0.05), out              # not touched by pyprof
-    assert 1 <= got <= cpu / 0.05 + 2, out
-    assert _weight_in(s, "work") > 0, s.info["sampling"]
-    assert s.info["hook"].startswith("SIGRTMAX"), s.info["hook"]
-    assert s.info["sampling"]["handler_replaced"] is False
-
-
 def _cpu_timer():
     p = pyprof.Profile(mode="sample")
     p.enable()
@@ -110,23 +84,28 @@ def _cpu_timer():
     return p.sampling_timer
 
 
-def test_own_sigprof_handler_and_profiling_timer_under_cpu_mode(tmp_path):
-    """CPU mode on task-clock events ticks on the same real-time signal as
-    wall mode: the program's SIGPROF handler and ITIMER_PROF are its own, as
-    above (docs/sampling.md, "CPU timers")."""
-    timer, why = _cpu_timer()
-    if timer != "task-clock":
-        pytest.skip(f"the kernel refuses task-clock events here ({why})")
-    out, s = _run(tmp_path, OWN_SIGPROF, mode="--cpu")
+@pytest.mark.parametrize("mode", ["--wall", "--cpu"])
+def test_own_sigprof_handler_and_profiling_timer_beside_the_sampler(tmp_path, mode):
+    """The program's SIGPROF handler gets exactly the signals it sends itself
+    (to the process, to its main thread, to another thread), and its own
+    ITIMER_PROF no more than the CPU time gives; the capture has its work.
+    Before, the wall ticks (SIGPROF) went to its handler. CPU mode on
+    task-clock events ticks on the same real-time signal as wall mode
+    (docs/sampling.md, "CPU timers")."""
+    if mode == "--cpu" and _cpu_timer()[0] != "task-clock":
+        pytest.skip(f"the kernel refuses task-clock events here ({_cpu_timer()[1]})")
+    out, s = _run(tmp_path, OWN_SIGPROF, mode=mode)
     own = next(ln for ln in out if ln.startswith("own")).split()
     assert own[1] == own[2] == "300", out
     itimer = next(ln for ln in out if ln.startswith("itimer")).split()
     got, cpu, interval = int(itimer[1]), float(itimer[2]), float(itimer[3])
     assert interval == pytest.approx(0.05), out              # not touched by pyprof
     assert 1 <= got <= cpu / 0.05 + 2, out
-    assert _weight_in(s, "work") > 0.3, s.info["sampling"]
-    assert s.info["hook"].endswith("(per-thread CPU-clock events)"), s.info["hook"]
-    assert s.info["sampling"]["timer"] == "task-clock"
+    assert seconds_in(s, "work") > (0.3 if mode == "--cpu" else 0), s.info["sampling"]
+    assert s.info["hook"].startswith("SIGRTMAX"), s.info["hook"]
+    assert s.info["hook"].endswith("(per-thread CPU-clock events)" if mode == "--cpu"
+                                   else "(per-thread wall-clock timers)"), s.info["hook"]
+    assert s.info["sampling"]["timer"] == ("task-clock" if mode == "--cpu" else "wall-clock")
     assert s.info["sampling"]["handler_replaced"] is False
 
 
@@ -172,7 +151,7 @@ def test_pause_is_ended_by_the_programs_signal_not_a_tick(tmp_path, native):
     line = next(ln for ln in out if ln.startswith("pause")).split()
     assert line[1] == "1" and float(line[2]) >= 0.25, out
     assert "raised from the handler" in out, out
-    assert _weight_in(s, "idle") >= 0.5 * float(line[2]), (out, s.info["sampling"])
+    assert seconds_in(s, "idle") >= 0.5 * float(line[2]), (out, s.info["sampling"])
 
 
 def test_pause_replaced_only_while_wall_sampling():
