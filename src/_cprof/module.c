@@ -45,7 +45,7 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
         return -1;
     static const char *const cpu_timers[] = {"auto", "task-clock", "itimer"};
     int cpu_timer_ix = -1;
-    for (int i = 0; i < 3 && cpu_timer; i++)
+    for (int i = 0; cpu_timer && i < (int)(sizeof cpu_timers / sizeof *cpu_timers); i++)
         if (strcmp(cpu_timer, cpu_timers[i]) == 0)
             cpu_timer_ix = i;
     if (cpu_timer_ix < 0) {

@@ -394,7 +394,8 @@ static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
     if (pp_on_task_clock()) {
         if (!overflow)
             goto out;
-        pp_cpuclock_block_end(info, self_tid(), next_random());
+        if (info->si_code == POLL_HUP)  /* a block's last: 1 in 1-8 samples */
+            pp_cpuclock_block_end(info, self_tid(), next_random());
     }
     else if (S.mode == PP_SAMPLE_WALL && overflow)
         goto out;

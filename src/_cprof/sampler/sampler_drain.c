@@ -293,7 +293,7 @@ static void drain_locked(pp_sampling *p)
      * of its first period (sampler_cpuclock.c), so one period; the process
      * timer's, the process's CPU per signal */
     first_weight = S.mode != PP_SAMPLE_CPU ? 0
-                 : S.source == PP_CPU_TASKCLOCK ? S.interval_ns : pp_sampler_cpu_interval();
+                 : pp_on_task_clock() ? S.interval_ns : pp_sampler_cpu_interval();
     pthread_mutex_lock(&ring_mu);
     for (size_t off = 0; off < spill_used;) {
         const rawrec *r = (const rawrec *)(spill + off);

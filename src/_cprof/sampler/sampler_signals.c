@@ -117,8 +117,9 @@ static void name_hooks(int sig)
 }
 
 /* The real-time signal (wall mode's ticks, CPU mode's task-clock events):
- * the one an earlier start took while our handler is still on it, else the highest real-time signal the program leaves at
- * SIG_DFL and no thread of it blocks (a blocked one may be a thread's
+ * the one an earlier start took while our handler is still on it, else the
+ * highest real-time signal the program leaves at SIG_DFL and no thread of it
+ * blocks (a blocked one may be a thread's
  * sigwait's or signalfd's: our ticks would reach it as its own signals).
  * From SIGRTMAX down: the C library and most programs take theirs from
  * SIGRTMIN up. 0: none free. */

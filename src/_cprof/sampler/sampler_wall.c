@@ -420,7 +420,7 @@ static void thread_begins(PyObject *name)
     PyThreadState *ts = PyThreadState_Get();
     pid_t tid = (pid_t)syscall(SYS_gettid);
     if (S.mode == PP_SAMPLE_CPU) {      /* CPU mode's task-clock events */
-        if (S.source == PP_CPU_TASKCLOCK)
+        if (pp_on_task_clock())
             pp_cpuclock_thread_begins(tid);
         name_thread(ts, tid, name);
         return;
