@@ -111,22 +111,36 @@ class TestPyprofUnderCPythonSuite(_Base):
 
 # --- other tools see what they would see without pyprof -------------------
 
-def _unittest_outcome(tmp_path, module, pyprof_args=None, dropped=("pyprof: note:",)):
-    """Run CPython's test module, alone (pyprof_args None) or under
-    `python -m pyprof ARGS`: what unittest says (tests run, the failing ones,
-    the last line but pyprof's lines starting with one of `dropped`)."""
-    import re
+def _unittest_start(tmp_path, module, pyprof_args=None):
+    """Start CPython's test module, alone (pyprof_args None) or under
+    `python -m pyprof ARGS`; _unittest_end reads what it says."""
     import subprocess
     cmd = [sys.executable]
     if pyprof_args is not None:
         cmd += ["-m", "pyprof", *pyprof_args, "-o", str(tmp_path / "o.cprof")]
-    r = subprocess.run(cmd + ["-m", "unittest", f"test.{module}"], capture_output=True,
-                       text=True, timeout=300, cwd=tmp_path)
-    ran = re.search(r"^Ran (\d+) tests?", r.stderr, re.M)
-    bad = sorted(re.findall(r"^(?:FAIL|ERROR): (.*)$", r.stderr, re.M))
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith(dropped)]
+    return subprocess.Popen(cmd + ["-m", "unittest", f"test.{module}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+def _unittest_end(proc, dropped=("pyprof: note:",)):
+    """What unittest said: (status, tests run, the failing ones, the last line
+    but pyprof's lines starting with one of `dropped`)."""
+    import re
+    import subprocess
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    ran = re.search(r"^Ran (\d+) tests?", err, re.M)
+    bad = sorted(re.findall(r"^(?:FAIL|ERROR): (.*)$", err, re.M))
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith(dropped)]
     last = lines[-1] if lines else ""
-    return r.returncode, ran and ran.group(1), bad, last
+    return proc.returncode, ran and ran.group(1), bad, last
+
+
+def _unittest_outcome(tmp_path, module, pyprof_args=None, dropped=("pyprof: note:",)):
+    return _unittest_end(_unittest_start(tmp_path, module, pyprof_args), dropped)
 
 
 _MODES = {"functions": [], "sample": ["--sample"], "memory": ["--memory"],
@@ -160,15 +174,32 @@ def _cpu_timer():
 
 
 @pytest.fixture(scope="module")
-def plain_test_signal(tmp_path_factory):
+def signal_suites(tmp_path_factory):
+    """test_signal alone and under each mode, the runs side by side (each
+    mostly waits: a minute each, one after the other): what each said, by
+    mode (None: alone)."""
     import importlib.util
     if importlib.util.find_spec("test.test_signal") is None:
         pytest.skip("this interpreter ships without CPython's test.test_signal")
-    return _unittest_outcome(tmp_path_factory.mktemp("plain"), "test_signal")
+    runs = {None: _unittest_start(tmp_path_factory.mktemp("plain"), "test_signal")}
+    for mode, args in _SIGNAL_MODES.items():
+        if "--native" not in args or "libunwind" in pyprof._cprof.FEATURES:
+            runs[mode] = _unittest_start(tmp_path_factory.mktemp(mode), "test_signal", args)
+    outcomes = {}
+
+    def outcome(mode, dropped=("pyprof: note:",)):
+        if mode not in outcomes:
+            outcomes[mode] = _unittest_end(runs[mode], dropped)
+        return outcomes[mode]
+    yield outcome
+    for proc in runs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.parametrize("mode", list(_SIGNAL_MODES))
-def test_cpython_signal_suite_unchanged_under_sampling(mode, plain_test_signal, tmp_path):
+def test_cpython_signal_suite_unchanged_under_sampling(mode, signal_suites):
     """A program's own signals, interval timers and signal.pause() behave as
     without pyprof: wall mode ticks on a real-time signal of its own
     (docs/sampling.md; --wall's SIGPROF failed test_itimer_real, and at 1 kHz
@@ -182,5 +213,5 @@ def test_cpython_signal_suite_unchanged_under_sampling(mode, plain_test_signal, 
     dropped = ("pyprof: note:",)
     if mode == "cpu" and _cpu_timer() == "itimer":
         dropped += ("pyprof: warning: the program replaced",)
-    under = _unittest_outcome(tmp_path, "test_signal", _SIGNAL_MODES[mode], dropped)
-    assert under == plain_test_signal, (plain_test_signal, under)
+    plain, under = signal_suites(None), signal_suites(mode, dropped)
+    assert under == plain, (plain, under)

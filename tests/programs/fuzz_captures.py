@@ -500,15 +500,20 @@ def fuzz(n, seed, keep, workdir, python=sys.executable, batch=50, log=print) -> 
         files.append(path)
     # the unmutated captures must pass every reader too
     files[:0] = list(seeds.values())
-    failing, nloaded = {}, 0
+    failing, nloaded, done = {}, 0, 0
     t0 = time.monotonic()
-    for b in range(0, len(files), batch):
-        for p, (loaded, fails) in run_files(files[b:b + batch], python).items():
-            nloaded += bool(loaded)
-            if fails:
-                failing[p] = fails
-        log(f"  {min(b + batch, len(files))}/{len(files)} files, {nloaded} loaded, "
-            f"{len(failing)} failing, {time.monotonic() - t0:.0f} s")
+    # batches in worker processes, as many at once as there are CPUs (two here)
+    from concurrent.futures import ThreadPoolExecutor
+    batches = [files[b:b + batch] for b in range(0, len(files), batch)]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        for got in pool.map(lambda chunk: run_files(chunk, python), batches):
+            for p, (loaded, fails) in got.items():
+                nloaded += bool(loaded)
+                if fails:
+                    failing[p] = fails
+            done += len(got)
+            log(f"  {done}/{len(files)} files, {nloaded} loaded, "
+                f"{len(failing)} failing, {time.monotonic() - t0:.0f} s")
     if failing and keep:
         os.makedirs(keep, exist_ok=True)
         for p, fails in failing.items():
