@@ -142,6 +142,35 @@ def test_periodic_flush_survives_os_exit(tmp_path):
     assert not [f for f in os.listdir(tmp_path) if ".tmp." in f]
 
 
+@pytest.mark.parametrize("kw", [{}, {"lines": True}, {"mode": "sample"},
+                                {"mode": "sample", "wall": True}, {"mode": "memory"}],
+                         ids=["function", "lines", "cpu", "wall", "memory"])
+def test_a_profiler_left_enabled_ends_with_the_program(tmp_path, kw):
+    """A program that never disables its profiler ends as without pyprof (the
+    profiler is disabled at exit, before the interpreter tears down what
+    disabling uses; it crashed the process there on 3.11-3.13 before); a
+    flush_to capture then holds the whole run, final."""
+    out = tmp_path / "left.cprof"
+    prog = textwrap.dedent(f"""
+        import pyprof
+        def work(n):
+            return sum(i * i for i in range(n))
+        p = pyprof.Profile(flush_to={str(out)!r}, **{kw!r})
+        if {kw.get("lines", False)!r}:
+            p.add_function(work)
+        p.enable()
+        print(work(300_000))
+    """)
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", (r.returncode, r.stderr[-2000:])
+    assert r.stdout == f"{sum(i * i for i in range(300_000))}\n"
+    s = Session.load(out)
+    assert s.final and not s.info["enabled"], s.info
+    if not kw:
+        work = next(f for f, fn in s.functions.items() if fn.name == "work")
+        assert s.function_totals()[work].calls == 1
+
+
 def test_write_to_unwritable_path_is_a_clear_error(capture, tmp_path):
     prof = capture[1]
     with pytest.raises(pyprof.PyprofError, match="cannot write"):

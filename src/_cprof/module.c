@@ -125,15 +125,28 @@ static PyObject *profiler_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
+/* A profiler still enabled when it goes (3.11: the hook holds a borrowed
+ * pointer; 3.12+: the interpreter's finalization drops the monitoring
+ * callbacks that held it) is disabled first, here: the object is alive
+ * (resurrected for the call), so what disabling references and lets go of
+ * never frees it under its dealloc. */
+static void profiler_finalize(PyObject *op)
+{
+    pp_profiler *self = (pp_profiler *)op;
+    if (!self->run.enabled)
+        return;
+    pp_err_state es;
+    pp_err_save(&es);
+    if (pp_profiler_disable(self) < 0)
+        PyErr_WriteUnraisable(op);
+    pp_err_restore(&es);
+}
+
 static void profiler_dealloc(pp_profiler *self)
 {
+    if (PyObject_CallFinalizerFromDealloc((PyObject *)self) < 0)
+        return;                         /* resurrected */
     PyObject_GC_UnTrack(self);
-    if (self->run.enabled) {
-        /* Unreachable while hooks hold it on 3.12+; on 3.11 the hook holds a
-         * borrowed pointer, so remove it before the memory goes away. */
-        if (pp_profiler_disable(self) < 0)
-            PyErr_WriteUnraisable((PyObject *)self);
-    }
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
     Py_CLEAR(self->run.tr.timer);
@@ -636,6 +649,7 @@ PyTypeObject pp_profiler_type = {
     .tp_name = "pyprof._cprof.Profiler",
     .tp_basicsize = sizeof(pp_profiler),
     .tp_dealloc = (destructor)profiler_dealloc,
+    .tp_finalize = profiler_finalize,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "Profiler(timer=None, timeunit=0.0, subcalls=True, builtins=True)\n\n"
               "The C core of pyprof.Profile: deterministic function profiling.",
@@ -873,6 +887,19 @@ static PyObject *mod_run_program(PyObject *m, PyObject *args)
     return PyEval_EvalCode(code, globals, globals);
 }
 
+/* atexit: a profiler still enabled when the program ends is disabled while
+ * the interpreter still has all it needs (sys.monitoring, threading, the
+ * sampler's threads); in its finalization, disabling it would call into
+ * what is being torn down. The program's atexit functions registered after
+ * pyprof was imported (its reports, dumps) run before this one. */
+static PyObject *mod_disable_at_exit(PyObject *m, PyObject *unused)
+{
+    (void)m; (void)unused;
+    if (pp_profiler_disable_all() < 0)
+        PyErr_WriteUnraisable(NULL);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"run_program", mod_run_program, METH_VARARGS,
      "run_program(code, globals)\nexec(code, globals), unrecorded: the program's <module> is "
@@ -924,6 +951,8 @@ static PyMethodDef module_methods[] = {
      "other-process layouts that its own structures contradict (frames.c)."},
     {"native_stack_depth", mod_native_depth, METH_NOARGS,
      "Frames on this thread's native stack via libunwind, -1 when built without it."},
+    {"_disable_at_exit", mod_disable_at_exit, METH_NOARGS,
+     "_disable_at_exit()\nDisable the enabled profiler (registered with atexit)."},
     {NULL},
 };
 
@@ -972,6 +1001,14 @@ PyMODINIT_FUNC PyInit__cprof(void)
                            Py_BuildValue("(ii)", PP_FORMAT_MAJOR, PP_FORMAT_MINOR)) < 0)
         goto fail;
     if (PyModule_AddStringConstant(m, "HOOK", pp_tracer_default_hook) < 0)
+        goto fail;
+    PyObject *atexit = PyImport_ImportModule("atexit");
+    PyObject *at_exit = atexit ? PyObject_GetAttrString(m, "_disable_at_exit") : NULL;
+    PyObject *r = at_exit ? PyObject_CallMethod(atexit, "register", "O", at_exit) : NULL;
+    Py_XDECREF(r);
+    Py_XDECREF(at_exit);
+    Py_XDECREF(atexit);
+    if (r == NULL)
         goto fail;
     return m;
 fail:

@@ -333,6 +333,23 @@ pp_profiler *pp_profiler_active(void)
     return pp_active;
 }
 
+int pp_profiler_disable_all(void)
+{
+    int rc = 0;
+    for (int i = 0; i < 2 && pp_active != NULL; i++) {  /* the active one, then the background */
+        pp_profiler *p = pp_active;
+        rc |= pp_profiler_disable(p) < 0;
+        /* a capture flushed while it ran (flush_to) ends final, with the whole run */
+        char err[256];
+        if (p->flush_path && (long)getpid() == p->owner_pid
+            && pp_profiler_write(p, p->flush_path, 1, err, sizeof err) < 0) {
+            fprintf(stderr, "pyprof: the last flush to %s failed: %s\n", p->flush_path, err);
+            PyErr_Clear();
+        }
+    }
+    return rc ? -1 : 0;
+}
+
 /* A detach (docs/attach.md): with no profiler enabled or suspended, what the
  * engines keep installed between runs is given back. The tracer keeps
  * nothing (stop frees the tool id and unsets the hooks). */

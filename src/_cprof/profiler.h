@@ -49,6 +49,10 @@ int pp_profiler_thread_paused(pp_profiler *p);
 int pp_profiler_release(int *signal_done, int *memory_done);
 /* The enabled profiler of this process, or NULL. */
 pp_profiler *pp_profiler_active(void);
+/* GIL held, at the interpreter's exit (atexit, before its modules go): the
+ * enabled profiler disabled, and the background one it suspended; each with
+ * a flush path (flush_to) writes it a last time, final. */
+int pp_profiler_disable_all(void);
 /* capture.h's snapshot, step and write, the engines settled first (the
  * sampler's ring drained): capture only reads what it is handed. */
 PyObject *pp_profiler_snapshot(pp_profiler *p, int flags);
