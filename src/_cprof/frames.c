@@ -33,6 +33,7 @@ const size_t pp_iframe_owner_offset = offsetof(_PyInterpreterFrame, owner);
 const char pp_frame_owned_by_generator = FRAME_OWNED_BY_GENERATOR;
 /* 3.11: a frame object's switch for line events (C trace functions included). */
 const size_t pp_frame_trace_lines_offset = offsetof(struct _frame, f_trace_lines);
+const size_t pp_frame_trace_opcodes_offset = offsetof(struct _frame, f_trace_opcodes);
 #endif
 
 /* The calling thread's thread state (NULL if it never ran Python), and
@@ -220,6 +221,41 @@ int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *trunca
     return walk(ts, &top, top.lo && top.hi > top.lo, out, max, truncated, &coro);
 }
 
+int pp_frames_opcode_now(PyObject *code, uint32_t offset)
+{
+    if (offset >= (uint32_t)Py_SIZE(code))
+        return -1;
+    return *(const uint8_t *)&_PyCode_CODE((PyCodeObject *)code)[offset];
+}
+
+static int read_opcodes;         /* pp_frames_read_opcodes */
+
+void pp_frames_read_opcodes(int on)
+{
+    read_opcodes = on;
+}
+
+/* The opcode at `off` of the code object `co` as the interpreter has it now
+ * (specialized, adaptive or instrumented), as PP_RAW_OPCODE flags; 0 outside
+ * its code. The first byte of a code unit is its opcode on every version and
+ * byte order. Checked reads, in one system call: a half-linked frame's code
+ * may be stale (see above), and another thread may be specializing it. */
+static uint32_t opcode_flags(uintptr_t co, ptrdiff_t off)
+{
+    if (!read_opcodes || off < 0)
+        return 0;
+    Py_ssize_t size = 0;
+    uint8_t unit[2];
+    struct iovec local[2] = {{&size, sizeof size}, {unit, sizeof unit}};
+    struct iovec remote[2] = {
+        {&((PyVarObject *)co)->ob_size, sizeof size},
+        {(void *)&_PyCode_CODE((PyCodeObject *)co)[off], sizeof unit}};  /* address only */
+    if (process_vm_readv(self_pid, local, 2, remote, 2, 0) != (ssize_t)(sizeof size + sizeof unit)
+        || off >= size)
+        return 0;
+    return PP_RAW_OPCODE | (uint32_t)unit[0] << 8;
+}
+
 static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe *out, int max,
                 int *truncated, uintptr_t *coro)
 {
@@ -261,7 +297,7 @@ static int walk(PyThreadState *ts, const span *chunks, int nchunks, pp_rawframe 
         }
         out[n].code = co;
         out[n].offset = off < 0 || off > 0x7FFFFFFF ? 0 : (uint32_t)off;
-        out[n].flags = 0;
+        out[n].flags = n == 0 ? opcode_flags(co, off) : 0;     /* the instruction running */
         if (kind == 2 && f->owner == FRAME_OWNED_BY_GENERATOR && p > GEN_FRAME_OFFSET) {
             out[n].flags |= PP_RAW_CORO;
             *coro = p - GEN_FRAME_OFFSET;

@@ -30,12 +30,20 @@
 
 /* A frame as the sampler's signal handler records it: resolved to names and
  * lines later, with the GIL held. */
-enum { PP_RAW_ENTRY = 1, PP_RAW_CORO = 2 };
+enum { PP_RAW_ENTRY = 1, PP_RAW_CORO = 2, PP_RAW_OPCODE = 4 };
 typedef struct {
     uintptr_t code;             /* PyCodeObject *, alive when read; checked again when drained */
     uint32_t offset;            /* instruction, in code units */
-    uint32_t flags;             /* PP_RAW_ENTRY; PP_RAW_CORO: a coroutine's own frame */
+    uint32_t flags;             /* PP_RAW_ENTRY; PP_RAW_CORO: a coroutine's own frame;
+                                 * PP_RAW_OPCODE: the innermost frame's opcode as it ran
+                                 * then (specialized, adaptive or instrumented) is
+                                 * pp_raw_opcode's */
 } pp_rawframe;
+
+static inline int pp_raw_opcode(const pp_rawframe *f)
+{
+    return f->flags & PP_RAW_OPCODE ? (int)(f->flags >> 8 & 0xFF) : -1;
+}
 
 /* Async-signal-safe (frames.c): the calling thread's state and its frames. */
 PyThreadState *pp_signal_tstate(int *attached);
@@ -100,6 +108,13 @@ PyObject *pp_weakref_get(PyObject *ref);
 int pp_frames_walk_own(PyThreadState *ts, pp_rawframe *out, int max, int *truncated);
 /* Before sampling starts (after a fork too): the process id for checked reads. */
 void pp_frames_init(void);
+/* GIL held, code alive: the opcode at `offset` (code units) of `code` as the
+ * interpreter has it now (specialized, adaptive or instrumented); -1 past
+ * its end. */
+int pp_frames_opcode_now(PyObject *code, uint32_t offset);
+/* Whether the walks read the innermost frame's opcode (PP_RAW_OPCODE): one
+ * checked read more per stack. Set before sampling starts. */
+void pp_frames_read_opcodes(int on);
 /* A code object is being freed (GIL held): forget that it was one. */
 void pp_frames_forget_code(PyObject *code);
 
@@ -226,6 +241,13 @@ extern const size_t pp_frame_trace_lines_offset;
 static inline void pp_frame_stop_line_events(PyFrameObject *frame)
 {
     *((char *)frame + pp_frame_trace_lines_offset) = 0;
+}
+/* 3.11, --opcodes: a frame object's switch for the trace hook's OPCODE events. */
+extern const size_t pp_frame_trace_opcodes_offset;
+
+static inline void pp_frame_trace_opcodes(PyFrameObject *frame)
+{
+    *((char *)frame + pp_frame_trace_opcodes_offset) = 1;
 }
 #endif
 

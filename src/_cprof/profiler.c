@@ -302,12 +302,14 @@ int pp_profiler_disable(pp_profiler *p)
         pp_active = NULL;
         pp_threads_activate(NULL);
     }
-    r->enabled_ns += pp_clock_monotonic_ns() - r->enabled_since_ns;
     if (r->gc)
         pp_gcwatch_stop();
     int rc = r->memory && pp_memory_stop(&r->mem) < 0 ? -1 : 0;
     if (!r->memory_only && (r->sampling ? pp_sampler_stop(&r->sm) : pp_tracer_stop(&r->tr)) < 0)
         rc = -1;
+    /* the window holds every engine's run: a sampled thread's CPU in it is at
+     * most its length */
+    r->enabled_ns += pp_clock_monotonic_ns() - r->enabled_since_ns;
     /* Calls still open end now, as cProfile's flush_unmatched does. */
     pp_tracer_end_calls(&r->tr);
     if (rc == 0 && (r->tr.oom || r->threads.oom)) {
@@ -384,6 +386,7 @@ void pp_profiler_clear(pp_profiler *p)
     pp_run *r = &p->run;
     pp_samples_clear(&r->sm.samples);
     pp_tasks_clear(&r->sm.tasks);
+    r->sm.ndebts = 0;
     pp_tracer_coro_clear(&r->tr);
     pp_cntbase_free(&r->step_samples);
     pp_cntbase_free(&r->step_memory);

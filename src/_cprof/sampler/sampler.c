@@ -115,28 +115,6 @@ static int64_t thread_cpu_ns(void)
 
 /* ------------------------------------------------------------- handler */
 
-/* Signal handler context. The time a sample stands for: CPU mode, the
- * thread's CPU clock since its last recorded sample (CPU timers fire at most
- * once per kernel tick, whatever the rate asked); wall mode, the wall time
- * since then (coalesced signals). A thread's first sample of a run weighs
- * one interval: in CPU mode the process's CPU per signal, given by the drain
- * (sampler_drain.c says why), 0 here. */
-static int64_t sample_weight(int64_t now, int64_t *clock_now)
-{
-    int64_t base;
-    if (S.mode == PP_SAMPLE_CPU) {
-        *clock_now = thread_cpu_ns();
-        if (s_tls.run != S.run)
-            return 0;
-        base = s_tls.last;
-    }
-    else {
-        *clock_now = now;
-        base = s_tls.run == S.run ? s_tls.last : now - S.interval_ns;
-    }
-    return *clock_now > base ? *clock_now - base : 0;
-}
-
 /* This thread's kernel id, read once per run (a forked child's differs). */
 static pid_t self_tid(void)
 {
@@ -145,6 +123,31 @@ static pid_t self_tid(void)
         s_tls.tid_run = S.run;
     }
     return s_tls.tid;
+}
+
+/* Signal handler context. The time a sample stands for: CPU mode, the
+ * thread's CPU clock since its last recorded sample (CPU timers fire at most
+ * once per kernel tick, whatever the rate asked); wall mode, the wall time
+ * since then (coalesced signals). A thread's first sample of a run: on a
+ * task-clock event, its CPU since the event opened; on ITIMER_PROF, one
+ * interval of the process's CPU per signal, given by the drain
+ * (sampler_drain.c says why), 0 here. */
+static int64_t sample_weight(const siginfo_t *info, int64_t now, int64_t *clock_now)
+{
+    int64_t base;
+    if (S.mode == PP_SAMPLE_CPU) {
+        *clock_now = thread_cpu_ns();
+        if (s_tls.run != S.run && !(pp_on_task_clock()
+                                    && pp_cpuclock_first_base(info, self_tid(), &base)))
+            return 0;
+        if (s_tls.run == S.run)
+            base = s_tls.last;
+    }
+    else {
+        *clock_now = now;
+        base = s_tls.run == S.run ? s_tls.last : now - S.interval_ns;
+    }
+    return *clock_now > base ? *clock_now - base : 0;
 }
 
 /* The wall-mode slot a signal names (its timers' or the helper's), or NULL:
@@ -477,7 +480,7 @@ static void on_sample_signal(int sig, siginfo_t *info, void *uctx)
         weight = now > prev ? now - prev : 0;
     }
     else {
-        weight = sample_weight(now, &clock_now);
+        weight = sample_weight(info, now, &clock_now);
     }
 
     /* CPU mode: what the thread runs after its last sample no sample sees;
@@ -505,6 +508,15 @@ out:
 }
 
 /* ---------------------------------------------------- helper and ticker */
+
+/* GIL held, after a drain: the threads whose task-clock events ended. */
+static void drain_ends(pp_sampling *p)
+{
+    pp_cpuclock_end *ends;
+    uint32_t n = pp_cpuclock_take_ends(&ends);
+    pp_sampler_drain_ends(p, ends, n);
+    free(ends);
+}
 
 /* The helper sleeps on a condition variable, so that stop() wakes it at once
  * (joining it must not wait out a drain period). */
@@ -660,6 +672,8 @@ static void *sampler_main(void *arg)
                 else if (asked)
                     pp_async_asked(S.prof, asked);
                 pp_sampler_drain(S.prof);
+                if (pp_on_task_clock())
+                    drain_ends(S.prof);     /* threads gone: after their last samples */
                 if (look) {
                     int64_t cost_before = S.prof->tasks.own->last_look_ns;
                     pp_async_look_end(S.prof, now);
@@ -920,6 +934,7 @@ int pp_sampler_start(pp_sampling *p)
         }
     }
     pp_frames_init();
+    pp_frames_read_opcodes(o->opcodes);
     if (init_wake() < 0) {
         PyErr_SetString(PyExc_RuntimeError, "pyprof: cannot set up the sampler thread");
         return -1;
@@ -1066,6 +1081,8 @@ int pp_sampler_stop(pp_sampling *p)
     if (S.async)
         pp_async_stop_begin(p, S.stopped_ns);
     pp_sampler_drain(p);
+    if (pp_on_task_clock())
+        drain_ends(p);
     if (S.mode == PP_SAMPLE_CPU) {
         if (S.past_interval_ns != S.interval_ns) {
             S.past_cpu_ns = 0;
@@ -1139,6 +1156,9 @@ int pp_sampling_init(pp_sampling *p, PyObject *owner, pp_registry *reg, pp_threa
 
 void pp_sampling_free(pp_sampling *p)
 {
+    free(p->debts);
+    p->debts = NULL;
+    p->ndebts = p->capdebts = 0;
     pp_samples_free(&p->samples);
     pp_async_free(p);
     Py_CLEAR(p->root);

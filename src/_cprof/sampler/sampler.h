@@ -52,6 +52,20 @@ typedef struct {
     int64_t weight_ns;
 } pp_sampleent;
 
+/* --opcodes: samples by instruction and opcode as it ran (the innermost
+ * frame's read by the handler: specialized, adaptive or instrumented; a
+ * caller's, its CALL, read when drained), per thread: `count` and `weight_ns`
+ * where it is the innermost frame's (self), `total_*` where it is on the
+ * stack at all (once per sample); where it stands in the source
+ * (co_positions: line, end line and 0-based UTF-8 byte columns, PP_NONE where
+ * the compiler gave none). */
+typedef struct {
+    uint32_t thread, fid, offset, opcode;
+    uint32_t line, end_line, col, end_col;
+    uint64_t count, total_count;
+    int64_t weight_ns, total_weight_ns;
+} pp_insnent;
+
 typedef struct pp_samples {
     uint64_t *frames;           /* fid << 32 | line */
     uint32_t nframes, capframes;
@@ -64,6 +78,10 @@ typedef struct pp_samples {
     uint32_t nsamples, capsamples;
     pp_index sampleidx;
     pp_index linecache;         /* fid << 32 | offset -> line */
+    pp_insnent *insns;          /* --opcodes */
+    uint32_t ninsns, capinsns;
+    pp_index insnidx;
+    pp_index insnstart;         /* --opcodes: fid << 32 | offset -> its instruction's offset + 1 */
     uint64_t drained, truncated, foreign;
 } pp_samples;
 
@@ -74,6 +92,7 @@ typedef struct {
     int async;                  /* asyncio tasks: samples under <task NAME> (sampler_async.c) */
     int cpu_timer;              /* CPU mode: PP_CPU_AUTO (task-clock where the kernel allows
                                  * it, else ITIMER_PROF), or one of them */
+    int opcodes;                /* samples by the innermost instruction too (pp_insnent) */
 } pp_sample_opts;
 /* The rates a sampler takes (Hz): a task-clock period below 100 µs would be
  * mostly the handler's own CPU. */
@@ -113,6 +132,13 @@ typedef struct {
     int64_t gap_ns;             /* the longest time between two looks */
 } pp_tasks;
 
+/* CPU mode on task-clock events: a thread's CPU that no sample of an
+ * earlier run saw, carried to its next first sample (sampler_drain.c). */
+typedef struct {
+    uint32_t tid;
+    int64_t ns;
+} pp_cpu_debt;
+
 /* One profiler's sampling state: the options, the stack table the samples
  * end up in, where the program's frames begin. */
 typedef struct pp_sampling {
@@ -126,6 +152,8 @@ typedef struct pp_sampling {
     PyObject *root;             /* code of the runner's frame: stacks are cut below it */
     PyObject *program;          /* the program's code the runner runs (else: runner's work) */
     char warn_replaced;         /* warn once if the program takes our signal back */
+    pp_cpu_debt *debts;         /* by kernel tid, across this profiler's runs */
+    uint32_t ndebts, capdebts;
     /* periodic work of the owner (a flush), from the helper with the GIL */
     void (*periodic)(void *arg);
     void *periodic_arg;

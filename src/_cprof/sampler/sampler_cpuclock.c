@@ -57,6 +57,7 @@ typedef struct {
     pid_t tid;
     int fd;                     /* -1: never given one (pyprof's own; or the kernel refused) */
     uint64_t id;                /* the kernel's id of the event (PERF_EVENT_IOC_ID) */
+    int64_t cpu0;               /* the thread's CPU clock when its event opened */
 } cc_event;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -67,6 +68,10 @@ static uint32_t nevs, capevs;
  * what the handler checks */
 static _Atomic pid_t *fd_tid;
 static uint64_t *fd_id;
+static int64_t *fd_cpu0;        /* the event's thread's CPU clock at open: its first sample's base */
+/* Threads whose events ended (gone, or the run stopped), for the drain: ev_mu held */
+static pp_cpuclock_end *ends;
+static uint32_t nends, capends;
 static int64_t period_ns;
 static int block;               /* overflows per block at this period */
 static int signo;
@@ -117,9 +122,16 @@ static int still_ours(int fd, uint64_t id)
 /* ev_mu held: an event on `tid`, its first overflow at a uniform point of
  * the first period (a thread's first sample weighs one period: the drain),
  * then blocks. -1 and errno. */
-static int open_event(pid_t tid, uint64_t *id)
+static int open_event(pid_t tid, uint64_t *id, int64_t *cpu0)
 {
     uint64_t first = 1 + draw(&rng) % (uint64_t)period_ns;
+    struct timespec c;
+    /* before the event counts: its first sample weighs the CPU since */
+    if (clock_gettime(pp_thread_cpu_clock(tid), &c) != 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    *cpu0 = pp_ts_ns(c);
     int fd = perf_open(tid, first < 10000 ? 10000 : first);
     if (fd < 0)
         return -1;
@@ -134,7 +146,8 @@ static int open_event(pid_t tid, uint64_t *id)
         return -1;
     }
     fd_id[fd] = *id;
-    atomic_store(&fd_tid[fd], tid);     /* publishes fd_id[fd] */
+    fd_cpu0[fd] = *cpu0;
+    atomic_store(&fd_tid[fd], tid);     /* publishes fd_id[fd] and fd_cpu0[fd] */
     if (ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) != 0) {
         int e = errno;
         atomic_store(&fd_tid[fd], 0);
@@ -157,12 +170,11 @@ static void close_event(const cc_event *e)
         close(e->fd);
 }
 
-static int add_event(pid_t tid, int fd, uint64_t id)
+static int add_event(const cc_event *e)
 {
     if (pp_sampler_grow_array((void **)&evs, &capevs, nevs + 1, sizeof *evs) < 0)
         return -1;
-    evs[nevs] = (cc_event){tid, fd, id};
-    nevs++;
+    evs[nevs++] = *e;
     return 0;
 }
 
@@ -170,14 +182,37 @@ static int add_event(pid_t tid, int fd, uint64_t id)
  * when the thread is gone. */
 static int give_event(pid_t tid, int own)
 {
-    uint64_t id = 0;
-    int fd = own ? -1 : open_event(tid, &id);
-    if (fd < 0 && errno == ESRCH)
+    cc_event e = {tid, -1, 0, 0};
+    if (!own)
+        e.fd = open_event(tid, &e.id, &e.cpu0);
+    if (e.fd < 0 && errno == ESRCH)
         return -1;
-    cc_event e = {tid, fd, id};
-    if (add_event(tid, fd, id) < 0)
+    if (add_event(&e) < 0)
         close_event(&e);
     return 0;
+}
+
+/* ev_mu held: the thread of event `e` ran `cpu_ns` of CPU under it (alive:
+ * its CPU clock; gone: the event's own count), for the drain (pp_cpuclock_end). */
+static void note_end(const cc_event *e, int gone)
+{
+    if (e->fd < 0 || !still_ours(e->fd, e->id))
+        return;                         /* none; or the program closed it: no count to read */
+    pp_cpuclock_end end = {e->tid, gone, 0};
+    struct timespec c;
+    uint64_t count;
+    if (!gone && clock_gettime(pp_thread_cpu_clock(e->tid), &c) == 0)
+        end.cpu_ns = pp_ts_ns(c) - e->cpu0;
+    else if (read(e->fd, &count, sizeof count) == (ssize_t)sizeof count) {
+        end.gone = 1;                   /* ended meanwhile: what the kernel counted */
+        end.cpu_ns = (int64_t)count;
+    }
+    else
+        return;
+    if (end.cpu_ns < 0 || pp_sampler_grow_array((void **)&ends, &capends, nends + 1,
+                                                sizeof *ends) < 0)
+        return;
+    ends[nends++] = end;
 }
 
 /* Whether thread `tid` is one of pyprof's own (named pyprof-*): those block
@@ -260,11 +295,14 @@ static int sync_tasks(void)
         qsort(live, nlive, sizeof *live, by_tid);
     uint32_t kept = 0;
     for (uint32_t i = 0; i < nevs; i++) {
-        if (nlive && bsearch(&evs[i].tid, live, nlive, sizeof *live, by_tid)
-            && (evs[i].fd < 0 || still_ours(evs[i].fd, evs[i].id)))
+        int alive = nlive && bsearch(&evs[i].tid, live, nlive, sizeof *live, by_tid);
+        if (alive && (evs[i].fd < 0 || still_ours(evs[i].fd, evs[i].id)))
             evs[kept++] = evs[i];
-        else
+        else {
+            if (!alive)
+                note_end(&evs[i], 1);
             close_event(&evs[i]);       /* gone; or closed by the program: opened again below */
+        }
     }
     nevs = kept;
     uint32_t had = nevs;
@@ -281,11 +319,13 @@ int pp_cpuclock_start(int sig, int64_t interval_ns)
 {
     if (fd_tid == NULL) {                /* untouched pages until used */
         fd_id = calloc(FD_CAP, sizeof *fd_id);
-        fd_tid = fd_id ? calloc(FD_CAP, sizeof *fd_tid) : NULL;
+        fd_cpu0 = fd_id ? calloc(FD_CAP, sizeof *fd_cpu0) : NULL;
+        fd_tid = fd_cpu0 ? calloc(FD_CAP, sizeof *fd_tid) : NULL;
         if (fd_tid == NULL)
             return -1;
     }
     pthread_mutex_lock(&ev_mu);
+    nends = 0;
     signo = sig;
     period_ns = interval_ns;
     block = (int)((BLOCK_NS + interval_ns - 1) / interval_ns);
@@ -328,6 +368,15 @@ void pp_cpuclock_thread_begins(pid_t tid)
     pthread_mutex_unlock(&ev_mu);
 }
 
+int pp_cpuclock_first_base(const siginfo_t *info, pid_t self, int64_t *cpu0)
+{
+    int fd = info ? info->si_fd : -1;
+    if (fd < 0 || fd >= FD_CAP || fd_tid == NULL || atomic_load(&fd_tid[fd]) != self)
+        return 0;
+    *cpu0 = fd_cpu0[fd];
+    return 1;
+}
+
 void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
 {
     if (info == NULL || info->si_code != POLL_HUP)
@@ -351,10 +400,26 @@ void pp_cpuclock_stop(void)
     while (atomic_load(&S.arming) > 0)     /* a handler starting a block now */
         sched_yield();
     pthread_mutex_lock(&ev_mu);
-    for (uint32_t i = 0; i < nevs; i++)
+    for (uint32_t i = 0; i < nevs; i++) {
+        note_end(&evs[i], 0);
         close_event(&evs[i]);
+    }
     nevs = 0;
     pthread_mutex_unlock(&ev_mu);
+}
+
+uint32_t pp_cpuclock_take_ends(pp_cpuclock_end **out)
+{
+    pthread_mutex_lock(&ev_mu);
+    uint32_t n = nends;
+    *out = NULL;
+    if (n) {
+        *out = ends;
+        ends = NULL;
+        nends = capends = 0;
+    }
+    pthread_mutex_unlock(&ev_mu);
+    return n;
 }
 
 void pp_cpuclock_atfork_child(void)
@@ -366,4 +431,5 @@ void pp_cpuclock_atfork_child(void)
     for (uint32_t i = 0; i < nevs; i++)
         close_event(&evs[i]);
     nevs = 0;
+    nends = 0;                          /* the parent's threads */
 }

@@ -121,8 +121,84 @@ static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw
     return at + 1;
 }
 
+/* CPU mode on task-clock events: what each thread's samples weighed in this
+ * run so far (pyprof's own included), and its last stack and state (PP_NONE:
+ * pyprof's own), by kernel tid; for the end of its event (drain_ends). */
+typedef struct {
+    uint32_t tid, thread, stack, state;
+    int64_t seen;
+    uint32_t insn_fid, insn_offset;     /* --opcodes: its last sample's instruction */
+    int insn_op;
+} cpu_run;
+static cpu_run *runs;
+static uint32_t nruns, capruns;
+static pp_index runidx;         /* tid + 1 -> runs[] */
+
+static cpu_run *cpu_run_of(uint32_t tid, int make)
+{
+    if (runidx.e == NULL && pp_index_init(&runidx, 64) < 0)
+        return NULL;
+    uint32_t i = pp_index_get(&runidx, (uint64_t)tid + 1);
+    if (i != PP_NONE)
+        return &runs[i];
+    if (!make || pp_sampler_grow_array((void **)&runs, &capruns, nruns + 1, sizeof *runs) < 0
+        || pp_index_put(&runidx, (uint64_t)tid + 1, nruns) < 0)
+        return NULL;
+    runs[nruns] = (cpu_run){tid, PP_NONE, PP_NONE, 0, 0, PP_NONE, 0, 0};
+    return &runs[nruns++];
+}
+
+/* A thread's CPU that no sample of an earlier run saw (its run ended before
+ * its first sample): its next run's first sample carries it. */
+static int64_t *debt_of(pp_sampling *p, uint32_t tid, int make)
+{
+    for (uint32_t i = 0; i < p->ndebts; i++)
+        if (p->debts[i].tid == tid)
+            return &p->debts[i].ns;
+    if (!make || pp_sampler_grow_array((void **)&p->debts, &p->capdebts, p->ndebts + 1,
+                                       sizeof *p->debts) < 0)
+        return NULL;
+    p->debts[p->ndebts] = (pp_cpu_debt){tid, 0};
+    return &p->debts[p->ndebts++].ns;
+}
+
+/* --opcodes: a sample's instructions, each (fid, offset) once: the
+ * innermost's (`leaf`: raw[0] is the program's) self and total, the
+ * callers' (their calls: opcode as now) total. The innermost's instruction
+ * and opcode go to *leaf_at, *leaf_op. */
+static void add_insns(pp_samples *s, uint32_t thread, const pp_rawframe *raw,
+                      const uint32_t *ins, const uint32_t *fids, uint32_t n, int leaf,
+                      int64_t weight, uint32_t *leaf_at, int *leaf_op)
+{
+    uint32_t at[MAX_FRAMES];
+    for (uint32_t k = 0; k < n; k++)
+        at[k] = pp_samples_insn_start(s, fids[k], (PyObject *)raw[ins[k]].code,
+                                      raw[ins[k]].offset);
+    for (uint32_t k = 0; k < n; k++) {
+        const pp_rawframe *f = &raw[ins[k]];
+        int seen = 0;
+        for (uint32_t j = k + 1; j < n && !seen; j++)      /* recursion: deeper ones first */
+            seen = fids[j] == fids[k] && at[j] == at[k];
+        if (seen)
+            continue;
+        int self = ins[k] == 0 && leaf;
+        /* the innermost's opcode as the handler read it, unless its pointer was
+         * left on a cache unit (just back from a call): then as now */
+        int op = self && at[k] == f->offset && pp_raw_opcode(f) >= 0
+                 ? pp_raw_opcode(f) : pp_frames_opcode_now((PyObject *)f->code, at[k]);
+        if (op < 0)
+            continue;
+        (void)pp_samples_add_insn(s, thread, fids[k], (PyObject *)f->code, at[k], op, self,
+                                  weight, 1);
+        if (self) {
+            *leaf_at = at[k];
+            *leaf_op = op;
+        }
+    }
+}
+
 /* One published record into the stack table. */
-/* CPU mode: a thread's first sample of a run weighs one interval of the
+/* CPU mode on ITIMER_PROF: a thread's first sample of a run weighs one interval of the
  * process's signals (its CPU per signal so far), not the thread's CPU since
  * the run began; later ones weigh the thread's CPU since its previous one.
  * The CPU after a thread's last sample is seen by no sample: the process's
@@ -165,7 +241,9 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
             break;
         }
     }
-    uint32_t kept = 0, row, root_fid;
+    uint32_t kept = 0, row, root_fid, leaf_fid = PP_NONE;
+    uint32_t ins[MAX_FRAMES], nins = 0;     /* --opcodes: the program's frames (raw index) */
+    uint32_t ins_fid[MAX_FRAMES];
     n = task_cut(p, r, raw, n, &row, &root_fid);
     if (root_fid != PP_NONE)
         fr[kept++] = (uint64_t)root_fid << 32;
@@ -184,6 +262,11 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
             continue;
         }
         own_leaf = 0;
+        leaf_fid = i == 0 ? fid : PP_NONE;
+        if (p->opts.opcodes) {
+            ins[nins] = i;
+            ins_fid[nins++] = fid;
+        }
         uint32_t line = pp_samples_line(s, fid, code, raw[i].offset);
         if (S.native && (raw[i].flags & PP_RAW_ENTRY))
             line |= PP_LINE_ENTRY;          /* where native stacks are merged in */
@@ -194,13 +277,41 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
     uint32_t thread = runner_only ? PP_NONE : sample_thread(p, r->tid, r->ident);
     uint32_t st = thread == PP_NONE ? PP_NONE : pp_samples_stack_id(s, fr, n, nat, r->nnative);
     int64_t weight = r->weight_ns;
-    if ((r->pad & REC_FIRST) && st != PP_NONE) {
+    if ((r->pad & REC_FIRST) && st != PP_NONE && pp_on_itimer()) {
         weight = first_weight;
         atomic_fetch_add_explicit(&S.weight_ns, first_weight - r->weight_ns,
                                   memory_order_relaxed);
     }
+    cpu_run *cr = NULL;
+    if (pp_on_task_clock()) {
+        cr = cpu_run_of(r->tid, 1);
+        if (cr) {
+            cr->seen += r->weight_ns;
+            cr->thread = thread;
+            cr->stack = st;
+            cr->state = r->state;
+            cr->insn_fid = PP_NONE;
+        }
+        int64_t *debt = (r->pad & REC_FIRST) && st != PP_NONE ? debt_of(p, r->tid, 0) : NULL;
+        if (debt && *debt > 0) {
+            weight += *debt;
+            atomic_fetch_add_explicit(&S.weight_ns, *debt, memory_order_relaxed);
+            *debt = 0;
+        }
+    }
     if (st != PP_NONE)
         pp_samples_add(s, thread, st, r->state, weight, 1);
+    uint32_t leaf_at = 0;
+    int leaf_op = -1;
+    if (p->opts.opcodes && st != PP_NONE) {     /* leaf_fid: raw[0] is the program's */
+        add_insns(s, thread, raw, ins, ins_fid, nins, leaf_fid != PP_NONE, weight, &leaf_at,
+                  &leaf_op);
+        if (cr && leaf_op >= 0) {
+            cr->insn_fid = leaf_fid;
+            cr->insn_offset = leaf_at;
+            cr->insn_op = leaf_op;
+        }
+    }
     if (thread != PP_NONE) {
         set_last_stack(thread, st);
         int worker = r->coro == 0;      /* to_thread work: the task awaits it meanwhile */
@@ -289,11 +400,7 @@ static void drain_locked(pp_sampling *p)
     uint64_t fr[MAX_FRAMES + 1];
     int gc_was = PyGC_Disable();        /* a collection here could free sampled code */
     p->threads->sample_pass++;
-    /* task-clock events: a thread's first overflow falls at a uniform point
-     * of its first period (sampler_cpuclock.c), so one period; the process
-     * timer's, the process's CPU per signal */
-    first_weight = S.mode != PP_SAMPLE_CPU ? 0
-                 : pp_on_task_clock() ? S.interval_ns : pp_sampler_cpu_interval();
+    first_weight = pp_on_itimer() ? pp_sampler_cpu_interval() : 0;
     pthread_mutex_lock(&ring_mu);
     for (size_t off = 0; off < spill_used;) {
         const rawrec *r = (const rawrec *)(spill + off);
@@ -317,8 +424,50 @@ static void drain_locked(pp_sampling *p)
         PyGC_Enable();
 }
 
+/* The end of threads' task-clock events (sampler_cpuclock.c): what their
+ * CPU under the event was and their samples did not weigh goes to their last
+ * stack. A thread still there at stop: its CPU since its last sample, so its
+ * samples weigh its CPU exactly, never more (a test's functions stay within
+ * the test's time); one that ran no sample carries its CPU to its first
+ * sample of the profiler's next run (a decorated call shorter than an
+ * interval, made again and again). A thread gone: its first overflow fell
+ * at a uniform point of its first interval, so one of T < P CPU was sampled
+ * with a chance of T/P; weighing P then keeps short-lived threads (a thread
+ * per request) at their CPU on average. */
+void pp_sampler_drain_ends(pp_sampling *p, const pp_cpuclock_end *e, uint32_t n)
+{
+    if (p != S.prof)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        cpu_run *cr = cpu_run_of((uint32_t)e[i].tid, 0);
+        if (cr == NULL || cr->thread == PP_NONE) {
+            int64_t *debt = e[i].gone || cr ? NULL : debt_of(p, (uint32_t)e[i].tid, 1);
+            if (debt)                   /* not sampled: carried (pyprof's own: not) */
+                *debt += e[i].cpu_ns;
+            if (cr)
+                cr->seen = 0;
+            continue;
+        }
+        int64_t ran = e[i].gone && e[i].cpu_ns < S.interval_ns ? S.interval_ns : e[i].cpu_ns;
+        int64_t tail = ran - cr->seen;
+        cr->seen = 0;
+        if (tail <= 0 || cr->stack == PP_NONE)
+            continue;                   /* pyprof's own work last: not the program's */
+        pp_samples_add(&p->samples, cr->thread, cr->stack, cr->state, tail, 0);
+        if (cr->insn_fid != PP_NONE)
+            (void)pp_samples_add_insn(&p->samples, cr->thread, cr->insn_fid, NULL,
+                                      cr->insn_offset, cr->insn_op, 1, tail, 0);
+        atomic_fetch_add_explicit(&S.weight_ns, tail, memory_order_relaxed);
+        if (cr->thread < nlast_task && last_task[cr->thread] != PP_NONE)
+            pp_async_ran(p, last_task[cr->thread], cr->thread, pp_mono_ns(), tail);
+    }
+}
+
 void pp_sampler_drain_reset(void)
 {
+    nruns = 0;
+    if (runidx.e)
+        pp_index_clear(&runidx);
     for (uint32_t i = 0; i < nlast; i++)
         last_stack[i] = PP_NONE;
     for (uint32_t i = 0; i < nlast_task; i++)

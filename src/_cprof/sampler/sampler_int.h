@@ -346,8 +346,27 @@ void pp_cpuclock_thread_begins(pid_t tid);
 /* The handler, on `self` (its kernel tid): an event's block ended (POLL_HUP),
  * the next one starts with a period drawn from `r`. Async-signal-safe. */
 void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r);
-/* Every event closed; none sends a signal once this returns. */
+/* The handler, on `self`: the CPU clock its event's thread had when the
+ * event opened (the base of its first sample of the run): 1, or 0 when the
+ * signal names no event of self's. Async-signal-safe. */
+int pp_cpuclock_first_base(const siginfo_t *info, pid_t self, int64_t *cpu0);
+/* Every event closed; none sends a signal once this returns. Each thread's
+ * CPU under its event is noted (pp_cpuclock_take_ends). */
 void pp_cpuclock_stop(void);
+/* A thread's event ended: the thread is gone (found by the helper, or by
+ * the stop: cpu_ns is then what the event counted) or the run stopped
+ * (cpu_ns: its CPU clock since the event opened). */
+typedef struct {
+    pid_t tid;
+    int gone;
+    int64_t cpu_ns;
+} pp_cpuclock_end;
+/* The ends noted since the last call (a malloc'ed array the caller frees;
+ * NULL when none). */
+uint32_t pp_cpuclock_take_ends(pp_cpuclock_end **out);
+/* GIL held, after the drain that took their threads' last samples: the ends
+ * of task-clock events into the stack table (sampler_drain.c). */
+void pp_sampler_drain_ends(pp_sampling *p, const pp_cpuclock_end *e, uint32_t n);
 void pp_cpuclock_atfork_child(void);
 
 /* ---- the signals (sampler_signals.c) */
@@ -384,6 +403,16 @@ int pp_async_init(pp_sampling *p);
 int pp_samples_add(pp_samples *s, uint32_t thread, uint32_t stack, uint32_t state,
                    int64_t weight, uint64_t count);
 uint32_t pp_samples_line(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset);
+/* --opcodes: the offset of the instruction `offset` of `code` (fid) is in:
+ * itself, or the one whose inline cache holds it (3.11 and 3.12 leave a
+ * calling frame's instruction pointer on its call's last cache unit). */
+uint32_t pp_samples_insn_start(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset);
+/* --opcodes: `count` samples of `weight` with instruction `offset` of `code`
+ * (fid), run as `opcode`, on `thread`'s stack; `self`: as its innermost
+ * frame's. code NULL: added to that row only if it is there. -1: no memory,
+ * or no row. */
+int pp_samples_add_insn(pp_samples *s, uint32_t thread, uint32_t fid, PyObject *code,
+                        uint32_t offset, int opcode, int self, int64_t weight, uint64_t count);
 uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code);
 
 /* --async: the tasks' state that sampler.h's pp_tasks only points to, by

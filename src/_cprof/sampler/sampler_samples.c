@@ -34,7 +34,8 @@ int pp_samples_init(pp_samples *s)
 {
     memset(s, 0, sizeof *s);
     if (pp_index_init(&s->stackidx, 256) < 0 || pp_index_init(&s->sampleidx, 256) < 0
-        || pp_index_init(&s->linecache, 1024) < 0) {
+        || pp_index_init(&s->linecache, 1024) < 0 || pp_index_init(&s->insnidx, 64) < 0
+        || pp_index_init(&s->insnstart, 64) < 0) {
         pp_samples_free(s);
         return -1;
     }
@@ -47,6 +48,9 @@ void pp_samples_free(pp_samples *s)
     free(s->native);
     free(s->stacks);
     free(s->samples);
+    free(s->insns);
+    pp_index_free(&s->insnidx);
+    pp_index_free(&s->insnstart);
     pp_index_free(&s->stackidx);
     pp_index_free(&s->sampleidx);
     pp_index_free(&s->linecache);
@@ -55,7 +59,8 @@ void pp_samples_free(pp_samples *s)
 
 void pp_samples_clear(pp_samples *s)
 {
-    s->nframes = s->nnative = s->nstacks = s->nsamples = 0;
+    s->nframes = s->nnative = s->nstacks = s->nsamples = s->ninsns = 0;
+    pp_index_clear(&s->insnidx);
     pp_index_clear(&s->stackidx);
     pp_index_clear(&s->sampleidx);
     s->drained = s->truncated = s->foreign = 0;
@@ -178,6 +183,80 @@ static uint32_t code_fid(pp_sampling *p, PyObject *code)
     if (!pp_frames_code_alive((uintptr_t)code) || pp_frames_code_is_shim(code))
         return PP_NONE;
     return pp_registry_code(p->reg, code);
+}
+
+uint32_t pp_samples_insn_start(pp_samples *s, uint32_t fid, PyObject *code, uint32_t offset)
+{
+    uint64_t key = ((uint64_t)fid << 32 | offset) + 1;
+    uint32_t got = pp_index_get(&s->insnstart, key);
+    if (got != PP_NONE)
+        return got - 1;
+    /* co_code holds each instruction's inline caches as CACHE (0) units after
+     * it (the adaptive code keeps counters there) */
+    uint32_t start = offset;
+    pp_err_state es;
+    pp_err_save(&es);
+    PyObject *bytes = PyCode_GetCode((PyCodeObject *)code);
+    if (bytes != NULL && PyBytes_Check(bytes)) {
+        const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(bytes);
+        uint32_t n = (uint32_t)(PyBytes_GET_SIZE(bytes) / 2);
+        while (start > 0 && start < n && b[start * 2] == 0)
+            start--;
+    }
+    Py_XDECREF(bytes);
+    PyErr_Clear();
+    pp_err_restore(&es);
+    if (code != dying_code)     /* a ghost's id is fresh each time: do not cache */
+        pp_index_put(&s->insnstart, key, start + 1);
+    return start;
+}
+
+/* A position of co_positions as stored: PP_NONE where there is none. */
+static uint32_t position(int v)
+{
+    return v < 0 ? PP_NONE : (uint32_t)v;
+}
+
+int pp_samples_add_insn(pp_samples *s, uint32_t thread, uint32_t fid, PyObject *code,
+                        uint32_t offset, int opcode, int self, int64_t weight, uint64_t count)
+{
+    uint64_t key = (((uint64_t)fid << 32 | offset) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)thread << 8)
+                   ^ (uint64_t)opcode;
+    key = key ? key : 1;
+    pp_insnent *x = NULL;
+    uint32_t i = pp_hash64(key, s->insnidx.mask);
+    for (;; i = (i + 1) & s->insnidx.mask) {
+        pp_ient *e = &s->insnidx.e[i];
+        if (e->key == 0)
+            break;
+        pp_insnent *y = &s->insns[e->val];
+        if (e->key == key && y->thread == thread && y->fid == fid && y->offset == offset
+            && y->opcode == (uint32_t)opcode) {
+            x = y;
+            break;
+        }
+    }
+    if (x == NULL) {
+        if (code == NULL
+            || pp_sampler_grow_array((void **)&s->insns, &s->capinsns, s->ninsns + 1,
+                                     sizeof *s->insns) < 0
+            || pp_index_put(&s->insnidx, key, s->ninsns) < 0)
+            return -1;
+        int line = -1, col = -1, end_line = -1, end_col = -1;
+        if (offset < (uint32_t)Py_SIZE(code))
+            PyCode_Addr2Location((PyCodeObject *)code, (int)(offset * 2), &line, &col,
+                                 &end_line, &end_col);
+        x = &s->insns[s->ninsns++];
+        *x = (pp_insnent){thread, fid, offset, (uint32_t)opcode, position(line),
+                          position(end_line), position(col), position(end_col), 0, 0, 0, 0};
+    }
+    x->total_count += count;
+    x->total_weight_ns += weight;
+    if (self) {
+        x->count += count;
+        x->weight_ns += weight;
+    }
+    return 0;
 }
 
 uint32_t pp_sampler_code_fid(pp_sampling *p, PyObject *code)
