@@ -27,21 +27,21 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"timer", "timeunit", "subcalls", "builtins", "exact_builtins",
                              "mode", "rate", "wall", "native", "memory", "memory_sample",
                              "memory_stacks", "paths", "native_allocs", "temporary", "gc",
-                             "asyncio", "cpu_timer", NULL};
+                             "asyncio", "cpu_timer", "opcodes", NULL};
     /* every argument is required: the defaults are the option table's
      * (python/pyprof/options/table.py), which always passes them */
     PyObject *timer = NULL;
     double timeunit = 0.0, rate = 0.0;
     int subcalls = 0, builtins = 0, exact_builtins = 0, wall = 0, native = 0, memory = 0;
     long long memory_sample = 0;
-    int memory_stacks = 0, paths = 0, native_allocs = 0, gc = 0, asyncio = 0;
+    int memory_stacks = 0, paths = 0, native_allocs = 0, gc = 0, asyncio = 0, opcodes = 0;
     unsigned int temporary = 0;
     const char *mode = NULL, *cpu_timer = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OdpppzdpppLpppIppz:Profiler", kwlist, &timer,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OdpppzdpppLpppIppzp:Profiler", kwlist, &timer,
                                      &timeunit, &subcalls, &builtins, &exact_builtins, &mode,
                                      &rate, &wall, &native, &memory, &memory_sample,
                                      &memory_stacks, &paths, &native_allocs, &temporary, &gc,
-                                     &asyncio, &cpu_timer))
+                                     &asyncio, &cpu_timer, &opcodes))
         return -1;
     static const char *const cpu_timers[] = {"auto", "task-clock", "itimer"};
     int cpu_timer_ix = -1;
@@ -102,6 +102,8 @@ static int profiler_init(pp_profiler *self, PyObject *args, PyObject *kw)
     self->run.sm.opts.async = asyncio;
     self->run.sm.opts.cpu_timer = cpu_timer_ix;     /* PP_CPU_AUTO, _TASKCLOCK, _ITIMER */
     self->run.tr.asyncio = asyncio;
+    self->run.sm.opts.opcodes = opcodes;
+    self->run.tr.opcodes = opcodes;
     if (!(rate >= PP_RATE_MIN && rate <= PP_RATE_MAX)) {
         char msg[80];
         snprintf(msg, sizeof msg, "rate must be in [%g, %g] Hz, not %g", PP_RATE_MIN,

@@ -23,6 +23,8 @@ typedef struct {
     uint32_t lslot;             /* line running in this frame, PP_NONE if none */
     uint32_t crow;              /* call row this activation counts into, PP_NONE if none */
     int64_t lt0;                /* when the running line's segment began */
+    uint32_t islot;             /* --opcodes: instruction running in this frame, PP_NONE if none */
+    int64_t it0;                /* when it began */
     /* memory only: the thread's net bytes at entry, and the most since */
     int64_t mem_base, mem_hw;
     /* line mode with memory: the thread's counters when the running line

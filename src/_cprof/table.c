@@ -108,6 +108,8 @@ void pp_tables_free(pp_tables *t)
     pp_index_free(&t->lidx);
     pp_index_free(&t->cidx);
     pp_index_free(&t->pidx);
+    pp_index_free(&t->iidx);
+    free(t->i);
     free(t->f);
     free(t->p);
     free(t->e);
@@ -127,7 +129,9 @@ void pp_tables_clear(pp_tables *t)
     pp_index_clear(&t->lidx);
     pp_index_clear(&t->cidx);
     pp_index_clear(&t->pidx);
-    t->nf = t->ne = t->nl = t->nc = t->np = 0;
+    if (t->iidx.e)
+        pp_index_clear(&t->iidx);
+    t->nf = t->ne = t->nl = t->nc = t->np = t->ni = 0;
     t->paths_dropped = 0;
     for (uint32_t i = 0; i < t->caplmap; i++)
         t->lmap[i].n = 0;       /* keep the memory, forget the slots */
@@ -157,10 +161,15 @@ int pp_tables_copy(pp_tables *dst, const pp_tables *src)
         || copy_array((void **)&dst->f, src->f, src->nf, src->capf, sizeof(pp_fslot)) < 0
         || copy_array((void **)&dst->e, src->e, src->ne, src->cape, sizeof(pp_eslot)) < 0
         || copy_array((void **)&dst->l, src->l, src->nl, src->capl, sizeof(pp_lslot)) < 0
-        || copy_array((void **)&dst->c, src->c, src->nc, src->capc, sizeof(pp_cslot)) < 0) {
+        || copy_array((void **)&dst->c, src->c, src->nc, src->capc, sizeof(pp_cslot)) < 0
+        || (src->iidx.e && (pp_index_copy(&dst->iidx, &src->iidx) < 0
+                            || copy_array((void **)&dst->i, src->i, src->ni, src->capi,
+                                          sizeof(pp_islot)) < 0))) {
         pp_tables_free(dst);
         return -1;
     }
+    dst->ni = src->ni;
+    dst->capi = src->capi ? src->capi : src->iidx.e != NULL;
     dst->nf = src->nf;
     dst->ne = src->ne;
     dst->nl = src->nl;
@@ -247,6 +256,20 @@ uint32_t pp_tables_add_line(pp_tables *t, uint64_t key, uintptr_t code, uint32_t
         t->l[s].code = code;
         t->l[s].fid = fid;
         t->l[s].line = line;
+    }
+    return s;
+}
+
+uint32_t pp_tables_add_insn(pp_tables *t, uintptr_t code, uint32_t offset, uint32_t fid)
+{
+    if (offset >= (1u << 16) || (t->iidx.e == NULL && pp_index_init(&t->iidx, 64) < 0))
+        return PP_NONE;
+    uint32_t s = add_slot((void **)&t->i, &t->ni, &t->capi, sizeof(pp_islot), &t->iidx,
+                          pp_insn_key(code, offset));
+    if (s != PP_NONE) {
+        t->i[s].code = code;
+        t->i[s].fid = fid;
+        t->i[s].offset = offset;
     }
     return s;
 }

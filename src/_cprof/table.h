@@ -96,6 +96,21 @@ typedef struct {
     int64_t mem_net, mem_peak;
 } pp_lslot;
 
+/* Line mode with --opcodes: per (thread, code object, instruction) of a line
+ * target, as `open` and time work for lines (outermost running only). Its
+ * base opcode and co_positions are read when the slot is made (the
+ * tracer's slow path), so a snapshot copies plain numbers. */
+typedef struct {
+    uintptr_t code;             /* identity only: the registry keeps it alive */
+    uint32_t fid;
+    uint32_t offset;            /* in code units */
+    uint32_t open;
+    uint32_t opcode;            /* the instruction's base opcode (what co_code holds) */
+    uint32_t line, end_line, col, end_col;     /* PP_NONE: none */
+    uint64_t hits;
+    int64_t time;               /* ticks, from its event to its frame's next one, callees included */
+} pp_islot;
+
 /* Per (thread, line slot, callee function slot): calls made while that line
  * ran, with the same outermost-only rule for their inclusive time. */
 typedef struct {
@@ -148,6 +163,9 @@ typedef struct {
     pp_index cidx;
     pp_cslot *c;
     uint32_t nc, capc;
+    pp_index iidx;              /* line mode with --opcodes only (empty otherwise) */
+    pp_islot *i;
+    uint32_t ni, capi;
     pp_lmap *lmap;              /* by function slot; lines of unmapped lines use lidx */
     uint32_t caplmap;
     pp_index pidx;              /* paths (when recorded) */
@@ -307,6 +325,23 @@ static inline uint32_t pp_tables_line(pp_tables *t, uintptr_t code, uint32_t lin
         i = (i + 1) & t->lidx.mask;
     }
 }
+
+/* The instruction slot of (code, offset); made (PP_NONE when memory runs
+ * out, or an offset past 2**16 code units) by pp_tables_add_insn, which the
+ * caller fills. */
+static inline uint64_t pp_insn_key(uintptr_t code, uint32_t offset)
+{
+    return (uint64_t)code << 16 | offset;       /* user-space pointers fit 48 bits */
+}
+
+static inline uint32_t pp_tables_insn(const pp_tables *t, uintptr_t code, uint32_t offset)
+{
+    if (offset >= (1u << 16) || t->iidx.e == NULL)
+        return PP_NONE;
+    return pp_index_get(&t->iidx, pp_insn_key(code, offset));
+}
+
+uint32_t pp_tables_add_insn(pp_tables *t, uintptr_t code, uint32_t offset, uint32_t fid);
 
 static inline uint32_t pp_tables_callrow(pp_tables *t, uint32_t lslot, uint32_t callee)
 {

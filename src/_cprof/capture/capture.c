@@ -91,6 +91,9 @@ static void put_json_info(buf *b, pp_run *p, const pp_snapin *in, const tconv *t
         (unsigned long long)paths_dropped);
     if (n > 0 && (size_t)n < sizeof s && p->tr.asyncio)
         n += snprintf(s + n, sizeof s - (size_t)n, ",\"asyncio\":true");
+    if (n > 0 && (size_t)n < sizeof s
+        && ((p->sampling && p->sm.opts.opcodes) || (p->tr.lines && p->tr.opcodes)))
+        n += snprintf(s + n, sizeof s - (size_t)n, ",\"opcodes\":true");
     if (n > 0 && (size_t)n < sizeof s && p->tr.lines)
         n += snprintf(s + n, sizeof s - (size_t)n, ",\"line_bookkeeping_ns\":%lld",
                       (long long)tl_ns(p, tc, line_cost));
@@ -290,8 +293,8 @@ done:
 
 /* The per-thread tables of one kind, as records of the capture. */
 typedef struct {
-    buf fs, es, ls, cs, ms, ps, lm;
-    uint32_t nfs, nes, nls, ncs, nms, nps, nlm;
+    buf fs, es, ls, cs, ms, ps, lm, is;
+    uint32_t nfs, nes, nls, ncs, nms, nps, nlm, nis;
     uint64_t paths_dropped;
 } statbufs;
 
@@ -361,6 +364,19 @@ static void put_thread_stats(statbufs *sb, const pp_thread *ts, const pp_tables 
             put_i64(&sb->lm, s->mem_peak);
             sb->nlm++;
         }
+    }
+    for (uint32_t i = 0; i < t->ni; i++) {
+        const pp_islot *s = &t->i[i];
+        const uint32_t key[8] = {ts->index, s->fid, s->offset, s->opcode, s->line, s->end_line,
+                                 s->col, s->end_col};
+        put(&sb->is, key, sizeof key);
+        put_u64(&sb->is, 0);
+        put_i64(&sb->is, 0);
+        put_u64(&sb->is, 0);
+        put_i64(&sb->is, 0);
+        put_u64(&sb->is, s->hits);
+        put_i64(&sb->is, conv(tc, s->time));
+        sb->nis++;
     }
     for (uint32_t i = 0; i < t->nc; i++) {
         const pp_cslot *s = &t->c[i];
@@ -526,6 +542,26 @@ static void put_samples(buf *b, const pp_samples *s)
         put_u32(b, 0);
         put_u64(b, x->count);
         put_i64(b, x->weight_ns);
+    }
+    record_end(b, r);
+}
+
+/* INSNS: --opcodes' instructions, as sampled. */
+static void put_insns(buf *b, const pp_samples *s)
+{
+    size_t r = record_begin(b, PP_REC_INSNS);
+    put_u32(b, s->ninsns);
+    for (uint32_t i = 0; i < s->ninsns; i++) {
+        const pp_insnent *x = &s->insns[i];
+        const uint32_t key[8] = {x->thread, x->fid, x->offset, x->opcode, x->line, x->end_line,
+                                 x->col, x->end_col};
+        put(b, key, sizeof key);
+        put_u64(b, x->count);
+        put_i64(b, x->weight_ns);
+        put_u64(b, x->total_count);
+        put_i64(b, x->total_weight_ns);
+        put_u64(b, 0);
+        put_i64(b, 0);
     }
     record_end(b, r);
 }
@@ -923,9 +959,13 @@ PyObject *pp_capture_snapshot(pp_run *p, int flags, const pp_snapin *in)
     if (p->tr.lines) {
         put_table(&b, PP_REC_LINES, &sb.ls, sb.nls);
         put_table(&b, PP_REC_CALLROWS, &sb.cs, sb.ncs);
+        if (p->tr.opcodes)
+            put_table(&b, PP_REC_INSNS, &sb.is, sb.nis);
     }
     if (p->sampling)
         put_samples(&b, &p->sm.samples);
+    if (p->sampling && p->sm.opts.opcodes)
+        put_insns(&b, &p->sm.samples);
     if ((p->sampling && p->sm.opts.async) || (!p->sampling && !p->memory_only && p->tr.asyncio))
         pp_capture_put_tasks(&b, p, &tc, in->now, in->tasks_named);
     if (p->memory) {
@@ -963,6 +1003,7 @@ done:
     free(sb.fs.p);
     free(sb.es.p);
     free(sb.ls.p);
+    free(sb.is.p);
     free(sb.cs.p);
     free(sb.ms.p);
     free(sb.ps.p);

@@ -20,7 +20,7 @@
 #include "tracer/tracer.h"
 
 #define PP_FORMAT_MAJOR 1
-#define PP_FORMAT_MINOR 8
+#define PP_FORMAT_MINOR 9
 
 enum {
     PP_REC_INFO = 1,            /* JSON object written by the C core */
@@ -67,6 +67,10 @@ enum {
                                  * stack, its native frames (leaf first), then 1<<63 | i for
                                  * each Python frame i (root first) an evaluation-loop call
                                  * started at; written when a stack has native frames */
+    PP_REC_INSNS = 25,          /* 1.9: u32 n, n x <8IQqQqQq thread fid offset opcode line
+                                 * end_line col end_col samples weight_ns total_samples
+                                 * total_weight_ns hits time> (--opcodes: instructions sampled
+                                 * or traced; positions 0xFFFFFFFF: none) */
     PP_REC_END = 0xFFFF,
 };
 

@@ -95,6 +95,7 @@ void pp_tracer_free(pp_tracer *p)
     pp_index_free(&p->sites);
     pp_tracer_coro_clear(p);
     Py_CLEAR(p->disabled_code);
+    Py_CLEAR(p->base_code);
     Py_CLEAR(p->prev_thread_hook);
     Py_CLEAR(p->prev_trace_hook);
     Py_CLEAR(p->timer);

@@ -75,6 +75,9 @@ typedef struct pp_tracer {
     int builtins;
     int exact_builtins;         /* 3.12+: never DISABLE CALL at Python-only call sites */
     int lines;                  /* line mode: LINE events on line targets, call rows */
+    int opcodes;                /* line mode: INSTRUCTION events too, hits and time per
+                                 * instruction of the line targets (pp_islot) */
+    PyObject *base_code;        /* --opcodes: code object -> its co_code (base opcodes) */
     int memory;                 /* allocation hooks record too: peaks per activation */
     int background;             /* steps aside while another profiler is enabled */
     int asyncio;                /* tasks: root coroutines named after their task */

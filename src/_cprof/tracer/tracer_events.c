@@ -226,6 +226,7 @@ static void line_enter(pp_tracer *p, pp_tables *t, pp_stack *st, uint32_t fs)
 {
     pp_frame *f = &st->f[st->depth - 1];
     f->lslot = PP_NONE;
+    f->islot = PP_NONE;
     f->crow = PP_NONE;
     if (st->depth < 2 || st->f[st->depth - 2].lslot == PP_NONE)
         return;
@@ -250,6 +251,8 @@ static inline void end_frame(int lines, pp_tables *t, pp_stack *st, int64_t now)
             }
             end_segment(t, f, now);
         }
+        if (f->islot != PP_NONE)
+            end_insn(t, f, now);
         if (f->crow != PP_NONE) {
             pp_cslot *c = &t->c[f->crow];
             c->calls++;
@@ -305,6 +308,63 @@ void pp_tracer_leave_slow(pp_tracer *p, uint64_t key, int64_t now)
         ts->flush_at = ts->events + 1024;
         p->periodic(p->periodic_arg);
     }
+}
+
+int pp_tracer_base_opcode(pp_tracer *p, PyObject *code, uint32_t offset)
+{
+    pp_err_state es;
+    pp_err_save(&es);
+    int was = pp_memory_self_begin();       /* pyprof's objects, not the program's */
+    if (p->base_code == NULL)
+        p->base_code = PyDict_New();
+    PyObject *bytes = p->base_code ? PyDict_GetItemWithError(p->base_code, code) : NULL;
+    if (bytes == NULL && p->base_code && !PyErr_Occurred()) {
+        PyObject *made = PyCode_GetCode((PyCodeObject *)code);
+        if (made != NULL && PyDict_SetItem(p->base_code, code, made) == 0)
+            bytes = made;                   /* held by the dict */
+        Py_XDECREF(made);
+    }
+    int op = pp_frames_opcode_now(code, offset);     /* without it, the opcode as it is now */
+    if (bytes != NULL && PyBytes_Check(bytes) && (Py_ssize_t)offset * 2 < PyBytes_GET_SIZE(bytes))
+        op = (uint8_t)PyBytes_AS_STRING(bytes)[offset * 2];
+    PyErr_Clear();
+    pp_memory_self_end(was);
+    pp_err_restore(&es);
+    return op;
+}
+
+void pp_tracer_insn_hit(pp_tracer *p, pp_thread *ts, PyObject *code, uint32_t offset)
+{
+    uint32_t fid = pp_index_get(&p->reg->idx, (uint64_t)(uintptr_t)code);
+    if (ts == NULL || fid == PP_NONE || !p->reg->ftarget[fid])
+        return;                         /* no record: a paused thread's */
+    uint32_t is = pp_tables_insn(&ts->t, (uintptr_t)code, offset);
+    if (is == PP_NONE)
+        is = pp_tracer_insn_slot(p, &ts->t, code, fid, offset);
+    if (is != PP_NONE)
+        ts->t.i[is].hits++;
+}
+
+uint32_t pp_tracer_insn_slot(pp_tracer *p, pp_tables *t, PyObject *code, uint32_t fid,
+                             uint32_t offset)
+{
+    if (offset >= (uint32_t)Py_SIZE(code))
+        return PP_NONE;
+    uint32_t is = pp_tables_add_insn(t, (uintptr_t)code, offset, fid);
+    if (is == PP_NONE) {
+        p->oom = offset < (1u << 16);
+        return PP_NONE;
+    }
+    pp_islot *i = &t->i[is];
+    int line = -1, col = -1, end_line = -1, end_col = -1;
+    PyCode_Addr2Location((PyCodeObject *)code, (int)(offset * 2), &line, &col, &end_line,
+                         &end_col);
+    i->line = line < 0 ? PP_NONE : (uint32_t)line;
+    i->end_line = end_line < 0 ? PP_NONE : (uint32_t)end_line;
+    i->col = col < 0 ? PP_NONE : (uint32_t)col;
+    i->end_col = end_col < 0 ? PP_NONE : (uint32_t)end_col;
+    i->opcode = (uint32_t)pp_tracer_base_opcode(p, code, offset);
+    return is;
 }
 
 /* Line mode: a resumed generator or coroutine that is a line target goes on

@@ -166,6 +166,26 @@ static inline void end_segment(pp_tables *t, pp_frame *f, int64_t now)
 }
 
 
+/* --opcodes: the running instruction of frame f stops running at `now`. */
+static inline void end_insn(pp_tables *t, pp_frame *f, int64_t now)
+{
+    pp_islot *i = &t->i[f->islot];
+    if (--i->open == 0)
+        i->time += now - f->it0;
+    f->islot = PP_NONE;
+}
+
+/* --opcodes: a new instruction slot of `code` (its fid, base opcode and
+ * positions read once): out of line, the first time a thread runs it. */
+PP_SLOW uint32_t pp_tracer_insn_slot(pp_tracer *p, pp_tables *t, PyObject *code, uint32_t fid,
+                                     uint32_t offset);
+/* --opcodes: a hit of an instruction of a line target outside its frame's
+ * timing (ts NULL: the thread is paused; not counted). */
+PP_SLOW void pp_tracer_insn_hit(pp_tracer *p, pp_thread *ts, PyObject *code, uint32_t offset);
+/* The base opcode of instruction `offset` of `code` (what co_code holds: no
+ * specialized nor instrumented form), its co_code kept per code object. */
+PP_HIDDEN int pp_tracer_base_opcode(pp_tracer *p, PyObject *code, uint32_t offset);
+
 /* Line mode with memory: the line of frame f begins; the frame's high point
  * restarts from the thread's net bytes now (its own is kept in lm_hw0). */
 static inline void line_mem_begin(const pp_stack *st, pp_frame *f)
@@ -246,6 +266,40 @@ HOT void line_event(pp_tracer *p, PyObject *code, int line, int hit, int64_t now
     ts->st.line_cost = now_ticks(p) - now;
 }
 
+
+
+/* --opcodes: an instruction event (3.12+ INSTRUCTION, 3.11 the trace hook's
+ * OPCODE) at `offset` (code units) of `code`, the running frame's: the
+ * frame's previous instruction ends, this one begins (a hit). `now` was read
+ * on entry to the hook; as for lines, the time from then to the end goes to
+ * the thread's line_cost, in no instruction's time. */
+HOT void insn_event(pp_tracer *p, PyObject *code, uint32_t offset, int64_t now)
+{
+    pp_thread *ts = pp_threads_current(p->threads);
+    pp_frame *f = ts && ts->st.depth ? &ts->st.f[ts->st.depth - 1] : NULL;
+    if (UNLIKELY(f == NULL || f->key != (uint64_t)(uintptr_t)code)) {
+        /* a frame's first instruction runs before its start event (3.12+:
+         * RESUME), or one that began before enable(): a hit, not timed */
+        pp_tracer_insn_hit(p, ts, code, offset);
+        return;
+    }
+    pp_tables *t = &ts->t;
+    now -= ts->st.line_cost;
+    if (f->islot != PP_NONE)
+        end_insn(t, f, now);
+    uint32_t is = pp_tables_insn(t, (uintptr_t)code, offset);
+    if (UNLIKELY(is == PP_NONE)) {
+        is = pp_tracer_insn_slot(p, t, code, t->f[f->fslot].fid, offset);
+        if (is == PP_NONE)
+            goto done;
+    }
+    t->i[is].hits++;
+    t->i[is].open++;
+    f->islot = is;
+    f->it0 = now;
+done:
+    ts->st.line_cost = now_ticks(p) - now;
+}
 
 
 /* Fast path: the returning call is on top of a known thread's stack and no

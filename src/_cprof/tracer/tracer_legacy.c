@@ -102,16 +102,23 @@ static int legacy_callback(PyObject *obj, PyFrameObject *frame, int what, PyObje
     return 0;
 }
 
-/* Line mode on 3.11: the C trace hook, for LINE events only. Frames of other
- * code have their line events switched off at their first event; calls and
- * returns are the profile hook's business. */
+/* Line mode on 3.11: the C trace hook, for LINE events (and OPCODE events of
+ * the targets' frames with --opcodes) only. Frames of other code have their
+ * line events switched off at their first event; calls and returns are the
+ * profile hook's business. */
 static int trace_callback(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
 {
     (void)arg;
     pp_tracer *p = pp_tracer_of(obj);
     if (UNLIKELY(!p->enabled || pp_tls.busy))
         return 0;
-    if (what == PyTrace_LINE) {
+    if (what == PyTrace_OPCODE) {
+        int64_t now = now_ticks(p);
+        int lasti = PyFrame_GetLasti(frame);
+        if (lasti >= 0)
+            insn_event(p, (PyObject *)pp_frame_code_borrowed(frame), (uint32_t)lasti / 2, now);
+    }
+    else if (what == PyTrace_LINE) {
         int64_t now = now_ticks(p);
         line_event(p, (PyObject *)pp_frame_code_borrowed(frame), PyFrame_GetLineNumber(frame),
                    1, now);
@@ -121,6 +128,8 @@ static int trace_callback(PyObject *obj, PyFrameObject *frame, int what, PyObjec
         uint32_t fid = pp_registry_code(p->reg, (PyObject *)code);
         if (fid == PP_NONE || !p->reg->ftarget[fid])
             pp_frame_stop_line_events(frame);
+        else if (p->opcodes)
+            pp_frame_trace_opcodes(frame);  /* --opcodes: every instruction of a target */
     }
     return 0;
 }

@@ -37,7 +37,8 @@ static PyObject *monitoring_module(void)
 /* Event bits, identical in 3.12 and 3.13 (internal in 3.12). */
 enum {
     EV_PY_START = 1 << 0, EV_PY_RESUME = 1 << 1, EV_PY_RETURN = 1 << 2,
-    EV_PY_YIELD = 1 << 3, EV_CALL = 1 << 4, EV_LINE = 1 << 5, EV_PY_UNWIND = 1 << 12,
+    EV_PY_YIELD = 1 << 3, EV_CALL = 1 << 4, EV_LINE = 1 << 5, EV_INSTRUCTION = 1 << 6,
+    EV_PY_UNWIND = 1 << 12,
     EV_PY_THROW = 1 << 13, EV_C_RETURN = 1 << 15, EV_C_RAISE = 1 << 16,
 };
 
@@ -123,14 +124,15 @@ COLD void line_resume(pp_tracer *p, PyObject *code, PyObject *offset)
     pp_tracer_line_resume_at(p, code, PyCode_Addr2Line((PyCodeObject *)code, (int)off), now);
 }
 
-/* LINE events on one code object only (local events add to the global ones). */
+/* LINE events (and with --opcodes INSTRUCTION events) on one code object
+ * only (local events add to the global ones). */
 int pp_tracer_line_events_on(pp_tracer *p, PyObject *code, int on)
 {
     PyObject *mon = monitoring_module();
     if (mon == NULL || p->tool_id < 0)
         return mon ? 0 : -1;
     PyObject *r = PyObject_CallMethod(mon, "set_local_events", "iOi", p->tool_id, code,
-                                      on ? EV_LINE : 0);
+                                      on ? EV_LINE | (p->opcodes ? EV_INSTRUCTION : 0) : 0);
     Py_XDECREF(r);
     return r ? 0 : -1;
 }
@@ -199,6 +201,21 @@ static PyObject *cb_line(PyObject *self, PyObject *const *args, size_t nargsf, P
         long line = LIKELY(PyUnstable_Long_IsCompact(n)) ? (long)PyUnstable_Long_CompactValue(n)
                                                          : -1;
         line_event(p, args[0], (int)line, 1, now);
+    }
+    Py_RETURN_NONE;
+}
+
+/* INSTRUCTION (--opcodes, local to line targets): (code, offset in bytes). */
+static PyObject *cb_instruction(PyObject *self, PyObject *const *args, size_t nargsf,
+                                PyObject *kw)
+{
+    (void)nargsf; (void)kw;
+    pp_tracer *p = ((pp_callback *)self)->prof;
+    if (LIKELY(p->enabled)) {
+        int64_t now = now_ticks(p);
+        PyLongObject *n = (PyLongObject *)args[1];
+        if (LIKELY(PyUnstable_Long_IsCompact(n)))
+            insn_event(p, args[0], (uint32_t)PyUnstable_Long_CompactValue(n) / 2, now);
     }
     Py_RETURN_NONE;
 }
@@ -427,12 +444,13 @@ static int claim_tool_id(PyObject *mon, int background)
     return -1;
 }
 
-/* kind: 0 always, 1 with builtins (C functions), 2 in line mode (local to targets). */
+/* kind: 0 always, 1 with builtins (C functions), 2 in line mode (local to
+ * targets), 3 in line mode with --opcodes (local to targets). */
 static const struct { int event; vectorcallfunc fn; int kind; } mon_events[] = {
     {EV_PY_START, cb_py_enter, 0},  {EV_PY_RESUME, cb_py_resume, 0}, {EV_PY_THROW, cb_py_resume, 0},
     {EV_PY_RETURN, cb_py_leave, 0}, {EV_PY_YIELD, cb_py_yield, 0},   {EV_PY_UNWIND, cb_py_leave, 0},
     {EV_CALL, cb_call, 1},          {EV_C_RETURN, cb_c_leave, 1},    {EV_C_RAISE, cb_c_leave, 1},
-    {EV_LINE, cb_line, 2},
+    {EV_LINE, cb_line, 2},          {EV_INSTRUCTION, cb_instruction, 3},
 };
 #define N_MON_EVENTS (sizeof mon_events / sizeof mon_events[0])
 
@@ -487,7 +505,8 @@ int pp_tracer_install_hooks(pp_tracer *p)
     p->tool_id = id;
     int mask = 0;
     for (size_t i = 0; i < N_MON_EVENTS; i++) {
-        if ((mon_events[i].kind == 1 && !p->builtins) || (mon_events[i].kind == 2 && !p->lines))
+        if ((mon_events[i].kind == 1 && !p->builtins) || (mon_events[i].kind == 2 && !p->lines)
+            || (mon_events[i].kind == 3 && !(p->lines && p->opcodes)))
             continue;
         PyObject *cb = new_callback(p, mon_events[i].fn);
         PyObject *r = cb ? PyObject_CallMethod(mon, "register_callback", "iiO", id,
@@ -496,7 +515,7 @@ int pp_tracer_install_hooks(pp_tracer *p)
         if (r == NULL)
             goto fail;
         Py_DECREF(r);
-        if (mon_events[i].kind != 2)
+        if (mon_events[i].kind < 2)
             mask |= mon_events[i].event;
     }
     PyObject *r = PyObject_CallMethod(mon, "set_events", "ii", id, mask);
