@@ -69,6 +69,7 @@ CASES = {
                        {"timeline": True, "timeline_min_duration": 1_000_000}),
     "--timeline-max-events": (["--timeline", "--timeline-max-events", "7"], {},
                               {"timeline": True, "timeline_max_events": 7}),
+    "--opcodes": (["--sample", "--opcodes"], {}, {"mode": "sample", "opcodes": True}),
     "--no-builtins": (["--no-builtins"], {}, {"builtins": False}),
     "--exact-builtins": (["--exact-builtins"], {}, {"exact_builtins": True}),
     "--flush-interval": (["--flush-interval", "3"], {"flush_interval": 3.0}, {}),
@@ -191,6 +192,9 @@ RULES = [
     (["--sample", "--signal", "KILL"], "--signal: 'KILL' is not a signal pyprof can use",
      None, None),
     (["--sample", "--dump-every", "-1"], "--dump-every must be >= 0", None, None),
+    (["--opcodes"], "--opcodes needs a mode that sees instructions: --sample, or line "
+                    "tracing (-l, --lines-of, --lines-all)",
+     dict(mode="memory", opcodes=True), "opcodes needs a mode that sees instructions"),
     (None, None, dict(mode="memories"), "mode must be 'trace', 'sample' or 'memory', not "
                                         "memories"),
 ]

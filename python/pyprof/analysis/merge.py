@@ -58,6 +58,7 @@ class _Merged:
     def __init__(self):
         self.session = Session()
         self.function_ids: dict = {}        # identity -> merged fid
+        self.opcode_index: dict = {}        # (name, base) -> merged opcode number
         self.stack_ids: dict = {}           # (frames, native, entries), merged fids -> stack id
         self.memory_stack_ids: dict = {}    # (frames with merged fids, native) -> merged id
         self.memory_rows: dict = {}         # (fid, line, site, stack) -> MemCounters
@@ -112,6 +113,8 @@ def _part_map(kind, remap):
     """The dict mapping one part of a key into the merged Session (None: the
     part stays: a "path", as path ids are per thread and threads are new, or
     a plain value). Made once per input and kind (after its stacks are merged)."""
+    if kind == "opcode":
+        return remap.maps["opcode"]             # _merge_opcodes
     if kind not in ("thread", "function", "stack", "memstack"):
         return None
     m = remap.maps.get(kind)
@@ -231,6 +234,25 @@ def _merge_memory_curve(merged, src, remap):
             for p in src.memory_curve]
 
 
+def _merge_opcodes(merged, src, remap):
+    """--opcodes: each input's opcode numbers into the merged names (one list
+    when every input ran the same CPython; a union when they did not)."""
+    names, bases, adaptive = src.opcode_names()
+    m = remap.maps["opcode"] = {}
+    if not names:
+        return
+    out = merged.session.meta.setdefault("opcodes", {"names": [], "bases": [], "adaptive": []})
+    out["adaptive"] = sorted(set(out["adaptive"]) | adaptive)
+    index = merged.opcode_index
+    for i, (name, base) in enumerate(zip(names, bases)):
+        j = index.get((name, base))
+        if j is None:
+            j = index[(name, base)] = len(out["names"])
+            out["names"].append(name)
+            out["bases"].append(base)
+        m[i] = j
+
+
 def _merge_meta(merged, src, remap):
     """The first input's meta stays the top level (its memory curve is the
     Session's); line targets follow their function ids, and sources and native
@@ -240,7 +262,7 @@ def _merge_meta(merged, src, remap):
     if remap.index == 0:
         for key, value in meta.items():
             if key not in ("processes", "thread_process", "line_targets", "sources",
-                           "native_symbols"):
+                           "native_symbols", "opcodes"):
                 out[key] = copy.deepcopy(value)
     targets = out.setdefault("line_targets", {})
     for fid, span in meta.get("line_targets", {}).items():
@@ -331,6 +353,7 @@ TABLE_MERGERS = [
     _merge_threads,
     _merge_stacks,
     _merge_memory_stacks,
+    _merge_opcodes,
     *_COUNTER_MERGERS.values(),
     _merge_memory_curve,
     _merge_asyncio,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import PyprofError
 from .tables import (KINDS, MAX_NATIVE_FRAMES, MAX_STACK_FRAMES, NO_FUNCTION, TABLES, CallRow, Counters, Function,
-                     LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode,
+                     InsnCounters, LineCounters, LineMemory, MemCounters, MemExtra, MemPoint, PathNode,
                      SampleCounters, Stack, Step, TASK_STATES, CoroCounters, TaskRow, Thread)
 from .names import stable_name
 from .validate import RECORD_NAMES, Corrupt, check
@@ -39,7 +39,7 @@ REC_THREADS, REC_FSTATS, REC_EDGES, REC_LINES, REC_CALLROWS, REC_END = 5, 6, 7, 
 REC_STACKS, REC_SAMPLES, REC_MEMORY, REC_FMEMORY, REC_MEMCURVE, REC_MEMSTACKS = (
     10, 11, 12, 13, 14, 15)
 REC_PATHS, REC_STEP, REC_TIMELINE, REC_LINEMEM, REC_MEMEXTRA = 16, 17, 18, 19, 20
-REC_TASKS, REC_COROS, REC_TASKSTEPS, REC_MEMNATIVE = 21, 22, 23, 24
+REC_TASKS, REC_COROS, REC_TASKSTEPS, REC_MEMNATIVE, REC_INSNS = 21, 22, 23, 24, 25
 
 _FUNC = struct.Struct("<6I")
 _TASK = struct.Struct("<6IqqqqQQ")
@@ -78,6 +78,7 @@ TABLE_ROWS = {
     "callrows": Rows(REC_CALLROWS, struct.Struct("<IIIIQq"), 4, 0, CallRow),
     "line_memory": Rows(REC_LINEMEM, struct.Struct("<IIIIQQqq"), 3, 1, LineMemory),
     "timeline": Rows(REC_TIMELINE, struct.Struct("<IIqq"), 4),
+    "instructions": Rows(REC_INSNS, struct.Struct("<8IQqQqQq"), 8, 0, InsnCounters),
 }
 assert list(TABLE_ROWS) == [t.name for t in TABLES], "one record per counter table"
 _TABLE_OF = {TABLE_ROWS[t.name].rtype: t for t in TABLES}

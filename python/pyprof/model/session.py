@@ -70,6 +70,9 @@ class Session:
     # function mode with a timeline: (thread, fid, start_ns, dur_ns) per kept call,
     # start in ns since profiling started (the memory curve's and steps' origin)
     timeline: list = field(default_factory=list)
+    # --opcodes: (thread, fid, offset, opcode, line, end line, column, end column) ->
+    # InsnCounters; opcode indexes opcode_names(), positions NO_POSITION where none
+    instructions: dict = field(default_factory=dict)
     final: bool = True
 
     # ------------------------------------------------------------ the file (model/codec.py)
@@ -150,6 +153,16 @@ class Session:
         self.reindex()
 
     # ------------------------------------------------------------ queries
+    def opcode_names(self) -> tuple:
+        """--opcodes: (names, bases, adaptive) of the instructions' opcode
+        numbers, as the capturing interpreter names them (meta["opcodes"]):
+        the opcode as it ran (specialized, adaptive or instrumented), the
+        instruction it stands for, and the families that specialize
+        (docs/opcodes.md)."""
+        table = self.meta.get("opcodes") or {}
+        return (tuple(table.get("names", ())), tuple(table.get("bases", ())),
+                frozenset(table.get("adaptive", ())))
+
     @property
     def time_unit(self) -> float:
         """Seconds per raw time unit (1e-9 for the built-in clocks)."""

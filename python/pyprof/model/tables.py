@@ -150,6 +150,32 @@ class SampleCounters:
 
 
 @dataclass
+class InsnCounters:
+    """An instruction (--opcodes, docs/opcodes.md). Sampling: ``samples`` and
+    their ``weight`` (ns) where the innermost frame ran it (self), and
+    ``total_samples``, ``total_weight`` where it was on the stack at all (a
+    caller's call instruction: its callees' time). Line tracing: ``hits``
+    (times it ran) and ``time`` (raw units, from its start to the next
+    instruction of its frame, callees included, outermost only under
+    recursion)."""
+
+    samples: int = 0
+    weight: int = 0
+    total_samples: int = 0
+    total_weight: int = 0
+    hits: int = 0
+    time: int = 0
+
+    def add(self, other: "InsnCounters") -> None:
+        self.samples += other.samples
+        self.weight += other.weight
+        self.total_samples += other.total_samples
+        self.total_weight += other.total_weight
+        self.hits += other.hits
+        self.time += other.time
+
+
+@dataclass
 class MemCounters:
     """Blocks allocated at one site and what became of them: bytes and blocks
     allocated, bytes and blocks of those freed while recording; net bytes are
@@ -347,6 +373,11 @@ TABLES = (
     Table("callrows", ("thread", "function", "", "function"), mode="lines"),
     Table("line_memory", ("thread", "function", ""), mode="lines", step=False, always=False),
     Table("timeline", ("thread", "function", "", ""), mode="timeline", step=False, listed=True),
+    # (thread, function, offset, opcode, line, end line, column, end column)
+    Table("instructions", ("thread", "function", "", "opcode", "", "", "", ""), mode="opcodes",
+          step=False),
 )
+# A position of an instruction (line, column) that the compiler did not give.
+NO_POSITION = 0xFFFFFFFF
 # The name tables that only some modes have.
 NAME_TABLE_MODES = {"stacks": "sampling", "memory_stacks": "memory", "memory_curve": "memory"}

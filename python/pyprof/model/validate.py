@@ -22,7 +22,7 @@ from .tables import MEMORY_SITES, NO_FUNCTION, ROOT_PATH, STATES, TABLES
 
 # Record names of the counter tables, for messages.
 RECORD_NAMES = {t.name: {"memory_rows": "MEMORY", "line_memory": "LINEMEM",
-                         "memory_extra": "MEMEXTRA"}.get(
+                         "memory_extra": "MEMEXTRA", "instructions": "INSNS"}.get(
     t.name, t.name.upper()) for t in TABLES}
 
 # Key fields that hold an index into a fixed list (not an id).
@@ -30,7 +30,7 @@ _ENUMS = {("samples", 2): ("state", len(STATES)), ("memory_rows", 2): ("site", l
           ("memory_extra", 2): ("site", len(MEMORY_SITES))}
 _MEMORY_TABLES = ("memory_rows", "memory_extra")     # NO_FUNCTION: a site without a line
 _KEY_WORDS = {"thread": "thread", "function": "function", "stack": "stack",
-              "memstack": "allocation stack", "path": "path"}
+              "memstack": "allocation stack", "path": "path", "opcode": "opcode"}
 
 
 class Corrupt(Exception):
@@ -48,6 +48,7 @@ def check(session, whole=None) -> None:
         "function": names.functions.keys(),
         "stack": names.stacks.keys(),
         "memstack": names.memory_stacks.keys(),
+        "opcode": set(range(len(names.opcode_names()[0]))),
     }
     for table in TABLES:
         rows = getattr(session, table.name)
@@ -239,6 +240,7 @@ _META = {
     "spark": {}, "spark_lost": [{}], "spark_errors": {"*": _S},
     "objects": _OBJECTS, "objects_steps": [{"index": _N, "name": (_S, None), "t": _N,
                                             "objects": _OBJECTS}],
+    "opcodes": {"names": [_S], "bases": [_S], "adaptive": [_S]},
 }
 
 
@@ -333,3 +335,6 @@ def _check_json(session):
     for k, v in (meta.get("native_symbols") or {}).items():
         if len(v) < 2 or not all(isinstance(x, str) for x in v[:2]):
             raise Corrupt(f"META.native_symbols.{k} is {_short(v)}, not [name, file]")
+    ops = meta.get("opcodes") or {}
+    if len(ops.get("names") or ()) != len(ops.get("bases") or ()):
+        raise Corrupt("META.opcodes has not one base per opcode name")

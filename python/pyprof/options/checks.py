@@ -206,9 +206,17 @@ def sample_mode(opts):
         raise OptionError("--dump-every must be >= 0")
 
 
+def opcodes_mode(opts):
+    """--opcodes: sampling reads each sample's instruction, line tracing
+    counts the traced functions' instructions; nothing else sees them."""
+    if opts.opcodes and opts.mode != "sample" and not opts.line_mode:
+        raise OptionError(f"{opts.name('opcodes')} needs a mode that sees instructions: "
+                          f"--sample, or line tracing (-l, --lines-of, --lines-all)")
+
+
 RULES = (module_or_code, sort_key, command_line_basics, memory_implied, native_allocs,
          temporary, functions, timeline_mode, timeline_limits, asyncio_tasks, listen_or_live,
-         sampling_options, sample_mode)
+         sampling_options, sample_mode, opcodes_mode)
 
 
 def check(opts):

@@ -60,7 +60,8 @@ _S = Setting
 # (not --help's): the mode first, then by the mode they go with.
 _RUN_KEYS_SHOWN = ("mode", "output", "sort", "rate", "cpu_timer", "wall", "native", "signal", "asyncio",
                    "dump_every", "memory_sample", "memory_stacks", "functions", "lines_of",
-                   "lines_all", "include", "exclude", "strict", "unit", "call_rows", "timeline",
+                   "lines_all", "include", "exclude", "strict", "unit", "call_rows", "opcodes",
+                   "timeline",
                    "min_duration", "timeline_max_events", "builtins", "exact_builtins",
                    "flush_interval", "children", "objects")
 SETTINGS = (

@@ -158,6 +158,16 @@ TABLE = (
             _FLAG, dest="asyncio",
             help="asyncio: each sample of a task under <task NAME>, its coroutines' stack; "
                  "with --wall, suspended tasks' time where they wait (docs/async.md)"))),
+    _O("opcodes", False,
+           keyword=False,
+           child=True,
+           core=lambda kw: bool(kw["opcodes"]),
+           setting=dict(kind="bool", help="instructions and column ranges (--opcodes)"),
+           cli=(None, ("--opcodes",), dict(
+            _FLAG, help="inside the line: with --sample, each sample's innermost instruction "
+                        "(its opcode as it ran: specialized or adaptive, and its columns); with "
+                        "line tracing, every instruction of the traced functions counted and "
+                        "timed (docs/opcodes.md; 'pyprof view --view opcodes')"))),
     _O("gc", None,
            from_arg=lambda v: True if v else None,
            keyword=None,

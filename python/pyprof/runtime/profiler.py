@@ -299,6 +299,9 @@ class Profile(Core):
             meta["objects_steps"] = list(self.objects_steps)
         if self.lines:
             meta.update(_line_meta(self._function_objects(), self._line_targets()))
+        if self.run_options.opcodes:
+            from .opcodes import table
+            meta["opcodes"] = table()
         meta.update(self.meta)
         if native_symbols:
             meta["native_symbols"] = native_symbols

@@ -1,0 +1,36 @@
+"""--opcodes: the running interpreter's opcode names, for a capture's meta
+(docs/opcodes.md). A sample records the opcode byte as the interpreter ran
+it; these name each byte, the instruction it stands for (its base: the
+family a specialized or adaptive form belongs to, an instrumented form's own
+instruction) and the families that specialize at run time (those with an
+inline cache: the adaptive interpreter's counters live there).
+"""
+
+_TABLE = {}
+
+
+def table() -> dict:
+    """{"names", "bases": one entry per opcode byte (0-255), "adaptive": the
+    families that specialize}."""
+    if not _TABLE:
+        _TABLE.update(_make())
+    return _TABLE
+
+
+def _make() -> dict:
+    import dis
+    import opcode
+    names = list(getattr(dis, "_all_opname", opcode.opname))[:256]
+    names += [f"<{i}>" for i in range(len(names), 256)]
+    families = getattr(opcode, "_specializations", {})
+    base = {form: family for family, forms in families.items() for form in forms}
+    known = set(names)
+    bases = [name[13:] if name.startswith("INSTRUMENTED_") and name[13:] in known
+             else base.get(name, name) for name in names]
+    caches = getattr(opcode, "_inline_cache_entries", {})
+    if isinstance(caches, dict):                        # 3.13: by name
+        cached = {n for n, k in caches.items() if k}
+    else:                                               # 3.11, 3.12: by number
+        cached = {opcode.opname[i] for i, k in enumerate(caches) if k}
+    return {"names": names, "bases": bases,
+            "adaptive": sorted(f for f in families if f in cached)}
