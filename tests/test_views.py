@@ -279,7 +279,7 @@ def test_formats_json_csv_table(tmp_path):
 # ---------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kw, message", [
     (dict(name="nope"), "unknown view 'nope' (choose from code, op, scope, graph, lines, memory, "
-                        "tasks)"),
+                        "tasks, opcodes, specialization)"),
     (dict(select=("bogus",)), "unknown column 'bogus'"),
     (dict(order_by="bogus"), "unknown sort key 'bogus'"),
     (dict(show=("(unclosed",)), "--show '(unclosed' is not a valid regular expression"),

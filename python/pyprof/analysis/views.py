@@ -8,7 +8,11 @@ Four views show the same figures arranged four ways, and two show lines:
 - ``graph``: the callers and callees of the selected functions, with edge figures;
 - ``lines``: the line tables (traced, sampled or memory lines);
 - ``memory``: the allocation sites, by line;
-- ``tasks``: the asyncio tasks of an ``--async`` sampling capture, one row each.
+- ``tasks``: the asyncio tasks of an ``--async`` sampling capture, one row each;
+- ``opcodes``: the instructions of an ``--opcodes`` capture, one row per
+  instruction and opcode as it ran (docs/opcodes.md);
+- ``specialization``: the hottest lines of an ``--opcodes`` capture, each with
+  the instructions that ran generic there.
 
 One option language filters them all (tfprof's semantics): ``start``, ``trim``,
 ``show``, ``hide`` name regexes, ``min_*`` thresholds, ``max_depth``,
@@ -30,8 +34,8 @@ from ..model.names import BUILTIN_FUNC, BUILTIN_METHOD
 from ..model.session import STATES
 from ..model.sources import read_source
 
-VIEWS = ("code", "op", "scope", "graph", "lines", "memory", "tasks")
-TREE_VIEWS = ("code", "scope", "graph")
+VIEWS = ("code", "op", "scope", "graph", "lines", "memory", "tasks", "opcodes", "specialization")
+TREE_VIEWS = ("code", "scope", "graph", "specialization")
 
 # Columns: name -> (header, unit, meaning). Units: "s" seconds, "B" bytes,
 # "n" a count, "" text. The docs (docs/views.md) define each one.
@@ -61,6 +65,16 @@ COLUMNS = {
     "coroutine": ("coroutine", "", "task: its coroutine's function, file:line"),
     "created": ("created", "", "task: where it was created (asyncio debug mode)"),
     "state": ("state", "", "task: pending, done or cancelled at the end"),
+    "opcode": ("opcode", "", "instruction: its opcode as it ran (specialized, adaptive or "
+               "instrumented form)"),
+    "base-opcode": ("base", "", "instruction: the instruction that opcode stands for"),
+    "specialization": ("state", "", "instruction: specialized, adaptive (generic form of a "
+                       "family that specializes), instrumented, or empty (never specializes)"),
+    "col-start": ("col", "n", "instruction: first column of its source range (0-based, "
+                  "characters)"),
+    "col-end": ("end col", "n", "instruction: the column after its source range"),
+    "offset": ("offset", "n", "instruction: its offset in the function's bytecode, in bytes "
+               "(as dis shows it)"),
     "thread": ("threads", "", "threads the node ran in"),
     "file": ("file", "", "file:line"),
 }
@@ -232,6 +246,12 @@ def available_columns(session, name) -> list:
     elif name == "memory":
         if src["memory"]:
             cols += ["bytes", "net-bytes", "peak-bytes", "allocs", *_memory_extra_columns(session)]
+    elif name in ("opcodes", "specialization"):
+        if src["sample"]:
+            cols += ["samples", "self-samples", "time", "self-time"]
+        if src["lines"]:
+            cols += ["hits", "time"]
+        cols += ["opcode", "base-opcode", "specialization", "col-start", "col-end", "offset"]
     elif name == "tasks":
         if session.tasks:
             cols += ["running", "awaiting", "coroutine", "created", "state"]
@@ -272,7 +292,11 @@ def _default_select(available, name) -> list:
              "memory": ["bytes", "net-bytes", "peak-bytes", "allocs", "native-bytes",
                         "temp-allocs"],
              "tasks": ["coroutine", "created", "running", "awaiting", "samples", "steps",
-                       "state"]}.get(
+                       "state"],
+             "opcodes": ["self-samples", "samples", "hits", "self-time", "time", "opcode",
+                         "base-opcode", "specialization", "col-start", "col-end"],
+             "specialization": ["self-samples", "hits", "self-time", "time", "opcode",
+                                "specialization"]}.get(
         name, ["calls", "samples", "time", "self-time", "awaiting", "bytes", "net-bytes",
                "occurrence"])
     if name == "op":
@@ -288,6 +312,11 @@ def _build(session, name, opts):
     if name == "tasks" and not available:
         raise PyprofError("this capture has no asyncio tasks (record with --async; "
                           "docs/async.md)")
+    if name in ("opcodes", "specialization"):
+        from .opcodes import NOT_SAMPLED, require
+        require(session)
+        if name == "specialization" and not session.info.get("sampling"):
+            raise PyprofError(NOT_SAMPLED)
     select = list(opts.select) or _default_select(available, name)
     for col in select:
         if col not in available:
@@ -296,15 +325,18 @@ def _build(session, name, opts):
     if not any(COLUMNS[c][1] for c in select):
         raise PyprofError(f"the {name} view of this capture has no figures to show "
                           f"(available: {', '.join(available) or 'none'})")
-    order = opts.order_by or next((c for c in ("time", "running", "samples", "bytes", "hits",
-                                               "calls")
+    # an instruction's own time first: a call's total is its callee's
+    first = ("self-time",) if name in ("opcodes", "specialization") else ()
+    order = opts.order_by or next((c for c in (*first, "time", "running", "samples", "bytes",
+                                               "hits", "calls")
                                    if c in available), select[0])
     if order != "name" and order not in available:
         raise PyprofError(f"sort key {order!r} is not in this capture's {name} view "
                           f"(available: {', '.join(available)})")
     opts.order_by = order
     builder = {"code": _code, "op": op_nodes, "scope": _scope_view, "graph": _graph,
-               "lines": line_nodes, "memory": _memory, "tasks": task_nodes}[name]
+               "lines": line_nodes, "memory": _memory, "tasks": task_nodes,
+               "opcodes": opcode_nodes, "specialization": specialization_nodes}[name]
     nodes = builder(session, threads)
     return nodes, select, name in TREE_VIEWS
 
@@ -729,6 +761,49 @@ def task_nodes(session, threads) -> dict:
         if t.steps is not None:
             n.fixed["steps"] = t.steps
         nodes[i] = n
+    return nodes
+
+
+def _insn_node(session, i) -> Node:
+    f = session.functions[i.fid]
+    line = i.line if i.line is not None else 0
+    n = Node(f"{f.qualname}:{line}", f.filename, line, "instruction")
+    n.source = i.fragment
+    if session.info.get("sampling"):
+        n.total = {"samples": i.total_samples, "time": i.total_weight}
+        n.own = {"samples": i.samples, "time": i.weight}
+    else:
+        n.total = {"time": i.time}
+        n.fixed["hits"] = i.hits
+    n.fixed.update({"opcode": i.opcode, "base-opcode": i.base, "specialization": i.state,
+                    "col-start": i.col, "col-end": i.end_col, "offset": i.offset})
+    return n
+
+
+def opcode_nodes(session, threads) -> dict:
+    """One node per instruction and opcode as it ran (--opcodes)."""
+    from .opcodes import instructions
+    return {(i.fid, i.offset, i.opcode): _insn_node(session, i)
+            for i in instructions(session, threads)}
+
+
+def specialization_nodes(session, threads) -> dict:
+    """The hottest lines (--opcodes), each with the instructions that ran
+    generic there (adaptive: of a family that specializes, not specialized)."""
+    from .opcodes import specialization_report
+    nodes = {}
+    for r in specialization_report(session, threads, top=1 << 30):
+        f = session.functions[r.fid]
+        n = Node(f"{f.qualname}:{r.line}", f.filename, r.line, "line")
+        n.source = r.source
+        n.own = {"samples": r.samples, "time": r.seconds} if session.info.get("sampling") \
+            else {"time": r.seconds}
+        n.total = {"samples": r.total_samples, "time": r.total_seconds} \
+            if session.info.get("sampling") else dict(n.own)
+        if not session.info.get("sampling"):
+            n.fixed["hits"] = r.hits
+        n.children = {(i.offset, i.opcode): _insn_node(session, i) for i in r.generic}
+        nodes[(r.fid, r.line)] = n
     return nodes
 
 

@@ -37,7 +37,8 @@ def add_view_options(p) -> None:
     g.add_argument("--view", choices=VIEWS, metavar="NAME",
                    help="code (call tree by path), op (per function), scope (package > "
                         "module > class > function), graph (callers and callees), lines, "
-                        "memory")
+                        "memory, tasks, opcodes (instructions), specialization (hot lines' "
+                        "generic instructions)")
     g.add_argument("--select", action="append", default=[], metavar="COLUMNS",
                    help="columns to show, comma-separated: " + ", ".join(COLUMNS))
     g.add_argument("--order-by", metavar="COLUMN", help="sort by this column (or name)")

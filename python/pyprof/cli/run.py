@@ -121,7 +121,7 @@ def write_tables(prof, opts, out, session=None) -> None:
     from ..render.printout import print_capture
     session = session if session is not None else prof.session()
     print_capture(session, out, sort=opts.sort, unit=opts.unit,
-                  call_rows=not opts.no_call_rows)
+                  call_rows=not opts.no_call_rows, columns=opts.opcodes)
 
 
 class _Runner:
@@ -174,7 +174,7 @@ class _Runner:
         if self.outfile and format_for_path(self.outfile) == "text":
             from ..export import text
             text.write(session or self.prof.session(), self.outfile, unit=opts.unit,
-                       call_rows=not opts.no_call_rows, sort=opts.sort)
+                       call_rows=not opts.no_call_rows, sort=opts.sort, columns=opts.opcodes)
         elif self.outfile and session is not None:
             export(session, format_for_path(self.outfile), self.outfile)
         elif self.outfile:

@@ -56,6 +56,9 @@ def cmd_view(argv) -> int:
     p.add_argument("--unit", default="us", choices=["s", "ms", "us", "ns"],
                    help="time unit of the line tables (default: us)")
     p.add_argument("--no-call-rows", action="store_true", help="line tables without call rows")
+    p.add_argument("--columns", action="store_true",
+                   help="line tables with a row per expression of a line: its columns, source "
+                        "and instructions' figures (--opcodes captures; docs/opcodes.md)")
     opts = p.parse_args(argv)
     if opts.sort not in SORT_KEYS:
         raise PyprofError(f"unknown sort key '{opts.sort}' (choose from {', '.join(SORT_KEYS)})")
@@ -80,11 +83,14 @@ def cmd_view(argv) -> int:
         raise PyprofError("-o goes with --view (or --format)")
     if opts.memory and not session.info.get("memory"):
         raise PyprofError(f"{opts.input} has no memory data (profile with --memory)")
+    if opts.columns:
+        from ..analysis.opcodes import require
+        require(session)
     from ..render.printout import print_capture
     only = ("memory" if opts.memory else "lines" if opts.lines else
             "functions" if opts.functions else None)
     print_capture(session, sys.stdout, sort=opts.sort, unit=opts.unit,
-                  call_rows=not opts.no_call_rows, only=only)
+                  call_rows=not opts.no_call_rows, only=only, columns=opts.columns)
     return 0
 
 

@@ -212,8 +212,56 @@ def _running_by_file(session) -> dict:
     return out
 
 
+def _insn_lines(session) -> dict:
+    """--opcodes: file -> line -> {"segs": [[start, end, seconds], ...] the
+    line's characters by the time of the smallest expression covering them
+    (no overlap, in order), "ops": [[opcode, base, state, samples, hits,
+    seconds, col, end col, fragment], ...] its instructions, most time
+    first}."""
+    from ..analysis.opcodes import expressions, has_instructions
+    if not has_instructions(session):
+        return {}
+    out: dict = {}
+    for (fid, line), exprs in expressions(session).items():
+        fn = session.functions[fid]
+        slot = out.setdefault(fn.filename, {}).setdefault(line, {"exprs": [], "ops": []})
+        slot["exprs"] += [e for e in exprs if e.col is not None and e.end_col is not None]
+        for e in exprs:
+            slot["ops"] += [[i.opcode, i.base, i.state, i.samples, i.hits, round(i.seconds, 9),
+                             i.col, i.end_col, (i.fragment or "")[:80]] for i in e.insns]
+    for lines in out.values():
+        for slot in lines.values():
+            slot["ops"].sort(key=lambda o: (-o[5], -o[3], -o[4]))
+            slot["segs"] = _segments(slot.pop("exprs"))
+    return out
+
+
+def _segments(exprs) -> list:
+    """Non-overlapping [start, end, seconds] runs of a line's characters, each
+    the time of the smallest expression covering them (the innermost: a call's
+    arguments are their own, not the call's)."""
+    if not exprs:
+        return []
+    end = max(e.end_col for e in exprs if e.end_col is not None)
+    per_char = []
+    for c in range(end):
+        cover = [e for e in exprs if e.col <= c < e.end_col]
+        best = min(cover, key=lambda e: (e.end_col - e.col, -e.seconds), default=None)
+        per_char.append(round(best.seconds, 9) if best is not None else None)
+    segs = []
+    for c, v in enumerate(per_char):
+        if v is None or v <= 0:
+            continue
+        if segs and segs[-1][1] == c and segs[-1][2] == v:
+            segs[-1][1] = c + 1
+        else:
+            segs.append([c, c + 1, v])
+    return segs
+
+
 def heatmap(session) -> dict | None:
-    """Per file: its source lines with the figures of the lines view."""
+    """Per file: its source lines with the figures of the lines view (and,
+    --opcodes, each line's expressions and instructions)."""
     available = views.available_columns(session, "lines")
     cols = [c for c in HEAT_COLUMNS if c in available]
     if not cols or not (session.lines or session.samples or session.memory):
@@ -243,6 +291,7 @@ def heatmap(session) -> dict | None:
     running = _running_by_file(session)
     ranked = sorted(kept, key=lambda kv: (-running.get(kv[0], 0), -weight(kv[1]), kv[0]))
     hashes = session.meta.get("sources", {})
+    insns = _insn_lines(session)
     files = []
     for filename, lines in ranked:
         src, note = read_source(filename, hashes.get(filename))
@@ -264,8 +313,11 @@ def heatmap(session) -> dict | None:
                 (r or {}).get("source") or "")
             out.append([n, text] + ([round(v, 9) if isinstance(v, float) else v
                                      for v in (r.get(c) for c in cols)] if r else []))
-        files.append({"file": filename, "note": note, "lines": out,
-                      "weight": round(weight(lines), 6)})
+        entry = {"file": filename, "note": note, "lines": out, "weight": round(weight(lines), 6)}
+        if filename in insns:
+            kept = set(keep)
+            entry["insns"] = {str(n): v for n, v in insns[filename].items() if n in kept}
+        files.append(entry)
     return {"columns": cols, "units": [views.COLUMNS[c][1] for c in cols],
             "headers": [views.COLUMNS[c][0] for c in cols], "files": files,
             "default": _weight_column(cols), "total_files": len(by_file)}
@@ -578,6 +630,8 @@ td.loc{color:#666}
 #heat td.ln{color:#888;text-align:right}
 #heat tr.gap td{color:#aaa}
 #heat td.src{width:100%}
+#heat span.expr{border-radius:2px}
+#heat span.generic{color:#8a2be2;font-size:10px;margin-left:8px}
 #steps td,#steps th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;white-space:nowrap}
 #steps td.num,#tasks td.num{text-align:right}
 #tasks td,#tasks th{padding:1px 8px}
@@ -700,6 +754,26 @@ function functions() {
   draw();
 }
 
+// ---- --opcodes: a line's expressions heated inside it, its instructions on hover
+function srcCell(text, ins) {
+  const td = el("td", null, "src"), segs = ins.segs || [];
+  let max = 0, at = 0;
+  for (const s of segs) if (s[2] > max) max = s[2];
+  for (const s of segs) {
+    if (s[0] > at) td.appendChild(document.createTextNode(text.slice(at, s[0])));
+    const sp = el("span", text.slice(s[0], s[1]), "expr");
+    sp.style.background = "rgba(150,40,200," + (0.12 + 0.6 * s[2] / (max || 1)).toFixed(3) + ")";
+    td.appendChild(sp); at = Math.max(at, s[1]);
+  }
+  if (at < text.length) td.appendChild(document.createTextNode(text.slice(at)));
+  const generic = ins.ops.filter(o => o[2] === "adaptive").length;
+  if (generic) td.appendChild(el("span", " " + generic + " generic", "generic"));
+  td.title = ins.ops.slice(0, 12).map(o => o[0] + (o[2] ? " (" + o[2] + ")" : "") +
+      "  " + (o[3] ? o[3] + " samples" : o[4] + " hits") + "  " + fmt(o[5], "s") +
+      "  [" + o[6] + ":" + o[7] + "] " + o[8]).join("\n");
+  return td;
+}
+
 // ---- code heatmap: one file at a time, lines coloured by a column
 function heatmap() {
   const H = D.heatmap; if (!H) return;
@@ -727,7 +801,8 @@ function heatmap() {
       const tr = el("tr", null, "hl");
       tr.appendChild(el("td", String(r[0]), "ln"));
       H.columns.forEach((c, i) => tr.appendChild(el("td", r.length > 2 ? fmt(r[2 + i], H.units[i]) : "", "num")));
-      tr.appendChild(el("td", r[1], "src"));
+      const ins = f.insns && f.insns[String(r[0])];
+      tr.appendChild(ins ? srcCell(r[1], ins) : el("td", r[1], "src"));
       const v = r.length > 2 ? r[2 + ci] || 0 : 0;
       if (v > 0 && max > 0) {
         const a = 0.08 + 0.72 * v / max;

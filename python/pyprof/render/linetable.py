@@ -11,6 +11,9 @@
         13         3       1993.5    664.5     11.9          total += fib(12)
     (call)      1431       1990.0      1.4     11.9              -> fib (demo.py:3)
 
+With --columns (--opcodes captures), an ``(expr)`` row per expression of a line: its
+columns and source, the hits of its instructions and their time.
+
 Time and Per Hit are in the timer unit; % Time is the share of the function's
 total, its cumulative time (under recursion each line's time and the total are
 counted at the outermost call, so a recursive function's lines may add up to
@@ -83,8 +86,24 @@ def _fmt(value, width):
     return text if len(text) <= width else f"{value:5.3g}"
 
 
-def write_text(session, out, unit="us", call_rows=True, threads=None):
-    """Write the line tables of `session` to the text stream `out`."""
+def expression_label(e) -> str:
+    """An expression of a line (--columns): its columns, its source and the
+    opcodes its instructions ran as (most time first)."""
+    where = f"[{e.col}:{e.end_col}]" if e.col is not None else "[?]"
+    frag = e.fragment if e.fragment is not None else "?"
+    frag = frag if len(frag) <= 60 else frag[:57] + "..."
+    ops = []
+    for i in sorted(e.insns, key=lambda i: (-i.seconds, -i.samples, -i.hits)):
+        if i.opcode not in ops:
+            ops.append(i.opcode)
+    more = f" +{len(ops) - 3}" if len(ops) > 3 else ""
+    return f"{where} {frag}  <- {', '.join(ops[:3])}{more}".replace("]  <-", "] <-")
+
+
+def write_text(session, out, unit="us", call_rows=True, threads=None, expressions=None):
+    """Write the line tables of `session` to the text stream `out`;
+    ``expressions`` (analysis.opcodes.expressions: traced instructions) adds a
+    row per expression under each line."""
     if unit not in UNITS:
         raise PyprofError(f"unknown unit {unit!r} (choose from {', '.join(UNITS)})")
     scale = session.time_unit / UNITS[unit]
@@ -119,9 +138,15 @@ def write_text(session, out, unit="us", call_rows=True, threads=None):
                 per = _fmt(t / c.hits, 8) if c.hits else ""
                 pct = f"{100.0 * c.time / total:5.1f}" if total > 0 else ""
                 out.write(f"{line:>6} {c.hits:>9} {_fmt(t, 12):>12} {per:>8} {pct:>8}  {text}\n")
+            indent = text[:len(text) - len(text.lstrip())] + "    "
+            for e in (expressions or {}).get((f["fid"], line), ()):
+                t = e.seconds / UNITS[unit]
+                per = _fmt(t / e.hits, 8) if e.hits else ""
+                pct = f"{100.0 * e.seconds / session.seconds(total):5.1f}" if total > 0 else ""
+                out.write(f"{'(expr)':>6} {e.hits:>9} {_fmt(t, 12):>12} {per:>8} {pct:>8}  "
+                          f"{indent}{expression_label(e)}\n")
             if not call_rows:
                 continue
-            indent = text[:len(text) - len(text.lstrip())] + "    "
             for callee, r in f["calls"].get(line, ()):
                 t = r.time * scale
                 per = _fmt(t / r.calls, 8) if r.calls else ""

@@ -11,7 +11,8 @@
 - then the live objects by type, when the capture has them (--objects).
 
 ``only`` ("functions", "lines" or "memory") narrows it, as `pyprof view
---functions/--lines/--memory` ask.
+--functions/--lines/--memory` ask; ``columns`` (`--opcodes` captures) splits each
+line of the line tables into its expressions (`pyprof view --columns`).
 """
 from __future__ import annotations
 
@@ -22,9 +23,14 @@ from .objecttable import write_from_meta
 
 
 def print_capture(session, out, sort="cumulative", unit="us", call_rows=True,
-                  only=None) -> None:
-    """Write what `session` prints on the text stream `out`."""
+                  only=None, columns=False) -> None:
+    """Write what `session` prints on the text stream `out`; ``columns``: the
+    line tables split each line into its expressions (--opcodes captures)."""
     info = session.info
+    exprs = None
+    if columns:
+        from ..analysis.opcodes import expressions
+        exprs = expressions(session)
     if only == "memory" or (info.get("memory") and only is None):
         write_memory(session, out, sort)
     elif info.get("sampling"):
@@ -35,10 +41,11 @@ def print_capture(session, out, sort="cumulative", unit="us", call_rows=True,
         if only != "functions":
             if only != "lines":
                 out.write("\n")
-            sampletable.write_lines(session, out, header_line=only == "lines", sort=sort)
+            sampletable.write_lines(session, out, header_line=only == "lines", sort=sort,
+                                    expressions=exprs)
     elif only == "lines" or (info.get("lines") and only != "functions"):
         from .linetable import write_text
-        write_text(session, out, unit=unit, call_rows=call_rows)
+        write_text(session, out, unit=unit, call_rows=call_rows, expressions=exprs)
     else:
         from .pstatstable import print_table
         print_table(session, sort, out)
@@ -58,10 +65,12 @@ def write_gc(session, out) -> None:
               f"{gc.get('collected', 0):,} objects collected\n")
 
 
-def render(session, unit="us", call_rows=True, sort="cumulative", only=None) -> str:
+def render(session, unit="us", call_rows=True, sort="cumulative", only=None,
+           columns=False) -> str:
     """print_capture's text as a string."""
     buf = io.StringIO()
-    print_capture(session, buf, sort=sort, unit=unit, call_rows=call_rows, only=only)
+    print_capture(session, buf, sort=sort, unit=unit, call_rows=call_rows, only=only,
+                  columns=columns)
     return buf.getvalue()
 
 

@@ -108,10 +108,17 @@ def write_awaiting(session, out, limit=40):
         out.write(f"... {len(rows) - limit} more\n")
 
 
-def write_lines(session, out, limit=20, header_line=True, sort="cumulative"):
+def write_lines(session, out, limit=20, header_line=True, sort="cumulative", expressions=None):
     """The functions with the most samples (self samples when sorted by self
     time), line by line: the lines with samples, a line of context around
-    them, ``...`` for the rest."""
+    them, ``...`` for the rest. ``expressions`` (analysis.opcodes.expressions:
+    sampled instructions) adds a row per expression under a line: the self
+    samples whose innermost instruction is in it."""
+    from .linetable import expression_label
+    by_place = {}
+    for (fid, line), exprs in (expressions or {}).items():
+        fn = session.functions[fid]
+        by_place[(fn.qualname, fn.filename, line)] = exprs
     split = _awaiting(session)
     n = _own_count(session) if split else sum(c.count for c in session.samples.values()) or 1
     per_line = totals(session, lines=True, skip=("awaiting",) if split else ())
@@ -149,5 +156,10 @@ def write_lines(session, out, limit=20, header_line=True, sort="cumulative"):
             else:
                 out.write(f"{line:>6} {row[0]:>8} {100 * row[0] / n:>6.1f}% {row[1]:>8} "
                           f"{100 * row[1] / n:>6.1f}%  {text}\n")
+            indent = text[:len(text) - len(text.lstrip())] + "    "
+            for e in by_place.get((name, file, line), ()):
+                if e.samples:
+                    out.write(f"{'(expr)':>6} {e.samples:>8} {100 * e.samples / n:>6.1f}% "
+                              f"{'':>8} {'':>7}  {indent}{expression_label(e)}\n")
         out.write("\n\n")
 

@@ -60,7 +60,7 @@ def _label(r) -> str:
     where = ""
     if r["file"]:
         where = f" ({os.path.basename(r['file'])}:{r['line']})"
-    if r.get("source") is not None and r["kind"] == "line":
+    if r.get("source") is not None and r["kind"] in ("line", "instruction"):
         return f"{r['name']}{where}  {r['source']}"
     return f"{r['name']}{where}"
 
