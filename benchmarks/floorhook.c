@@ -4,7 +4,8 @@
  * nothing, so the harness can show how far pyprof is from the cheapest any
  * deterministic profiler built on that mechanism can be:
  *   3.12+: sys.monitoring C vectorcall callbacks returning None, for the events
- *          given as a mask (pyprof's set: PY_* plus CALL/C_RETURN/C_RAISE);
+ *          given as a mask (pyprof's set: PY_* plus CALL/C_RETURN/C_RAISE), or
+ *          local to one code object (LINE, INSTRUCTION: line targets);
  *   3.11:  PyEval_SetProfile with a C function returning 0, on every thread.
  * Built by benchmarks/run.py, never part of the pyprof package.
  */
@@ -72,6 +73,38 @@ static PyObject *install(PyObject *m, PyObject *arg)
     }
     Py_DECREF(cb);
     return PyObject_CallMethod(mon, "set_events", "il", tool_id, mask);
+}
+
+/* install_local(code, mask): the same callbacks, the events local to one
+ * code object (as pyprof's LINE and INSTRUCTION events on its line targets);
+ * install(0) first claims the tool id. */
+static PyObject *install_local(PyObject *m, PyObject *args)
+{
+    (void)m;
+    PyObject *code;
+    long mask;
+    if (!PyArg_ParseTuple(args, "Ol", &code, &mask))
+        return NULL;
+    PyObject *mon = PySys_GetObject("monitoring");
+    if (mon == NULL || tool_id < 0)
+        return PyErr_Format(PyExc_RuntimeError, "install(0) first");
+    noop_cb *cb = PyObject_New(noop_cb, &noop_type);
+    if (cb == NULL)
+        return NULL;
+    cb->vectorcall = noop_call;
+    for (int bit = 0; bit < 17; bit++) {
+        if (!(mask & (1L << bit)))
+            continue;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit,
+                                          (PyObject *)cb);
+        if (r == NULL) {
+            Py_DECREF(cb);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(cb);
+    return PyObject_CallMethod(mon, "set_local_events", "iOl", tool_id, code, mask);
 }
 
 static PyObject *uninstall(PyObject *m, PyObject *unused)
@@ -154,6 +187,10 @@ static PyObject *install_eval(PyObject *m, PyObject *on)
 static PyMethodDef methods[] = {
     {"install", install, METH_O, "install(event_mask): no-op hook on (3.11: mask ignored)"},
     {"uninstall", uninstall, METH_NOARGS, "remove the no-op hook"},
+#if PY_VERSION_HEX >= 0x030C0000
+    {"install_local", install_local, METH_VARARGS,
+     "install_local(code, mask): no-op callbacks for events local to one code object (3.12+)"},
+#endif
 #if PY_VERSION_HEX < 0x030C0000
     {"install_eval", install_eval, METH_O, "install_eval(on): no-op PEP 523 hook (3.11)"},
 #endif

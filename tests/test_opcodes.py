@@ -362,6 +362,21 @@ def test_report_heats_expressions_in_chromium(specialized, tmp_path):
     assert "LOAD_ATTR" in dom and "adaptive" in dom      # the instructions, on hover
 
 
+def test_opcode_names_are_dis_own():
+    """META opcodes, made without importing dis (a run's start-up), names each
+    byte as dis does; a specialized form's base is the family dis deopts it to."""
+    import dis
+    import opcode
+    from pyprof.runtime.opcodes import all_opnames, table
+    assert all_opnames(opcode)[:256] == list(dis._all_opname)[:256]
+    t = table()
+    for name, base in zip(t["names"], t["bases"]):
+        if name in getattr(opcode, "_specializations", {}).get(base, ()):
+            assert base in t["adaptive"] or base in ("LOAD_FAST", "STORE_FAST", "LOAD_CONST",
+                                                     "EXTENDED_ARG", "JUMP_BACKWARD", "RESUME")
+    assert "LOAD_ATTR" in t["adaptive"] and "LOAD_FAST" not in t["adaptive"]
+
+
 # ---------------------------------------------------------------- bad input
 def test_a_mode_without_instructions_is_one_line(tmp_path):
     (tmp_path / "p.py").write_text("print('ran')\n")

@@ -17,10 +17,27 @@ def table() -> dict:
     return _TABLE
 
 
+def all_opnames(opcode) -> list:
+    """Every opcode byte's name, specialized forms included, as dis's
+    _all_opname has them, from the opcode module alone (dis and what it
+    imports would cost a run ~5 ms more): 3.13 numbers them itself
+    (_specialized_opmap); 3.11 and 3.12 give them the free slots in order."""
+    names = list(opcode.opname)
+    numbered = getattr(opcode, "_specialized_opmap", None)
+    if numbered is not None:
+        for name, op in numbered.items():
+            if op < len(names):
+                names[op] = name
+        return names
+    free = [op for op, name in enumerate(names) if name.startswith("<")]
+    for op, name in zip(free, getattr(opcode, "_specialized_instructions", ())):
+        names[op] = name
+    return names
+
+
 def _make() -> dict:
-    import dis
     import opcode
-    names = list(getattr(dis, "_all_opname", opcode.opname))[:256]
+    names = all_opnames(opcode)[:256]
     names += [f"<{i}>" for i in range(len(names), 256)]
     families = getattr(opcode, "_specializations", {})
     base = {form: family for family, forms in families.items() for form in forms}
