@@ -36,6 +36,28 @@ static PyTypeObject noop_type = {
 
 static int tool_id = -1;
 
+/* The no-op callback for each event of `mask`, on our tool id. */
+static int register_noop(PyObject *mon, long mask)
+{
+    noop_cb *cb = PyObject_New(noop_cb, &noop_type);
+    if (cb == NULL)
+        return -1;
+    cb->vectorcall = noop_call;
+    for (int bit = 0; bit < 17; bit++) {
+        if (!(mask & (1L << bit)))
+            continue;
+        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit,
+                                          (PyObject *)cb);
+        if (r == NULL) {
+            Py_DECREF(cb);
+            return -1;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(cb);
+    return 0;
+}
+
 static PyObject *install(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -56,22 +78,8 @@ static PyObject *install(PyObject *m, PyObject *arg)
     }
     if (tool_id < 0)
         return PyErr_Format(PyExc_RuntimeError, "no free tool id");
-    noop_cb *cb = PyObject_New(noop_cb, &noop_type);
-    if (cb == NULL)
+    if (register_noop(mon, mask) < 0)
         return NULL;
-    cb->vectorcall = noop_call;
-    for (int bit = 0; bit < 17; bit++) {
-        if (!(mask & (1L << bit)))
-            continue;
-        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit,
-                                          (PyObject *)cb);
-        if (r == NULL) {
-            Py_DECREF(cb);
-            return NULL;
-        }
-        Py_DECREF(r);
-    }
-    Py_DECREF(cb);
     return PyObject_CallMethod(mon, "set_events", "il", tool_id, mask);
 }
 
@@ -88,22 +96,8 @@ static PyObject *install_local(PyObject *m, PyObject *args)
     PyObject *mon = PySys_GetObject("monitoring");
     if (mon == NULL || tool_id < 0)
         return PyErr_Format(PyExc_RuntimeError, "install(0) first");
-    noop_cb *cb = PyObject_New(noop_cb, &noop_type);
-    if (cb == NULL)
+    if (register_noop(mon, mask) < 0)
         return NULL;
-    cb->vectorcall = noop_call;
-    for (int bit = 0; bit < 17; bit++) {
-        if (!(mask & (1L << bit)))
-            continue;
-        PyObject *r = PyObject_CallMethod(mon, "register_callback", "ilO", tool_id, 1L << bit,
-                                          (PyObject *)cb);
-        if (r == NULL) {
-            Py_DECREF(cb);
-            return NULL;
-        }
-        Py_DECREF(r);
-    }
-    Py_DECREF(cb);
     return PyObject_CallMethod(mon, "set_local_events", "iOl", tool_id, code, mask);
 }
 

@@ -57,17 +57,12 @@ SAMPLING = WORK + textwrap.dedent("""
     import json, statistics, sys, time
     import pyprof
     rate, rounds, kind = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    sys.path.insert(0, sys.argv[4])
+    from measure import timed as timed_by
     run = (lambda: flat(600)) if kind == "flat" else (lambda: deep(60, 600))
 
     def timed(prof):
-        if prof is not None:
-            prof.enable()
-        t = time.thread_time()
-        run()
-        t = time.thread_time() - t
-        if prof is not None:
-            prof.disable()
-        return t
+        return timed_by(run, prof, time.thread_time)
 
     run()
     plain, without, with_ = [], [], []
@@ -117,7 +112,7 @@ def sampling(python, rounds):
     print("| rate | stack | sampler | sampler --opcodes | --opcodes more |\n|---|---|---|---|---|")
     for rate in (1000, 4000):
         for kind in ("flat", "deep"):
-            r = subprocess.run([python, "-c", SAMPLING, str(rate), str(rounds), kind],
+            r = subprocess.run([python, "-c", SAMPLING, str(rate), str(rounds), kind, HERE],
                                capture_output=True, text=True, timeout=1800, check=True)
             got = json.loads(r.stdout)
             print(f"| {rate:,} Hz | {kind} | {got['without']:.3f} | {got['with']:.3f} | "
