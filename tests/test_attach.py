@@ -615,6 +615,9 @@ def line_of(text, mark):
     return next(i for i, ln in enumerate(text.splitlines(), 1) if mark in ln)
 
 
+@pytest.mark.skipif("libunwind" not in _cprof.FEATURES,
+                    reason="this build of pyprof lacks libunwind (apt-get install "
+                           "libunwind-dev): dump --native has no native stacks")
 def test_dump_prints_every_threads_stack(tmp_path):
     script = tmp_path / "dumped.py"
     script.write_text(DUMPED)

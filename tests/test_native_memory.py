@@ -11,7 +11,12 @@ import textwrap
 
 import pytest
 
+import pyprof._cprof
 from nativeext import build, run
+
+needs_libunwind = pytest.mark.skipif(
+    "libunwind" not in pyprof._cprof.FEATURES,
+    reason="this build of pyprof lacks libunwind (apt-get install libunwind-dev): no native frames")
 
 MiB = 1 << 20
 PRELOADED = bool(os.environ.get("LD_PRELOAD"))
@@ -513,6 +518,7 @@ def paths_to(node, name, path=()):
         yield from paths_to(child, name, path)
 
 
+@needs_libunwind
 def test_native_frames_in_allocation_stacks(ext_dir, tmp_path):
     """--native with allocation stacks: the C function that called malloc is
     in the allocation's stack, below the extension's entry point and the
@@ -552,6 +558,7 @@ def test_native_frames_in_allocation_stacks(ext_dir, tmp_path):
         assert not list(paths_to(allocated, "pp_test_pymem_block"))
 
 
+@needs_libunwind
 def test_native_frames_of_python_blocks_in_sampled_mode(ext_dir, tmp_path):
     """With --memory-sample every picked block gets its native stack, the
     Python allocator's too: a 4 MiB PyMem_Malloc from C is picked (p = 1 -
