@@ -290,3 +290,49 @@ def test_wall_mode_leaves_the_signals_threads_take_themselves(tmp_path, how):
     hook, got = r.stdout.splitlines()
     assert hook == "SIGRTMAX-1 (per-thread wall-clock timers)", r.stdout
     assert got == ("1 True" if how == "sigwait" else "0 True"), r.stdout
+
+
+SHIELDED = r"""
+import faulthandler, signal, sys, threading, time
+import pyprof
+
+ready, stop = threading.Event(), threading.Event()
+
+def shielded():
+    # as a C library's worker does: no signal ever reaches this thread
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    ready.set()
+    while not stop.is_set():
+        sum(i * i for i in range(2000))
+
+faulthandler.dump_traceback_later(600)      # its watchdog thread blocks every signal too
+t = threading.Thread(target=shielded, name="shielded")
+t.start()
+ready.wait()
+p = pyprof.Profile(mode="sample", wall=True, rate=1000)
+p.enable()
+end = time.perf_counter() + 0.3
+while time.perf_counter() < end:
+    sum(i * i for i in range(1000))
+p.disable()
+stop.set()
+t.join()
+faulthandler.cancel_dump_traceback_later()
+s = p.session()
+print(s.info["hook"])
+print(sorted({s.threads[k].name for (k, _, _) in s.samples}))
+"""
+
+
+def test_threads_that_block_every_signal_leave_wall_mode_its_signal(tmp_path):
+    """A thread that blocks every signal (faulthandler's watchdog, which
+    pytest's faulthandler_timeout starts for each test; a C library's worker)
+    takes none in particular: wall mode takes SIGRTMAX beside it (it found no
+    free signal before), and samples every thread by its own timer."""
+    script = tmp_path / "shielded.py"
+    script.write_text(SHIELDED)
+    r = run_python([script], tmp_path, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    hook, names = r.stdout.splitlines()
+    assert hook == "SIGRTMAX (per-thread wall-clock timers)", r.stdout
+    assert "'MainThread'" in names, r.stdout

@@ -64,9 +64,13 @@ static unsigned long long waited_signals(const char *task)
  * /proc status lines `a` and `b` (NULL: none) show (SigPnd: pending); with
  * `blocked` (a is SigBlk:), the signals each thread keeps from its handlers,
  * those of a wait included, pyprof's own threads (named pyprof-*: they block
- * every signal of the program's) left out. -1 when /proc cannot be read. */
+ * every signal of the program's) and a thread's blocking of every real-time
+ * signal left out. -1 when /proc cannot be read. */
 static int tasks_signal_union(const char *a, const char *b, int blocked, unsigned long long *out)
 {
+    unsigned long long rt_mask = 0;
+    for (int sig = SIGRTMIN; sig <= SIGRTMAX && sig <= 64; sig++)
+        rt_mask |= 1ULL << (sig - 1);
     *out = 0;
     DIR *d = opendir("/proc/self/task");
     if (d == NULL)
@@ -89,6 +93,11 @@ static int tasks_signal_union(const char *a, const char *b, int blocked, unsigne
                 set |= strtoull(line + strlen(a), NULL, 16);
         }
         fclose(f);
+        /* A thread blocking every real-time signal shields itself from all
+         * signals (faulthandler's watchdog, a C library's worker): it takes
+         * none of them in particular, and pyprof's go to other threads. */
+        if (blocked && (set & rt_mask) == rt_mask)
+            set &= ~rt_mask;
         if (blocked && !own)
             set |= waited_signals(e->d_name);
         if (!(own && blocked))
