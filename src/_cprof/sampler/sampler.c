@@ -1002,7 +1002,7 @@ int pp_sampler_start(pp_sampling *p)
     /* before the helper: it is never given one */
     if (pp_on_task_clock()
         && pp_cpuclock_start(sig, S.interval_ns) != 0) {
-        pp_cpuclock_stop();
+        pp_cpuclock_stop(0, 0);
         atomic_store(&S.active, 0);
         S.prof = NULL;
         Py_CLEAR(S.owner);
@@ -1011,7 +1011,7 @@ int pp_sampler_start(pp_sampling *p)
     }
     if (start_helpers() != 0) {
         if (pp_on_task_clock())
-            pp_cpuclock_stop();
+            pp_cpuclock_stop(0, 0);
         join_helpers();
         atomic_store(&S.active, 0);
         pthread_mutex_lock(&pp_wall_mu);
@@ -1038,6 +1038,8 @@ int pp_sampler_start(pp_sampling *p)
         pp_unwind_init_self();
         pp_symbols_prefetch(here, pp_unwind_here(here, 64));
     }
+    if (pp_on_task_clock())             /* the start's own CPU is not the program's */
+        pp_cpuclock_rebase_self((pid_t)syscall(SYS_gettid), thread_cpu_ns());
     return 0;
 }
 
@@ -1052,6 +1054,7 @@ int pp_sampler_stop(pp_sampling *p)
 {
     if (p != S.prof)
         return 0;
+    int64_t stop_cpu = thread_cpu_ns();     /* the stop's own CPU is not the program's */
     int own_process = S.pid == getpid();
     if (own_process)
         check_takeover();
@@ -1067,7 +1070,7 @@ int pp_sampler_stop(pp_sampling *p)
     if (own_process && pp_on_itimer())
         cpu_timer_off();
     else if (own_process && S.mode == PP_SAMPLE_CPU)
-        pp_cpuclock_stop();
+        pp_cpuclock_stop((pid_t)syscall(SYS_gettid), stop_cpu);
     pthread_mutex_lock(&pp_wall_mu);
     pp_wall_delete(own_process);          /* a forked child has none of the timers */
     pthread_mutex_unlock(&pp_wall_mu);

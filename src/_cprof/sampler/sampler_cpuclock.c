@@ -192,8 +192,12 @@ static int give_event(pid_t tid, int own)
     return 0;
 }
 
+static pid_t stopper_tid;        /* pp_cpuclock_stop's caller, and its clock then */
+static int64_t stopper_cpu;
+
 /* ev_mu held: the thread of event `e` ran `cpu_ns` of CPU under it (alive:
- * its CPU clock; gone: the event's own count), for the drain (pp_cpuclock_end). */
+ * its CPU clock, the stopping thread's as the stop began; gone: the event's
+ * own count), for the drain (pp_cpuclock_end). */
 static void note_end(const cc_event *e, int gone)
 {
     if (e->fd < 0 || !still_ours(e->fd, e->id))
@@ -201,7 +205,9 @@ static void note_end(const cc_event *e, int gone)
     pp_cpuclock_end end = {e->tid, gone, 0};
     struct timespec c;
     uint64_t count;
-    if (!gone && clock_gettime(pp_thread_cpu_clock(e->tid), &c) == 0)
+    if (!gone && e->tid == stopper_tid && stopper_cpu > 0)
+        end.cpu_ns = stopper_cpu - e->cpu0;
+    else if (!gone && clock_gettime(pp_thread_cpu_clock(e->tid), &c) == 0)
         end.cpu_ns = pp_ts_ns(c) - e->cpu0;
     else if (read(e->fd, &count, sizeof count) == (ssize_t)sizeof count) {
         end.gone = 1;                   /* ended meanwhile: what the kernel counted */
@@ -368,12 +374,24 @@ void pp_cpuclock_thread_begins(pid_t tid)
     pthread_mutex_unlock(&ev_mu);
 }
 
+void pp_cpuclock_rebase_self(pid_t self, int64_t cpu_ns)
+{
+    pthread_mutex_lock(&ev_mu);
+    for (uint32_t i = 0; i < nevs; i++) {
+        if (evs[i].tid != self || evs[i].fd < 0)
+            continue;
+        evs[i].cpu0 = cpu_ns;
+        __atomic_store_n(&fd_cpu0[evs[i].fd], cpu_ns, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&ev_mu);
+}
+
 int pp_cpuclock_first_base(const siginfo_t *info, pid_t self, int64_t *cpu0)
 {
     int fd = info ? info->si_fd : -1;
     if (fd < 0 || fd >= FD_CAP || fd_tid == NULL || atomic_load(&fd_tid[fd]) != self)
         return 0;
-    *cpu0 = fd_cpu0[fd];
+    *cpu0 = __atomic_load_n(&fd_cpu0[fd], __ATOMIC_RELAXED);
     return 1;
 }
 
@@ -392,10 +410,12 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r)
     atomic_fetch_sub(&S.arming, 1);
 }
 
-void pp_cpuclock_stop(void)
+void pp_cpuclock_stop(pid_t self, int64_t self_cpu)
 {
     if (fd_tid == NULL)
         return;
+    stopper_tid = self;
+    stopper_cpu = self_cpu;
     atomic_store(&S.disarmed, 1);
     while (atomic_load(&S.arming) > 0)     /* a handler starting a block now */
         sched_yield();
@@ -405,6 +425,7 @@ void pp_cpuclock_stop(void)
         close_event(&evs[i]);
     }
     nevs = 0;
+    stopper_tid = 0;
     pthread_mutex_unlock(&ev_mu);
 }
 

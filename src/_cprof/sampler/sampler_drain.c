@@ -121,9 +121,9 @@ static uint32_t task_cut(pp_sampling *p, const rawrec *r, const pp_rawframe *raw
     return at + 1;
 }
 
-/* CPU mode on task-clock events: what each thread's samples weighed in this
- * run so far (pyprof's own included), and its last stack and state (PP_NONE:
- * pyprof's own), by kernel tid; for the end of its event (drain_ends). */
+/* CPU mode on task-clock events: what each thread's samples of the program
+ * weighed in this run so far, and its last stack and state (thread PP_NONE:
+ * none yet), by kernel tid; for the end of its event (drain_ends). */
 typedef struct {
     uint32_t tid, thread, stack, state;
     int64_t seen;
@@ -284,8 +284,11 @@ static void drain_record(pp_sampling *p, const rawrec *r, uint64_t *fr)
     }
     cpu_run *cr = NULL;
     if (pp_on_task_clock()) {
+        /* a sample in pyprof's own code weighs nothing that shows: its time
+         * stays unseen, and goes with the run's end to the last stack of the
+         * program (the CPU since the previous sample is mostly the program's) */
         cr = cpu_run_of(r->tid, 1);
-        if (cr) {
+        if (cr && st != PP_NONE) {
             cr->seen += r->weight_ns;
             cr->thread = thread;
             cr->stack = st;
@@ -441,18 +444,17 @@ void pp_sampler_drain_ends(pp_sampling *p, const pp_cpuclock_end *e, uint32_t n)
     for (uint32_t i = 0; i < n; i++) {
         cpu_run *cr = cpu_run_of((uint32_t)e[i].tid, 0);
         if (cr == NULL || cr->thread == PP_NONE) {
-            int64_t *debt = e[i].gone || cr ? NULL : debt_of(p, (uint32_t)e[i].tid, 1);
-            if (debt)                   /* not sampled: carried (pyprof's own: not) */
+            /* no sample of the program: carried to the thread's next one */
+            int64_t *debt = e[i].gone ? NULL : debt_of(p, (uint32_t)e[i].tid, 1);
+            if (debt)
                 *debt += e[i].cpu_ns;
-            if (cr)
-                cr->seen = 0;
             continue;
         }
         int64_t ran = e[i].gone && e[i].cpu_ns < S.interval_ns ? S.interval_ns : e[i].cpu_ns;
         int64_t tail = ran - cr->seen;
         cr->seen = 0;
-        if (tail <= 0 || cr->stack == PP_NONE)
-            continue;                   /* pyprof's own work last: not the program's */
+        if (tail <= 0)
+            continue;
         pp_samples_add(&p->samples, cr->thread, cr->stack, cr->state, tail, 0);
         if (cr->insn_fid != PP_NONE)
             (void)pp_samples_add_insn(&p->samples, cr->thread, cr->insn_fid, NULL,

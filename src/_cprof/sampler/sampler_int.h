@@ -351,8 +351,12 @@ void pp_cpuclock_block_end(const siginfo_t *info, pid_t self, uint64_t r);
  * signal names no event of self's. Async-signal-safe. */
 int pp_cpuclock_first_base(const siginfo_t *info, pid_t self, int64_t *cpu0);
 /* Every event closed; none sends a signal once this returns. Each thread's
- * CPU under its event is noted (pp_cpuclock_take_ends). */
-void pp_cpuclock_stop(void);
+ * CPU under its event is noted (pp_cpuclock_take_ends): thread `self`'s up
+ * to `self_cpu`, its CPU clock when the stop began (0: now). */
+void pp_cpuclock_stop(pid_t self, int64_t self_cpu);
+/* Thread `self`'s events count from `cpu_ns`, its CPU clock as the start
+ * ends: its first sample does not weigh pyprof's start. */
+void pp_cpuclock_rebase_self(pid_t self, int64_t cpu_ns);
 /* A thread's event ended: the thread is gone (found by the helper, or by
  * the stop: cpu_ns is then what the event counted) or the run stopped
  * (cpu_ns: its CPU clock since the event opened). */
