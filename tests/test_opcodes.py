@@ -114,7 +114,7 @@ for _ in range(20):                         # warm up: the adaptive interpreter'
     fixed(fs), failed(es), shifting(ss)
 p = pyprof.Profile(mode="sample", wall=True, rate=4000, opcodes=True)
 p.enable()
-for _ in range(800):
+for _ in range(1500):
     fixed(fs), failed(es), shifting(ss)
 p.disable()
 p.dump(sys.argv[1])
