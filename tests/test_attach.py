@@ -355,6 +355,71 @@ def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
         killed(p)
 
 
+OPCODE_SPINNER = """
+import signal, sys, time
+class Point:
+    def __init__(self):
+        self.x = 1
+def said(signum, frame):
+    # the frame the signal interrupted: is it left with opcode events on?
+    print(frame.f_code.co_name, frame.f_trace_opcodes, flush=True)
+signal.signal(signal.SIGUSR1, said)
+def spin():
+    n, p = 0, Point()
+    while True:
+        n += p.x                         # COUNT-LINE
+        if n % 100_000 == 0:
+            time.sleep(0.001)            # SLEEP-LINE
+print("up", flush=True)
+spin()
+"""
+
+
+def test_opcodes_of_a_loop_running_since_before_attaching(tmp_path):
+    """attach -l --opcodes: the instructions of a frame that was running before
+    pyprof came in are counted (3.11 switches a frame's opcode events on one
+    frame at a time); every instruction of a straight line runs once per pass of
+    it, so each has the line's hits; after detaching the frame is left as it
+    was. attach --sample --opcodes reads the loop's instructions as specialized."""
+    script = tmp_path / "opspin.py"
+    script.write_text(OPCODE_SPINNER)
+    p = subprocess.Popen([BASE_PYTHON, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "up\n"
+        out = tmp_path / "traced.cprof"
+        r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", "opspin:spin", "--opcodes",
+                   "-o", out)
+        assert r.returncode == 0, r.stderr
+        s = Session.load(str(out))
+        fid = function_id(s, "spin")
+        count = line_of(OPCODE_SPINNER, "COUNT-LINE")
+        lines = {line: c.hits for (t, f, line), c in s.lines.items() if f == fid}
+        insns = {}
+        for (t, f, off, op, line, *_), c in s.instructions.items():
+            if f == fid and line == count:
+                insns[off] = insns.get(off, 0) + c.hits
+        assert lines[count] > 10_000, lines
+        assert len(insns) >= 4, insns                # loads, the add, the store
+        # attached mid-line: its first pass may lack the instructions before that point
+        assert all(lines[count] - 1 <= h <= lines[count] for h in insns.values()), (lines, insns)
+
+        p.send_signal(signal.SIGUSR1)
+        assert p.stdout.readline() == "spin False\n", "the frame kept its opcode events"
+
+        out = tmp_path / "sampled.cprof"
+        r = pyprof("attach", p.pid, "--duration", "1", "--sample", "--rate", "1000",
+                   "--opcodes", "-o", out)
+        assert r.returncode == 0, r.stderr
+        from pyprof.analysis import opcodes
+        loads = [i for i in opcodes.instructions(Session.load(str(out)))
+                 if i.line == count and i.base == "LOAD_ATTR"]
+        assert loads and sum(i.samples for i in loads) > 0, loads
+        assert all(i.state == "specialized" for i in loads), loads
+        assert p.poll() is None                      # the program runs on
+    finally:
+        killed(p)
+
+
 # ------------------------------------------------------------------ errors, one line each
 def one_error_line(r):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)

@@ -245,9 +245,9 @@ static inline void pp_frame_stop_line_events(PyFrameObject *frame)
 /* 3.11, --opcodes: a frame object's switch for the trace hook's OPCODE events. */
 extern const size_t pp_frame_trace_opcodes_offset;
 
-static inline void pp_frame_trace_opcodes(PyFrameObject *frame)
+static inline void pp_frame_trace_opcodes(PyFrameObject *frame, int on)
 {
-    *((char *)frame + pp_frame_trace_opcodes_offset) = 1;
+    *((char *)frame + pp_frame_trace_opcodes_offset) = (char)(on != 0);
 }
 #endif
 

@@ -459,6 +459,21 @@ static PyObject *profiler_add_line_target(pp_profiler *self, PyObject *code)
     return fid == PP_NONE ? NULL : PyLong_FromUnsignedLong(fid);
 }
 
+static PyObject *profiler_trace_running_frame(pp_profiler *self, PyObject *const *args,
+                                              Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyFrame_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "_trace_running_frame(frame, on)");
+        return NULL;
+    }
+    int on = PyObject_IsTrue(args[1]);
+    if (on < 0)
+        return NULL;
+    if (pp_tracer_running_frame(&self->run.tr, (PyFrameObject *)args[0], on) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *profiler_line_targets(pp_profiler *self, PyObject *unused)
 {
     (void)unused;
@@ -599,6 +614,10 @@ static PyMethodDef profiler_methods[] = {
      "enabled, and resume when that one is disabled."},
     {"_add_line_target", (PyCFunction)profiler_add_line_target, METH_O,
      "_add_line_target(code) -> function id\nMake a code object a line target."},
+    {"_trace_running_frame", (PyCFunction)(void (*)(void))profiler_trace_running_frame,
+     METH_FASTCALL, "_trace_running_frame(frame, on)\nLine mode started mid-run: a line "
+     "target's frame that is running now gets (on) or loses (off) what its code's own "
+     "events do not give it."},
     {"_line_targets", (PyCFunction)profiler_line_targets, METH_NOARGS,
      "Function ids of the line targets."},
     {"write_capture", (PyCFunction)(void (*)(void))profiler_write_capture, METH_VARARGS | METH_KEYWORDS,

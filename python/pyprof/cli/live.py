@@ -14,7 +14,7 @@ from .args import arg_parser, require_terminal
 _ATTACH_MODES = ("--sample", "--rate", "--cpu", "--wall", "--native", "--async", "--memory",
                  "--memory-sample", "--memory-stacks", "--functions", "--lines-of",
                  "--include", "--exclude", "--timeline", "--min-duration",
-                 "--timeline-max-events", "--no-builtins", "--exact-builtins")
+                 "--timeline-max-events", "--no-builtins", "--exact-builtins", "--opcodes")
 
 
 def _pid_arg(text) -> int:

@@ -199,6 +199,7 @@ class _Server:
         self.conn = None
         self.prof = None
         self.output = None              # where the running profile goes at exit
+        self.running_frames = set()     # frames started mid-run, by id (line mode)
         self.previous = None            # stats: the totals at the last call
         self.ident = None
         self.thread = threading.Thread(target=self._run, name="pyprof-control", daemon=True)
@@ -316,6 +317,9 @@ class _Server:
         import atexit
         atexit.unregister(self._at_exit)
         prof.disable()
+        if self.running_frames:
+            _untrace_running_frames(prof, self.running_frames)
+            self.running_frames = set()
         if write and self.output:
             try:
                 prof.dump(self.output)
@@ -358,7 +362,8 @@ class _Server:
         self.prof = prof
         import atexit
         atexit.register(self._at_exit)
-        added = _target_running_code(prof) if prof.line_targets is not None else 0
+        added, self.running_frames = (_target_running_code(prof) if prof.line_targets is not None
+                                      else (0, set()))
         return {"ok": True, "mode": kw.get("mode"), "running_targets": added,
                 "tool_id": getattr(prof, "tool_id", None)}
 
@@ -418,24 +423,38 @@ def release() -> dict:
         time.sleep(0.005)
 
 
-def _target_running_code(prof) -> int:
+def _target_running_code(prof) -> tuple:
     """Line mode started mid-run: code objects of the targets that are running
-    now (a loop that never returns) are traced from their next line too."""
-    n = 0
-    seen = set()
+    now (a loop that never returns) are traced from their next line too, and
+    their running frames get what their code's events do not give them (3.11's
+    opcode events). Returns the number of codes and the frames' ids."""
+    targets = {}                                # id(code) -> a line target
+    frames = set()
     for frame in sys._current_frames().values():
         while frame is not None:
             code = frame.f_code
-            if id(code) not in seen:
-                seen.add(id(code))
-                if prof.line_targets(code):
+            target = targets.get(id(code))
+            if target is None:
+                target = targets[id(code)] = bool(prof.line_targets(code))
+                if target:
                     try:
                         prof.add_line_target(code)
-                        n += 1
                     except ValueError:          # pyprof's own code: never profiled
-                        pass
+                        target = targets[id(code)] = False
+            if target:
+                prof.trace_running_frame(frame, True)
+                frames.add(id(frame))
             frame = frame.f_back
-    return n
+    return sum(targets.values()), frames
+
+
+def _untrace_running_frames(prof, frames) -> None:
+    """At stop: the frames started on at start that still run lose it again."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if id(frame) in frames:
+                prof.trace_running_frame(frame, False)
+            frame = frame.f_back
 
 
 def _task_state(native_id) -> str:

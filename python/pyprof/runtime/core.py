@@ -18,6 +18,7 @@ class Core(Profiler):
     thread_paused: this thread's events are not recorded while true.
     set_sample_root(root, program=None): sampled stacks start above `root`'s frames.
     add_line_target(code) -> function id: a code object becomes a line target.
+    trace_running_frame(frame, on): a target's frame running since before enable().
     after_fork(): in a forked child, disabled: forget the parent's data and threads.
     set_background(flag): a background profiler gives way to one enabled later.
     start_mono_ns: the monotonic clock (ns) at the first enable.
@@ -27,6 +28,7 @@ class Core(Profiler):
     thread_paused = Profiler._thread_paused
     set_sample_root = Profiler._set_sample_root
     add_line_target = Profiler._add_line_target
+    trace_running_frame = Profiler._trace_running_frame
     after_fork = Profiler._after_fork
     set_background = Profiler._set_background
     start_mono_ns = Profiler._start_mono_ns

@@ -139,5 +139,9 @@ void pp_tracer_coro_clear(pp_tracer *t);
 int pp_tracer_pseudo(pp_tracer *t, PyObject *code, int entering);
 /* Ticks of the tracer's clock per nanosecond (user timer: its unit). */
 double pp_tracer_ticks_per_ns(const pp_tracer *t);
+/* Line mode started mid-run: a target's frame already running (on) or, at
+ * stop, one that was (off), given what its code's own events do not cover
+ * (the back-end's; GIL held). */
+int pp_tracer_running_frame(pp_tracer *t, PyFrameObject *frame, int on);
 
 #endif

@@ -129,7 +129,7 @@ static int trace_callback(PyObject *obj, PyFrameObject *frame, int what, PyObjec
         if (fid == PP_NONE || !p->reg->ftarget[fid])
             pp_frame_stop_line_events(frame);
         else if (p->opcodes)
-            pp_frame_trace_opcodes(frame);  /* --opcodes: every instruction of a target */
+            pp_frame_trace_opcodes(frame, 1);  /* --opcodes: every instruction of a target */
     }
     return 0;
 }
@@ -137,6 +137,16 @@ static int trace_callback(PyObject *obj, PyFrameObject *frame, int what, PyObjec
 int pp_tracer_line_events_on(pp_tracer *p, PyObject *code, int on)
 {
     (void)p; (void)code; (void)on;      /* the trace hook asks ftarget at every call */
+    return 0;
+}
+
+/* A target's frame that was running before line mode started has had no CALL
+ * event to switch its OPCODE events on (--opcodes); stop switches them off
+ * again, so that a later trace function gets none it did not ask for. */
+int pp_tracer_running_frame(pp_tracer *p, PyFrameObject *frame, int on)
+{
+    if (p->opcodes)
+        pp_frame_trace_opcodes(frame, on);
     return 0;
 }
 

@@ -137,6 +137,13 @@ int pp_tracer_line_events_on(pp_tracer *p, PyObject *code, int on)
     return r ? 0 : -1;
 }
 
+/* Local events are per code object: a running frame has them already. */
+int pp_tracer_running_frame(pp_tracer *p, PyFrameObject *frame, int on)
+{
+    (void)p; (void)frame; (void)on;
+    return 0;
+}
+
 /* A callable with the cheapest calling convention CPython offers. */
 typedef struct {
     PyObject_HEAD
