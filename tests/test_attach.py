@@ -334,12 +334,20 @@ spin()
 """
 
 
-def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
-    script = tmp_path / "spinner.py"
-    script.write_text(SPINNER)
+def started_loop(tmp_path, name, text):
+    """A program (module `name`) running its loop once it printed "up"."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(text)
     p = subprocess.Popen([BASE_PYTHON, str(script)], stdout=subprocess.PIPE, text=True)
+    if p.stdout.readline() != "up\n":
+        killed(p)
+        pytest.fail(f"{name}.py did not start its loop")
+    return p
+
+
+def test_lines_of_a_loop_running_since_before_attaching(tmp_path):
+    p = started_loop(tmp_path, "spinner", SPINNER)
     try:
-        assert p.stdout.readline() == "up\n"
         out = tmp_path / "spin.cprof"
         r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", "spinner:spin", "-o", out)
         assert r.returncode == 0, r.stderr
@@ -381,11 +389,8 @@ def test_opcodes_of_a_loop_running_since_before_attaching(tmp_path):
     frame at a time); every instruction of a straight line runs once per pass of
     it, so each has the line's hits; after detaching the frame is left as it
     was. attach --sample --opcodes reads the loop's instructions as specialized."""
-    script = tmp_path / "opspin.py"
-    script.write_text(OPCODE_SPINNER)
-    p = subprocess.Popen([BASE_PYTHON, str(script)], stdout=subprocess.PIPE, text=True)
+    p = started_loop(tmp_path, "opspin", OPCODE_SPINNER)
     try:
-        assert p.stdout.readline() == "up\n"
         out = tmp_path / "traced.cprof"
         r = pyprof("attach", p.pid, "--duration", "1", "--lines-of", "opspin:spin", "--opcodes",
                    "-o", out)

@@ -192,21 +192,18 @@ static int give_event(pid_t tid, int own)
     return 0;
 }
 
-static pid_t stopper_tid;        /* pp_cpuclock_stop's caller, and its clock then */
-static int64_t stopper_cpu;
-
 /* ev_mu held: the thread of event `e` ran `cpu_ns` of CPU under it (alive:
- * its CPU clock, the stopping thread's as the stop began; gone: the event's
- * own count), for the drain (pp_cpuclock_end). */
-static void note_end(const cc_event *e, int gone)
+ * its CPU clock, or `cpu_then` when known (> 0: the stopping thread's as the
+ * stop began); gone: the event's own count), for the drain (pp_cpuclock_end). */
+static void note_end(const cc_event *e, int gone, int64_t cpu_then)
 {
     if (e->fd < 0 || !still_ours(e->fd, e->id))
         return;                         /* none; or the program closed it: no count to read */
     pp_cpuclock_end end = {e->tid, gone, 0};
     struct timespec c;
     uint64_t count;
-    if (!gone && e->tid == stopper_tid && stopper_cpu > 0)
-        end.cpu_ns = stopper_cpu - e->cpu0;
+    if (!gone && cpu_then > 0)
+        end.cpu_ns = cpu_then - e->cpu0;
     else if (!gone && clock_gettime(pp_thread_cpu_clock(e->tid), &c) == 0)
         end.cpu_ns = pp_ts_ns(c) - e->cpu0;
     else if (read(e->fd, &count, sizeof count) == (ssize_t)sizeof count) {
@@ -306,7 +303,7 @@ static int sync_tasks(void)
             evs[kept++] = evs[i];
         else {
             if (!alive)
-                note_end(&evs[i], 1);
+                note_end(&evs[i], 1, 0);
             close_event(&evs[i]);       /* gone; or closed by the program: opened again below */
         }
     }
@@ -414,18 +411,15 @@ void pp_cpuclock_stop(pid_t self, int64_t self_cpu)
 {
     if (fd_tid == NULL)
         return;
-    stopper_tid = self;
-    stopper_cpu = self_cpu;
     atomic_store(&S.disarmed, 1);
     while (atomic_load(&S.arming) > 0)     /* a handler starting a block now */
         sched_yield();
     pthread_mutex_lock(&ev_mu);
     for (uint32_t i = 0; i < nevs; i++) {
-        note_end(&evs[i], 0);
+        note_end(&evs[i], 0, evs[i].tid == self ? self_cpu : 0);
         close_event(&evs[i]);
     }
     nevs = 0;
-    stopper_tid = 0;
     pthread_mutex_unlock(&ev_mu);
 }
 
